@@ -29,8 +29,14 @@ class SamplingConfig:
             object.__setattr__(self, "stop", (self.stop,))
         elif isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"SamplingConfig.temperature must be a finite number >= 0, got {self.temperature!r}")
+        if (
+            not isinstance(self.temperature, (int, float))
+            or not math.isfinite(self.temperature)
+            or self.temperature < 0
+        ):
+            raise ValueError(
+                f"SamplingConfig.temperature must be a finite number >= 0, got {self.temperature!r}"
+            )
         if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:

@@ -54,7 +54,9 @@ class SAWItem:
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
-        where = f"SAWItem(rollout_id={self.meta.get('rollout_id')!r}, step_index={self.meta.get('step_index')!r})"
+        where = (
+            f"SAWItem(rollout_id={self.meta.get('rollout_id')!r}, step_index={self.meta.get('step_index')!r})"
+        )
         if n == 0:
             raise ValueError(f"{where}: input_ids is empty")
         for name in ("attention_mask", "action_mask"):
