@@ -14,7 +14,7 @@ from ludic.config.validate import ConfigError, build_dataclass
 # Tables checked against the component's own config dataclass: table -> "module:Class".
 COMPONENT_CONFIGS = {
     "trainer": "ludic.training.config:TrainerConfig",
-    "checkpoint": "ludic.training.checkpoint:CheckpointConfig",
+    "checkpoint": "ludic.training.config:CheckpointConfig",
 }
 
 

@@ -1,0 +1,157 @@
+"""Run-config validation: every error names the file, the key and the expected type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ludic.config import ConfigError, load_config, parse_config
+from ludic.config.schema import ModelSection
+
+MINIMAL = """
+steps = 3
+[model]
+path = "models/tiny"
+[env]
+name = "letter_repeat"
+kwargs = { count = 3 }
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _errors(tmp_path: Path, name: str, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, name, text))
+    return info.value.errors
+
+
+def test_minimal_toml_fills_defaults(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, "run.toml", MINIMAL))
+    assert cfg.steps == 3
+    assert cfg.model == ModelSection(path="models/tiny")
+    assert cfg.env.name == "letter_repeat"
+    assert cfg.env.kwargs == {"count": 3}
+    assert cfg.harness.name == "plain"
+    assert cfg.protocol.name == "single_agent"
+    assert cfg.algorithm.name == "grpo"
+    assert cfg.inference.backend == "embedded"
+    assert cfg.eval.sampling.temperature == 0.0
+    assert cfg.source == "run.toml"
+
+
+def test_yaml_and_toml_give_the_same_config(tmp_path: Path) -> None:
+    yaml_text = (
+        "steps: 3\nmodel:\n  path: models/tiny\nenv:\n  name: letter_repeat\n  kwargs:\n    count: 3\n"
+    )
+    from_yaml = load_config(_write(tmp_path, "run.yaml", yaml_text))
+    from_toml = load_config(_write(tmp_path, "run.toml", MINIMAL))
+    assert from_yaml.env == from_toml.env
+    assert from_yaml.model == from_toml.model
+    assert from_yaml.steps == from_toml.steps == 3
+
+
+def test_wrong_type_names_file_key_and_expected_type(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + '[rollout]\ngroup_size = "eight"\n')
+    assert errors == ["config.toml: [rollout].group_size: expected int, got str 'eight'"]
+
+
+def test_nested_table_errors_use_dotted_section(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[eval.sampling]\ntemperature = true\n")
+    assert errors == ["config.toml: [eval.sampling].temperature: expected float, got bool True"]
+
+
+def test_int_is_accepted_where_float_expected(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, "run.toml", MINIMAL + "[rollout.sampling]\ntemperature = 1\n"))
+    assert cfg.rollout.sampling.temperature == 1.0
+    assert isinstance(cfg.rollout.sampling.temperature, float)
+
+
+def test_unknown_key_lists_known_keys(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[logging]\nplott = false\n")
+    assert errors == ["config.toml: [logging].plott: unknown key; known keys: output_dir, plot, rich"]
+
+
+def test_unknown_top_level_table_is_reported(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "c.yaml", "model: {path: m}\nenv: {name: e}\nmodle: {path: m}\n")
+    assert len(errors) == 1
+    assert errors[0].startswith("c.yaml: modle: unknown key; known keys: algorithm, checkpoint,")
+
+
+def test_missing_required_key_is_reported(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", '[env]\nname = "letter_repeat"\n')
+    assert errors == ["config.toml: model: missing required key (expected table (ModelSection))"]
+
+
+def test_literal_choices_are_listed(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + '[inference]\nbackend = "ollama"\n')
+    assert errors == ["config.toml: [inference].backend: expected 'embedded' | 'server', got str 'ollama'"]
+
+
+def test_server_backend_without_url_fails_validation(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + '[inference]\nbackend = "server"\n')
+    assert errors == [
+        "config.toml: [inference]: backend 'server' needs server_url (e.g. 'http://127.0.0.1:8000')"
+    ]
+
+
+def test_all_errors_are_reported_together(tmp_path: Path) -> None:
+    text = MINIMAL.replace("steps = 3", 'steps = "many"') + "[rollout]\ngroup_size = 2.5\nbogus = 1\n"
+    errors = _errors(tmp_path, "config.toml", text)
+    assert sorted(errors) == [
+        "config.toml: [rollout].bogus: unknown key; known keys: concurrency, group_size, max_steps, "
+        "prompts_per_step, sampling, seed",
+        "config.toml: [rollout].group_size: expected int, got float 2.5",
+        "config.toml: steps: expected int, got str 'many'",
+    ]
+
+
+def test_value_checks_of_section_dataclasses_are_reported(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[rollout]\ngroup_size = 0\n")
+    assert errors == ["config.toml: [rollout]: group_size must be >= 1, got 0"]
+
+
+def test_unparseable_file_and_unknown_suffix_are_reported(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "bad.toml", "steps = = 3")[0].startswith("bad.toml: cannot parse:")
+    assert _errors(tmp_path, "run.ini", MINIMAL) == [
+        "run.ini: unsupported config format '.ini'; use .toml, .yaml or .yml"
+    ]
+
+
+def test_parse_config_accepts_plain_dicts() -> None:
+    cfg = parse_config({"model": {"path": "m"}, "env": {"name": "letter_repeat"}}, file="inline")
+    assert cfg.source == "inline"
+    assert cfg.rollout.group_size == 8
+
+
+def test_trainer_table_is_checked_against_trainer_config(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[trainer]\nlr = 'abc'\n")
+    assert errors == ["config.toml: [trainer].lr: expected float, got str 'abc'"]
+
+
+def test_trainer_and_checkpoint_tables_build_their_configs(tmp_path: Path) -> None:
+    from ludic.training.config import CheckpointConfig, TrainerConfig
+
+    text = MINIMAL + "[trainer]\nlr = 0.001\nmax_seq_len = 64\nmicro_token_budget = 512\n"
+    text += '[logging]\noutput_dir = "out"\n[checkpoint]\nevery_n_steps = 5\n'
+    cfg = load_config(_write(tmp_path, "run.toml", text))
+    assert isinstance(cfg.trainer, TrainerConfig)
+    assert (cfg.trainer.lr, cfg.trainer.max_seq_len, cfg.trainer.micro_token_budget) == (0.001, 64, 512)
+    assert isinstance(cfg.checkpoint, CheckpointConfig)
+    assert cfg.checkpoint.output_dir == Path("out/checkpoints")
+    assert cfg.checkpoint.every_n_steps == 5
+
+
+def test_trainer_config_value_errors_name_the_table(tmp_path: Path) -> None:
+    errors = _errors(
+        tmp_path, "config.toml", MINIMAL + "[trainer]\nmax_seq_len = 64\nmicro_token_budget = 32\n"
+    )
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        "config.toml: [trainer]: TrainerConfig.micro_token_budget (32) must be >= max_seq_len"
+    )
