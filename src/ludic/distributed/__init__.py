@@ -1,1 +1,13 @@
-"""ludic.distributed"""
+"""Getting trained weights from the trainer to the inference side."""
+
+from ludic.distributed.adapters.vllm import create_vllm_publisher
+from ludic.distributed.interfaces import PolicyPublisher
+from ludic.distributed.publisher import ClientPublisher, Rank0OnlyPublisher, current_rank
+
+__all__ = [
+    "ClientPublisher",
+    "PolicyPublisher",
+    "Rank0OnlyPublisher",
+    "create_vllm_publisher",
+    "current_rank",
+]

@@ -1,0 +1,61 @@
+"""Publishers: hand weights to a ChatClient, and a wrapper that publishes from rank 0 only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import Tensor
+
+from ludic.distributed.interfaces import PolicyPublisher
+
+
+class ClientPublisher:
+    """Publish by calling ``client.sync_weights(state_dict, timeout_s=, version=)``.
+
+    Works with the in-process ``TransformersChatClient`` and with ``VLLMChatClient`` alike: the
+    client owns the transport, this class only adapts the trainer's call.
+    """
+
+    def __init__(self, client: Any, *, timeout_s: float = 600.0) -> None:
+        if not callable(getattr(client, "sync_weights", None)):
+            raise TypeError(
+                f"ClientPublisher needs a client with sync_weights(params, *, timeout_s, version); "
+                f"{type(client).__name__} has none"
+            )
+        self.client = client
+        self.timeout_s = timeout_s
+        self.last_status: str | None = None
+
+    def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
+        self.last_status = self.client.sync_weights(
+            dict(state_dict), timeout_s=self.timeout_s, version=version
+        )
+
+
+def current_rank() -> int:
+    """This process's rank: torch.distributed's when initialised, else ``$RANK``, else 0."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+class Rank0OnlyPublisher:
+    """In multi-process training only rank 0 talks to the inference server; other ranks no-op.
+
+    ``make_inner`` is a zero-argument factory called on rank 0 only, so non-zero ranks never open
+    connections (or NCCL groups) to the server.
+    """
+
+    def __init__(self, make_inner: Callable[[], PolicyPublisher]) -> None:
+        if not callable(make_inner):
+            raise TypeError(f"Rank0OnlyPublisher takes a zero-argument factory, got {make_inner!r}")
+        self.rank = current_rank()
+        self.inner: PolicyPublisher | None = make_inner() if self.rank == 0 else None
+
+    def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
+        if self.inner is not None:
+            self.inner.publish(state_dict, version=version)

@@ -1,0 +1,137 @@
+"""Configuration records for the Trainer and its checkpoints, validated when built."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_DEFAULT_LR = 1e-5
+
+
+@dataclass
+class TrainerConfig:
+    """How the Trainer optimises (one documented line per field; doubles as CLI help).
+
+    model_device: device the model is moved to and batches are collated on ("cpu", "cuda", "cuda:1").
+    lr: AdamW learning rate (``learning_rate=`` is accepted as an alias).
+    weight_decay: AdamW decoupled weight decay.
+    betas: AdamW (beta1, beta2).
+    max_seq_len: sequences longer than this are truncated before batching.
+    micro_token_budget: padded tokens per micro-batch (max_len_in_batch * count <= budget); >= max_seq_len.
+    max_grad_norm: clip the global gradient norm to this value; None turns clipping off.
+    pad_token_id: token id used to right-pad micro-batches.
+    sync_every_steps: publish weights every N optimizer steps; 0 = never. Left unset (None) it is 1,
+        and a Trainer built without a publisher then simply publishes nothing; set explicitly > 0
+        without a publisher it is an error (API-NOTES).
+    log_every: call the train logger every N steps.
+    eval_every_n_steps: run the evaluator every N steps; None = never.
+    eval_concurrency: concurrency passed to ``evaluator.evaluate``.
+    max_lag: drop items whose ``meta["policy_version"]`` lags the trainer's step by more than this; None = keep all.
+    gradient_checkpointing: trade compute for activation memory (HF ``gradient_checkpointing_enable``).
+    seed: if set, seeds python/numpy/torch when the Trainer is built.
+    learning_rate: alias of ``lr`` (the seed's spelling); after construction both hold the same value.
+    """
+
+    model_device: str = "cpu"
+    lr: float = _DEFAULT_LR
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_seq_len: int = 2048
+    micro_token_budget: int = 16384
+    max_grad_norm: float | None = 1.0
+    pad_token_id: int = 0
+    sync_every_steps: int | None = None
+    log_every: int = 1
+    eval_every_n_steps: int | None = None
+    eval_concurrency: int = 32
+    max_lag: int | None = None
+    gradient_checkpointing: bool = False
+    seed: int | None = None
+    learning_rate: float | None = None
+    sync_explicit: bool = field(init=False, default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._resolve_lr_alias()
+        self.sync_explicit = self.sync_every_steps is not None
+        if self.sync_every_steps is None:
+            self.sync_every_steps = 1
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self._validate()
+
+    def _resolve_lr_alias(self) -> None:
+        if self.learning_rate is not None:
+            if self.lr != _DEFAULT_LR and self.lr != self.learning_rate:
+                raise ValueError(
+                    f"TrainerConfig got lr={self.lr!r} and learning_rate={self.learning_rate!r}; "
+                    "they are the same setting, pass only one"
+                )
+            self.lr = self.learning_rate
+        self.learning_rate = self.lr
+
+    def _validate(self) -> None:
+        _positive_float("lr", self.lr)
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"TrainerConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"TrainerConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        _positive_int("max_seq_len", self.max_seq_len)
+        _positive_int("micro_token_budget", self.micro_token_budget)
+        if self.micro_token_budget < self.max_seq_len:
+            raise ValueError(
+                f"TrainerConfig.micro_token_budget ({self.micro_token_budget}) must be >= max_seq_len "
+                f"({self.max_seq_len}) so that one full-length sequence fits in a micro-batch; raise "
+                f"micro_token_budget (e.g. to {self.max_seq_len * 8}) or lower max_seq_len"
+            )
+        if self.max_grad_norm is not None:
+            _positive_float("max_grad_norm", self.max_grad_norm)
+        if not isinstance(self.pad_token_id, int) or self.pad_token_id < 0:
+            raise ValueError(f"TrainerConfig.pad_token_id must be an int >= 0, got {self.pad_token_id!r}")
+        if not isinstance(self.sync_every_steps, int) or self.sync_every_steps < 0:
+            raise ValueError(
+                f"TrainerConfig.sync_every_steps must be an int >= 0 (0 = never), got {self.sync_every_steps!r}"
+            )
+        _positive_int("log_every", self.log_every)
+        if self.eval_every_n_steps is not None:
+            _positive_int("eval_every_n_steps", self.eval_every_n_steps, hint=" (or None to disable)")
+        _positive_int("eval_concurrency", self.eval_concurrency)
+        if self.max_lag is not None and (not isinstance(self.max_lag, int) or self.max_lag < 0):
+            raise ValueError(f"TrainerConfig.max_lag must be None or an int >= 0, got {self.max_lag!r}")
+
+
+@dataclass
+class CheckpointConfig:
+    """Where and how often checkpoints are written.
+
+    output_dir: directory holding ``step_000123/`` folders and ``latest.json``.
+    every_n_steps: ``maybe_save`` writes when ``step % every_n_steps == 0``; 0 = only explicit saves.
+    max_to_keep: keep the newest N checkpoints, deleting older ones; None = keep all.
+    save_optimizer: also write ``optimizer.pt`` (and the scheduler) so training can resume exactly.
+    """
+
+    output_dir: str | Path
+    every_n_steps: int = 0
+    max_to_keep: int | None = None
+    save_optimizer: bool = True
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        if not isinstance(self.every_n_steps, int) or self.every_n_steps < 0:
+            raise ValueError(
+                f"CheckpointConfig.every_n_steps must be an int >= 0 (0 = only explicit saves), "
+                f"got {self.every_n_steps!r}"
+            )
+        if self.max_to_keep is not None and (not isinstance(self.max_to_keep, int) or self.max_to_keep < 1):
+            raise ValueError(
+                f"CheckpointConfig.max_to_keep must be None (keep all) or an int >= 1, got {self.max_to_keep!r}"
+            )
+
+
+def _positive_int(name: str, value: object, hint: str = "") -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"TrainerConfig.{name} must be an int > 0{hint}, got {value!r}")
+
+
+def _positive_float(name: str, value: object) -> None:
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"TrainerConfig.{name} must be a finite number > 0, got {value!r}")

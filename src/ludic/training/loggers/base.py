@@ -1,0 +1,105 @@
+"""The training-logger seam and the simple sinks: print, fan-out (tee) and JSON lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, TextIO, runtime_checkable
+
+from ludic.training.loggers.prefix import prefix_stats, to_float
+
+_log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class TrainingLogger(Protocol):
+    """Anything the Trainer can hand a step's stats to."""
+
+    def log(self, step: int, stats: Mapping[str, Any]) -> None: ...
+
+
+class PrintLogger:
+    """One line per step: ``[prefix] step 3 | train/loss=0.1234 | ...`` (keys auto-prefixed, sorted)."""
+
+    def __init__(self, prefix: str = "", *, precision: int = 4, stream: TextIO | None = None) -> None:
+        self.prefix = prefix
+        self.precision = precision
+        self.stream = stream
+
+    def log(self, step: int, stats: Mapping[str, Any]) -> None:
+        parts = [f"{self.prefix} step {step}".strip()]
+        for key, value in sorted(prefix_stats(stats).items()):
+            value = to_float(value)
+            text = f"{value:.{self.precision}f}" if isinstance(value, float) else str(value)
+            parts.append(f"{key}={text}")
+        print(" | ".join(parts), file=self.stream or sys.stdout, flush=True)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class TeeLogger:
+    """Fan one ``log`` call out to several sinks; a failing sink is reported, the others still log."""
+
+    def __init__(self, *loggers: TrainingLogger) -> None:
+        self.loggers = list(loggers)
+        self.failures: list[tuple[int, TrainingLogger, BaseException]] = []
+
+    def log(self, step: int, stats: Mapping[str, Any]) -> None:
+        for sink in self.loggers:
+            try:
+                sink.log(step, stats)
+            except Exception as exc:  # a broken dashboard must not stop training
+                self.failures.append((step, sink, exc))
+                _log.warning("TeeLogger: %s.log failed at step %d: %r", type(sink).__name__, step, exc)
+
+    def __enter__(self) -> TeeLogger:
+        for sink in self.loggers:
+            if hasattr(sink, "__enter__"):
+                sink.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every sink that can be closed (exits context-managed sinks such as RichLiveLogger)."""
+        for sink in self.loggers:
+            closer = getattr(sink, "__exit__", None)
+            try:
+                if closer is not None:
+                    closer(None, None, None)
+                elif hasattr(sink, "close"):
+                    sink.close()
+            except Exception as exc:
+                _log.warning("TeeLogger: closing %s failed: %r", type(sink).__name__, exc)
+
+
+class JsonlLogger:
+    """Append one JSON object per step, ``{"step": n, **stats}``, to ``path`` (read by plots and tools)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: TextIO | None = self.path.open("a", encoding="utf-8")
+
+    def log(self, step: int, stats: Mapping[str, Any]) -> None:
+        if self._fh is None:
+            raise RuntimeError(f"JsonlLogger({self.path}) is closed")
+        record = {"step": step, **{k: to_float(v) for k, v in stats.items()}}
+        self._fh.write(json.dumps(record, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> JsonlLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,50 @@
+"""Stat-key grouping: every key lives under ``train/``, ``eval/`` or ``perf/`` (migration guide §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GROUPS = ("train", "eval", "perf")
+_PERF_PREFIXES = ("gpu_", "cpu_", "mem_", "perf_", "time_", "throughput")
+_PERF_SUFFIXES = ("_mb", "_gb", "_seconds", "_sec", "_ms", "_per_s", "_per_second")
+
+
+def prefix_key(key: str) -> str:
+    """Auto-prefix an ungrouped key: ``loss -> train/loss``, ``eval_accuracy -> eval/accuracy``,
+    ``gpu_mem_alloc_mb -> perf/gpu_mem_alloc_mb``; keys already under a group are unchanged."""
+    head = key.split("/", 1)[0]
+    if head in GROUPS and "/" in key:
+        return key
+    if key.startswith("eval_"):
+        return f"eval/{key[len('eval_') :]}"
+    if key.startswith("perf_"):
+        return f"perf/{key[len('perf_') :]}"
+    if key.startswith(_PERF_PREFIXES) or key.endswith(_PERF_SUFFIXES):
+        return f"perf/{key}"
+    return f"train/{key}"
+
+
+def prefix_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``stats`` with every key auto-prefixed (see :func:`prefix_key`)."""
+    return {prefix_key(k): v for k, v in stats.items()}
+
+
+def group_by_prefix(stats: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Split stats into ``{"train": {...}, "eval": {...}, "perf": {...}}`` keyed by the unprefixed name."""
+    groups: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
+    for key, value in prefix_stats(stats).items():
+        group, name = key.split("/", 1)
+        groups[group][name] = value
+    return groups
+
+
+def to_float(value: Any) -> Any:
+    """Turn 0-d tensors and numpy scalars into Python numbers for sinks that serialise."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (ValueError, RuntimeError):
+            return value
+    return value
