@@ -1,0 +1,147 @@
+"""Checkpoints: round trip, atomic writes, pruning, RNG restore, refusal to save NaN weights."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from ludic.training.checkpoint import CheckpointManager
+from ludic.training.config import CheckpointConfig
+
+
+def _tiny_model(seed: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+    )  # fmt: skip
+    return Qwen2ForCausalLM(cfg)
+
+
+def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return opt
+
+
+def test_save_then_load_restores_weights_optimizer_and_metadata(tmp_path: Path) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    model = _tiny_model(0)
+    opt = _optimizer(model)
+    folder = manager.save(model, opt, step=3, metadata={"note": "hi"}, config={"lr": 1e-3})
+    assert folder == tmp_path / "step_000003"
+    assert {"model.safetensors", "config.json", "optimizer.pt", "trainer_state.json", "rng_state.pt"} <= {
+        p.name for p in folder.iterdir()
+    }
+    assert json.loads((tmp_path / "latest.json").read_text()) == {"step": 3, "path": "step_000003"}
+
+    other = _tiny_model(1)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=1e-3)
+    state = manager.load(other, other_opt)
+    assert state["step"] == 3 and state["metadata"] == {"note": "hi"} and state["config"] == {"lr": 1e-3}
+    for (name, a), b in zip(model.state_dict().items(), other.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert other.lm_head.weight.data_ptr() == other.model.embed_tokens.weight.data_ptr()  # still tied
+    saved_exp = opt.state_dict()["state"][0]["exp_avg"]
+    assert torch.equal(other_opt.state_dict()["state"][0]["exp_avg"], saved_exp)
+
+
+def test_load_restores_rng_states(tmp_path: Path) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    torch.manual_seed(5)
+    random.seed(5)
+    manager.save(_tiny_model(0), step=1)
+    expected = (torch.rand(3), random.random())
+    torch.manual_seed(99)
+    random.seed(99)
+    manager.load(_tiny_model(0))
+    got = (torch.rand(3), random.random())
+    assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+
+
+def test_crash_mid_write_leaves_no_valid_checkpoint_and_latest_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    model = _tiny_model(0)
+    manager.save(model, _optimizer(model), step=1)
+    latest_before = (tmp_path / "latest.json").read_text()
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)  # the optimizer file is written after the model
+    with pytest.raises(OSError, match="disk full"):
+        manager.save(model, torch.optim.AdamW(model.parameters()), step=2)
+    monkeypatch.undo()
+
+    assert not (tmp_path / "step_000002").exists()
+    assert (tmp_path / "latest.json").read_text() == latest_before
+    assert [step for step, _ in manager.list_checkpoints()] == [1]
+    assert manager.load(_tiny_model(1))["step"] == 1
+
+
+def test_leftover_temp_folder_is_ignored_and_cleaned_on_next_save(tmp_path: Path) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    stale = tmp_path / ".tmp-step_000009-deadbeef"
+    stale.mkdir(parents=True)
+    (stale / "trainer_state.json").write_text("{}")
+    assert manager.list_checkpoints() == []
+    with pytest.raises(FileNotFoundError, match=r"latest\.json does not exist"):
+        manager.load(_tiny_model(0))
+    manager.save(_tiny_model(0), step=1)
+    assert not stale.exists()
+
+
+def test_pruning_keeps_the_newest_max_to_keep(tmp_path: Path) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path, every_n_steps=2, max_to_keep=2))
+    model = _tiny_model(0)
+    written = [manager.maybe_save(model, step=s) for s in range(1, 7)]
+    assert [p.name if p else None for p in written] == [
+        None,
+        "step_000002",
+        None,
+        "step_000004",
+        None,
+        "step_000006",
+    ]
+    assert [step for step, _ in manager.list_checkpoints()] == [4, 6]
+    assert json.loads((tmp_path / "latest.json").read_text())["step"] == 6
+
+
+def test_refuses_to_checkpoint_nan_weights(tmp_path: Path) -> None:
+    model = _tiny_model(0)
+    with torch.no_grad():
+        model.model.norm.weight[0] = float("nan")
+    with pytest.raises(ValueError, match=r"non-finite weights in \['model.norm.weight'\]"):
+        CheckpointManager(CheckpointConfig(output_dir=tmp_path)).save(model, step=1)
+    assert not any(tmp_path.iterdir())
+
+
+def test_plain_module_round_trips_through_safetensors(tmp_path: Path) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    manager.save(model, step=0)
+    other = torch.nn.Linear(3, 2)
+    manager.load(other, step=0)
+    assert torch.equal(model.weight, other.weight) and torch.equal(model.bias, other.bias)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"every_n_steps": -1}, "every_n_steps must be an int >= 0"),
+        ({"max_to_keep": 0}, "max_to_keep must be None"),
+    ],
+)
+def test_checkpoint_config_rejects_bad_values(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CheckpointConfig(output_dir=tmp_path, **kwargs)
