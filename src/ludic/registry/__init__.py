@@ -22,7 +22,7 @@ from ludic.registry.core import Registry
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENV_REGISTRY: Registry[Callable[..., Any]] = Registry("env")
-HARNESS_REGISTRY: Registry[Callable[..., Any]] = Registry("harness")
+HARNESS_REGISTRY: Registry[Callable[..., Any]] = Registry("harness", "harnesses")
 PROTOCOL_REGISTRY: Registry[Callable[..., Any]] = Registry("protocol")
 ALGORITHM_REGISTRY: Registry[Callable[..., Any]] = Registry("algorithm")
 

@@ -13,8 +13,9 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """A named mapping of factories; unknown names raise ``KeyError`` listing the known ones."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, plural: str | None = None) -> None:
         self.kind = kind
+        self.plural = plural or f"{kind}s"
         self._entries: dict[str, T | str] = {}
 
     @overload
@@ -51,7 +52,7 @@ class Registry(Generic[T]):
         """The factory registered as ``name`` (lazy entries are imported now)."""
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "(none)"
-            raise KeyError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}")
+            raise KeyError(f"unknown {self.kind} {name!r}; known {self.plural}: {known}")
         entry = self._entries[name]
         if isinstance(entry, str):
             module_name, attr = entry.split(":", 1)

@@ -1,0 +1,35 @@
+"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ludic.cli.commands import add_eval_parser, add_list_parser, add_quickstart_parser, add_train_parser
+from ludic.config import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ludic", description="Train LLM agents with reinforcement learning."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_quickstart_parser(sub)
+    add_train_parser(sub)
+    add_eval_parser(sub)
+    add_list_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ludic`` script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except ConfigError as exc:
+        print(f"ludic {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,118 @@
+"""Sub-command parsers and handlers; the heavy imports happen only inside the handlers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import MISSING, fields
+from typing import Any
+
+from ludic.quickstart.config import HELP, QuickstartConfig
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_quickstart_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "quickstart",
+        help="train a tiny policy with RL on this machine (builds the model, SFT warm start, GRPO)",
+        description="Build a ~1M-parameter model, warm it up with SFT, train it with GRPO on a task that "
+        "needs the prompt, and leave metrics JSONL, a PNG plot, a checkpoint and a before/after summary.",
+    )
+    for f in fields(QuickstartConfig):
+        default = f.default if f.default is not MISSING else None
+        if f.type in ("bool", bool):
+            p.add_argument(
+                _flag("no_" + f.name), dest=f.name, action="store_false", help=f"do not {HELP[f.name]}"
+            )
+            continue
+        kind = {"int": int, "float": float}.get(str(f.type), str)
+        p.add_argument(
+            _flag(f.name),
+            dest=f.name,
+            type=kind,
+            default=default,
+            help=f"{HELP[f.name]} (default: {default})",
+        )
+    p.set_defaults(run=_run_quickstart)
+
+
+def _run_quickstart(args: argparse.Namespace) -> int:
+    from ludic.quickstart.run import run_quickstart
+
+    cfg = QuickstartConfig(**{f.name: getattr(args, f.name) for f in fields(QuickstartConfig)})
+    run_quickstart(cfg)
+    return 0
+
+
+def add_train_parser(sub: Any) -> None:
+    p = sub.add_parser("train", help="train from a TOML/YAML run config")
+    p.add_argument("config", help="path to a .toml/.yaml run config (see examples/configs/)")
+    p.add_argument("--steps", type=int, default=None, help="override the config's steps")
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print it; start nothing")
+    p.set_defaults(run=_run_train)
+
+
+def add_eval_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="evaluate a model on held-out episodes from a run config")
+    p.add_argument("config", help="path to a .toml/.yaml run config")
+    p.add_argument("--model", default=None, help="override [model].path (e.g. a trained checkpoint)")
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print it; start nothing")
+    p.set_defaults(run=_run_eval)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from ludic.config import load_config
+
+    cfg = load_config(args.config)  # raises ConfigError before anything starts
+    if getattr(args, "steps", None) is not None:
+        cfg.steps = args.steps
+    if getattr(args, "model", None):
+        cfg.model.path = args.model
+    return cfg
+
+
+def _print_config(cfg: Any) -> None:
+    from dataclasses import asdict, is_dataclass
+
+    data = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    data = {k: (asdict(v) if is_dataclass(v) else v) for k, v in data.items()}
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.dry_run:
+        _print_config(cfg)
+        return 0
+    from ludic.cli.run_config import train_from_config
+
+    train_from_config(cfg)
+    return 0
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.dry_run:
+        _print_config(cfg)
+        return 0
+    from ludic.cli.run_config import eval_from_config
+
+    stats = eval_from_config(cfg)
+    print(json.dumps(stats, indent=2))
+    return 0
+
+
+def add_list_parser(sub: Any) -> None:
+    p = sub.add_parser("list", help="list registered envs, harnesses, protocols and algorithms")
+    p.set_defaults(run=_run_list)
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
+
+    for reg in (ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY, ALGORITHM_REGISTRY):
+        print(f"{reg.plural}: {', '.join(reg.names())}")
+    return 0

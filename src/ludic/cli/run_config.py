@@ -1,0 +1,190 @@
+"""Turn a validated RunConfig into live objects (model, client, engine, trainer) and run them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ludic.config import RunConfig
+from ludic.inference.sampling import InferenceSpec, SamplingConfig
+from ludic.registry import ENV_REGISTRY, get_algorithm, get_harness, get_protocol
+from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
+
+
+def make_client(cfg: RunConfig) -> Any:
+    """The inference backend named by ``[inference]``."""
+    if cfg.inference.backend == "server":
+        try:
+            from ludic.inference import VLLMChatClient  # type: ignore[attr-defined]
+        except ImportError as exc:
+            raise NotImplementedError(
+                f"{cfg.source}: [inference].backend = 'server' needs ludic.inference.VLLMChatClient, which is "
+                "not built yet; use backend = 'embedded' for now"
+            ) from exc
+        return VLLMChatClient(base_url=cfg.inference.server_url, enable_weight_updates=True)
+    from ludic.inference import TransformersChatClient
+
+    return TransformersChatClient(
+        cfg.model.path,
+        cfg.model.tokenizer,
+        device=cfg.model.device,
+        max_batch_size=cfg.inference.max_batch_size,
+        model_name=cfg.model.path,
+    )
+
+
+def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
+    """RolloutEngine whose protocol factory builds a fresh agent (harness) per episode."""
+    from ludic.training import RolloutEngine
+
+    harness = get_harness(cfg.harness.name)
+    protocol = get_protocol(cfg.protocol.name)
+    tokenizer = getattr(client, "tokenizer", None)
+
+    def make_protocol(**protocol_kwargs: Any) -> Any:
+        agent = harness(
+            client=client, model=cfg.model.path, tokenizer=tokenizer, sampling=sampling, **cfg.harness.kwargs
+        )
+        return protocol(agent=agent, **protocol_kwargs)
+
+    return RolloutEngine(
+        env_registry={cfg.env.name: ENV_REGISTRY.get(cfg.env.name)},
+        protocol_registry={cfg.protocol.name: make_protocol},
+    )
+
+
+def make_requests(
+    cfg: RunConfig, *, first_seed: int, n: int, sampling: SamplingConfig
+) -> list[RolloutRequest]:
+    return [
+        RolloutRequest(
+            env=EnvSpec(kind=cfg.env.name, kwargs=dict(cfg.env.kwargs)),
+            protocol=ProtocolSpec(kind=cfg.protocol.name, kwargs=dict(cfg.protocol.kwargs)),
+            env_seed=first_seed + i,
+            sampling_seed=first_seed + i,
+            inference=InferenceSpec(sampling=sampling),
+            meta={"env_seed": first_seed + i},
+        )
+        for i in range(n)
+    ]
+
+
+def make_algorithm(cfg: RunConfig) -> Any:
+    """The preset named by ``[algorithm]``; ``group_size`` defaults to ``[rollout].group_size``."""
+    preset = get_algorithm(cfg.algorithm.name)
+    kwargs = dict(cfg.algorithm.kwargs)
+    if "group_size" in inspect.signature(preset).parameters:
+        kwargs.setdefault("group_size", cfg.rollout.group_size)
+    return preset(**kwargs)
+
+
+def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path) -> Any:
+    from ludic.eval import Evaluator
+
+    sampling = cfg.eval.sampling.to_sampling()
+    requests = make_requests(cfg, first_seed=cfg.eval.seed_offset, n=cfg.eval.num_episodes, sampling=sampling)
+    return Evaluator(
+        engine=engine,
+        requests=requests,
+        max_steps=cfg.rollout.max_steps,
+        sampling=sampling,
+        concurrency=cfg.eval.concurrency,
+        out_dir=out_dir,
+    )
+
+
+class GroupedRequests:
+    """``request_fn``: ``prompts_per_step`` fresh env seeds per call, expanded into GRPO groups."""
+
+    def __init__(self, cfg: RunConfig, sampling: SamplingConfig) -> None:
+        from ludic.training import GRPORequestStrategy
+
+        self.cfg, self.sampling = cfg, sampling
+        self.strategy = GRPORequestStrategy(group_size=cfg.rollout.group_size)
+        self.next_seed = cfg.rollout.seed
+
+    def __call__(self) -> list[RolloutRequest]:
+        n = self.cfg.rollout.prompts_per_step
+        base = make_requests(self.cfg, first_seed=self.next_seed, n=n, sampling=self.sampling)
+        self.next_seed += n
+        return list(self.strategy.expand(base))
+
+
+@dataclass
+class TrainRun:
+    trainer: Any
+    evaluator: Any
+    logger: Any
+    out_dir: Path
+
+
+def build_train_run(cfg: RunConfig) -> TrainRun:
+    """Everything ``ludic train`` needs, built in dependency order."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ludic.distributed import ClientPublisher
+    from ludic.quickstart.dashboard import make_train_logger
+    from ludic.training import RolloutBatchSource, Trainer
+
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.logging.output_dir)
+    dtype = getattr(torch, cfg.model.dtype)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
+    client = make_client(cfg)
+    sampling = cfg.rollout.sampling.to_sampling()
+    engine = make_engine(cfg, client, sampling)
+    algo = make_algorithm(cfg)
+    evaluator = make_evaluator(cfg, engine, out / "eval")
+    if cfg.eval.every_n_steps:
+        cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
+    source = RolloutBatchSource(
+        engine=engine,
+        request_fn=GroupedRequests(cfg, sampling),
+        algorithm=algo,
+        max_steps=cfg.rollout.max_steps,
+        concurrency=cfg.rollout.concurrency,
+    )
+    logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich)
+    trainer = Trainer(
+        model=model,
+        algo=algo,
+        batch_source=source,
+        publisher=ClientPublisher(client),
+        cfg=cfg.trainer,
+        train_logger=logger,
+        checkpoint_config=cfg.checkpoint,
+        evaluator=evaluator,
+    )
+    return TrainRun(trainer=trainer, evaluator=evaluator, logger=logger, out_dir=out)
+
+
+def train_from_config(cfg: RunConfig) -> dict[str, float]:
+    """``ludic train``: train ``cfg.steps`` steps, evaluate, plot; returns the final eval stats."""
+    return asyncio.run(_train(cfg))
+
+
+async def _train(cfg: RunConfig) -> dict[str, float]:
+    from ludic.quickstart.plot import plot_metrics
+
+    run = build_train_run(cfg)
+    with run.logger:
+        await run.trainer.train(cfg.steps)
+    stats = await run.evaluator.evaluate(step=cfg.steps)
+    if cfg.logging.plot:
+        plot_metrics(run.out_dir / "metrics.jsonl", run.out_dir / "training_curve.png", title=cfg.source)
+    return stats
+
+
+def eval_from_config(cfg: RunConfig) -> dict[str, float]:
+    """``ludic eval``: play the held-out episodes once with ``[eval].sampling``."""
+
+    async def _eval() -> dict[str, float]:
+        client = make_client(cfg)
+        engine = make_engine(cfg, client, cfg.eval.sampling.to_sampling())
+        return await make_evaluator(cfg, engine, Path(cfg.logging.output_dir) / "eval").evaluate()
+
+    return asyncio.run(_eval())

@@ -1,0 +1,123 @@
+"""Evaluate a policy on a fixed set of rollout requests and reduce the results to ``eval/`` stats.
+
+Used by ``ludic eval``, by the Trainer every ``eval_every_n_steps``, and by the quickstart's
+before/after figures. The requests are fixed (same env seeds every time) so numbers taken at
+different training steps are comparable; only the policy changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ludic.eval.records import episode_record, step_records
+from ludic.inference.sampling import InferenceSpec, SamplingConfig
+from ludic.training.types import RolloutRequest
+from ludic.types import Rollout
+
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+class Evaluator:
+    """Run ``requests`` through a RolloutEngine and summarise them.
+
+    engine: a ``RolloutEngine`` (anything with ``async generate_rollouts(*, requests, max_steps,
+        concurrency)``).
+    requests: the fixed evaluation requests (held-out env seeds).
+    max_steps: env steps per episode.
+    reducers: ``{name: Reducer}`` applied to per-step records (meta paths as in training); outputs
+        appear as ``eval/<name>``.
+    sampling: decoding for every request (``SamplingConfig(temperature=0.0)`` = greedy); None keeps
+        each request's own inference settings. Per-request sampling seeds are kept, so sampled
+        evaluation is reproducible.
+    concurrency: episodes in flight (overridable per call).
+    out_dir: if set, each call writes ``eval_<step>.jsonl`` (one line per episode) and
+        ``eval_<step>_summary.json``.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Any,
+        requests: Sequence[RolloutRequest],
+        max_steps: int,
+        reducers: Mapping[str, Any] | None = None,
+        sampling: SamplingConfig | None = None,
+        concurrency: int = 32,
+        out_dir: str | Path | None = None,
+    ) -> None:
+        if not requests:
+            raise ValueError("Evaluator.requests is empty; pass at least one RolloutRequest")
+        if max_steps < 1:
+            raise ValueError(f"Evaluator.max_steps must be >= 1, got {max_steps}")
+        if concurrency < 1:
+            raise ValueError(f"Evaluator.concurrency must be >= 1, got {concurrency}")
+        self.engine = engine
+        self.requests = [self._with_sampling(r, sampling) for r in requests]
+        self.max_steps = max_steps
+        self.reducers = dict(reducers or {})
+        self.sampling = sampling
+        self.concurrency = concurrency
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.last_rollouts: list[Rollout] = []
+
+    @staticmethod
+    def _with_sampling(request: RolloutRequest, sampling: SamplingConfig | None) -> RolloutRequest:
+        if sampling is None:
+            return request
+        return dataclasses.replace(request, inference=InferenceSpec(sampling=sampling))
+
+    @property
+    def target_episodes(self) -> int:
+        return sum(r.num_episodes for r in self.requests)
+
+    async def evaluate(self, *, concurrency: int | None = None, step: int | None = None) -> dict[str, float]:
+        """Play every request once; returns ``eval/``-prefixed floats."""
+        start = time.perf_counter()
+        rollouts = await self.engine.generate_rollouts(
+            requests=self.requests, max_steps=self.max_steps, concurrency=concurrency or self.concurrency
+        )
+        self.last_rollouts = list(rollouts)
+        stats = self._summarise(self.last_rollouts)
+        stats["eval/seconds"] = time.perf_counter() - start
+        if self.out_dir is not None:
+            self._write(self.last_rollouts, stats, step)
+        return stats
+
+    def _summarise(self, rollouts: list[Rollout]) -> dict[str, float]:
+        n = len(rollouts)
+        rewards = [r.total_reward for r in rollouts]
+        steps = [s for r in rollouts for s in r.steps]
+        completion_lengths = [len(s.trace.completion_token_ids) for s in steps if s.trace is not None]
+        stats = {
+            "eval/num_episodes": float(n),
+            "eval/failed_rollouts": float(max(self.target_episodes - n, 0)),
+            "eval/avg_total_reward": _mean(rewards),
+            "eval/parse_error_rate": _mean([float(bool(s.info.get("parse_error"))) for s in steps]),
+            "eval/avg_completion_length": _mean([float(x) for x in completion_lengths]),
+        }
+        if self.reducers:
+            from ludic.training.stats import apply_reducers_to_records
+
+            reduced = apply_reducers_to_records(step_records(rollouts), self.reducers)
+            stats.update({f"eval/{k}": float(v) for k, v in reduced.items()})
+        return stats
+
+    def _write(self, rollouts: list[Rollout], stats: dict[str, float], step: int | None) -> None:
+        assert self.out_dir is not None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        tag = "final" if step is None else f"step_{step}"
+        with open(self.out_dir / f"eval_{tag}.jsonl", "w") as f:
+            for rollout in rollouts:
+                f.write(json.dumps(episode_record(rollout), default=str) + "\n")
+        summary = {"step": step, **stats}
+        (self.out_dir / f"eval_{tag}_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _mean(values: list[float]) -> float:
+    return float(sum(values) / len(values)) if values else math.nan

@@ -1,0 +1,66 @@
+"""Built-in harnesses (agent + context + parser) and protocols, registered by name in ``ludic.registry``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ludic.inference.sampling import SamplingConfig
+from ludic.parsers import ParseResult
+
+
+def plain_parser(text: str) -> ParseResult:
+    """The whole reply (stripped) is the action; no format reward."""
+    return ParseResult(action=text.strip(), reward=0.0, obs=None)
+
+
+def _agent(
+    client: Any, model: str, parser: Any, tokenizer: Any, sampling: Any, system_prompt: str | None
+) -> Any:
+    from ludic.agents import Agent
+    from ludic.context import FullDialog
+
+    return Agent(
+        client=client,
+        model=model,
+        ctx=FullDialog(system_prompt=system_prompt),
+        parser=parser,
+        tokenizer=tokenizer,
+        sampling=sampling,
+    )
+
+
+def plain_harness(
+    *,
+    client: Any,
+    model: str,
+    tokenizer: Any = None,
+    sampling: SamplingConfig | None = None,
+    system_prompt: str | None = None,
+) -> Any:
+    """Agent with full-dialog memory whose action is its whole reply."""
+    return _agent(client, model, plain_parser, tokenizer, sampling, system_prompt)
+
+
+def xml_move_harness(
+    *,
+    client: Any,
+    model: str,
+    tokenizer: Any = None,
+    sampling: SamplingConfig | None = None,
+    system_prompt: str | None = None,
+    tag: str = "move",
+    success_reward: float = 0.0,
+    error_reward: float = -1.0,
+) -> Any:
+    """Agent whose action is the content of ``<tag>...</tag>``; a missing tag is a parse error."""
+    from ludic.parsers import xml_tag_parser
+
+    parser = xml_tag_parser(tag, success_reward=success_reward, error_reward=error_reward)
+    return _agent(client, model, parser, tokenizer, sampling, system_prompt)
+
+
+def single_agent_protocol(*, agent: Any, **kwargs: Any) -> Any:
+    """The synchronous single-agent loop (``SingleAgentProtocol``)."""
+    from ludic.interaction import SingleAgentProtocol
+
+    return SingleAgentProtocol(agent=agent, **kwargs)
