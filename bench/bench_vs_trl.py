@@ -1,0 +1,165 @@
+"""Side by side: Ludic GRPO vs TRL's GRPOTrainer, same tiny model, same task, same knobs, on the CPU.
+
+Both start from the same SFT-warmed tiny model (warm-started once, with Ludic) and train with
+the same group size, prompts per step, completion length, learning rate (constant, no KL) and
+number of steps on the quickstart letter task. Both are then scored by the same held-out
+evaluation (Ludic's Evaluator on the embedded engine). Prints seconds per step, mean training
+reward over the last tenth of the steps, and held-out eval reward for each.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_vs_trl.py --steps 100 --seed 0
+
+Needs the bench extra: ``pip install -e '.[bench]'`` (trl, datasets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ludic.quickstart.config import QuickstartConfig
+from ludic.quickstart.plot import read_metrics, series
+from ludic.quickstart.run import train_rl, warm_start
+from ludic.quickstart.runtime import build_runtime, make_evaluator, prepare_model_dir
+from ludic.quickstart.task import letter_for_seed, letter_repeat_reward, prompt_for
+
+
+def last_tenth_mean(values: list[float]) -> float:
+    tail = values[-max(len(values) // 10, 1) :]
+    return sum(tail) / len(tail)
+
+
+async def held_out_eval(cfg: QuickstartConfig, model_dir: Path, out: Path) -> float:
+    runtime = build_runtime(cfg, model_dir)
+    stats = await make_evaluator(cfg, runtime, out).evaluate(step=cfg.steps)
+    return stats["eval/avg_total_reward"]
+
+
+async def prepare_warm_model(cfg: QuickstartConfig, out: Path) -> Path:
+    runtime = build_runtime(cfg, prepare_model_dir(cfg))
+    await warm_start(cfg, runtime)
+    warm = out / "warm_model"
+    runtime.model.save_pretrained(warm)
+    runtime.tokenizer.save_pretrained(warm)
+    return warm
+
+
+async def run_ludic(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
+    runtime = build_runtime(cfg, warm)
+    start = time.perf_counter()
+    await train_rl(cfg, runtime, None, out)
+    seconds = time.perf_counter() - start
+    _, rewards = series(read_metrics(out / "metrics.jsonl"), "train/avg_total_reward")
+    final = out / "final_model"
+    runtime.model.save_pretrained(final)
+    runtime.tokenizer.save_pretrained(final)
+    return {
+        "seconds_per_step": seconds / cfg.steps,
+        "train_reward_last_tenth": last_tenth_mean(rewards),
+        "eval_reward": await held_out_eval(cfg, final, out / "eval"),
+    }
+
+
+def trl_reward_fn(max_tokens: int, eos_id: int, count: int) -> Any:
+    """Same reward as the Ludic env; a completion cut at max_tokens scores 0, as a Ludic parse failure."""
+
+    def reward(completions: list, completion_ids: list, letter: list, **_: Any) -> list[float]:
+        out = []
+        for comp, ids, want in zip(completions, completion_ids, letter):
+            text = comp[0]["content"] if isinstance(comp, list) else comp
+            cut = len(ids) >= max_tokens and (not ids or ids[-1] != eos_id)
+            out.append(0.0 if cut else letter_repeat_reward(text, want, count))
+        return out
+
+    return reward
+
+
+def run_trl(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(warm)
+    seeds = range(cfg.seed * 100_000, cfg.seed * 100_000 + cfg.steps * cfg.prompts_per_step)
+    letters = [letter_for_seed(s, cfg.letters) for s in seeds]
+    data = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": prompt_for(x, cfg.count)}] for x in letters],
+            "letter": letters,
+        }
+    )
+    args = GRPOConfig(
+        output_dir=str(out / "trl"),
+        use_cpu=True,
+        report_to="none",
+        max_steps=cfg.steps,
+        seed=cfg.seed,
+        learning_rate=cfg.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=0.0,
+        weight_decay=0.0,
+        num_generations=cfg.group_size,
+        per_device_train_batch_size=cfg.group_size * cfg.prompts_per_step,
+        max_completion_length=cfg.max_new_tokens,
+        temperature=1.0,
+        logging_steps=1,
+        save_strategy="no",
+        shuffle_dataset=False,
+        max_grad_norm=1.0,
+        bf16=False,
+        dataloader_num_workers=0,
+    )
+    model = AutoModelForCausalLM.from_pretrained(warm)
+    reward = trl_reward_fn(cfg.max_new_tokens, int(tokenizer.eos_token_id), cfg.count)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer
+    )
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
+    final = out / "final_model"
+    trainer.model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    return {
+        "seconds_per_step": seconds / cfg.steps,
+        "train_reward_last_tenth": last_tenth_mean(rewards),
+        "eval_reward": asyncio.run(held_out_eval(cfg, final, out / "eval")),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/bench_vs_trl")
+    parser.add_argument("--skip-trl", action="store_true", help="only run the Ludic side")
+    args = parser.parse_args()
+    out = Path(args.out)
+    cfg = QuickstartConfig(
+        steps=args.steps, seed=args.seed, output_dir=str(out / "setup"), live=False, eval_every=0
+    )
+    warm = asyncio.run(prepare_warm_model(cfg, out))
+    results = {
+        "start (SFT-warmed)": {"eval_reward": asyncio.run(held_out_eval(cfg, warm, out / "eval_start"))}
+    }
+    results["ludic"] = asyncio.run(run_ludic(cfg, warm, out / "ludic"))
+    if not args.skip_trl:
+        results["trl"] = run_trl(cfg, warm, out / "trl")
+        results["speedup (trl s/step / ludic s/step)"] = {
+            "x": results["trl"]["seconds_per_step"] / results["ludic"]["seconds_per_step"]
+        }
+    knobs = {
+        k: getattr(cfg, k)
+        for k in ("steps", "group_size", "prompts_per_step", "max_new_tokens", "lr", "seed")
+    }
+    print(json.dumps({"knobs": knobs, **results}, indent=2))
+    (out / "results.json").write_text(json.dumps({"knobs": knobs, **results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
