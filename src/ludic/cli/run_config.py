@@ -85,7 +85,13 @@ def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path) -> Any:
     from ludic.eval import Evaluator
 
     sampling = cfg.eval.sampling.to_sampling()
-    requests = make_requests(cfg, first_seed=cfg.eval.seed_offset, n=cfg.eval.num_episodes, sampling=sampling)
+    requests = make_requests(
+        cfg,
+        first_seed=cfg.eval.seed_offset,
+        n=cfg.eval.num_episodes,
+        sampling=sampling,
+        env_kwargs=cfg.eval.env_kwargs,
+    )
     return Evaluator(
         engine=engine,
         requests=requests,

@@ -116,6 +116,7 @@ class EvalSection:
     concurrency: episodes run at once.
     every_n_steps: evaluate during training every N steps (0: only before and after).
     sampling: decoding for evaluation (temperature 0 = greedy).
+    env_kwargs: overrides of ``[env].kwargs`` for evaluation (e.g. a held-out test file).
     """
 
     num_episodes: int = 32
@@ -123,6 +124,7 @@ class EvalSection:
     concurrency: int = 32
     every_n_steps: int = 0
     sampling: SamplingSection = field(default_factory=lambda: SamplingSection(temperature=0.0))
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_episodes < 1:
