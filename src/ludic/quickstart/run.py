@@ -138,7 +138,7 @@ async def run_quickstart_async(cfg: QuickstartConfig) -> QuickstartResult:
     after = (await evaluate(step=cfg.steps))["eval/avg_total_reward"]
     train_seconds = time.perf_counter() - start
 
-    checkpoint = trainer.save_checkpoint() if hasattr(trainer, "save_checkpoint") else None
+    checkpoint = trainer.save_checkpoint()
     final_dir = out / "final_model"
     runtime.model.save_pretrained(final_dir)
     runtime.tokenizer.save_pretrained(final_dir)
