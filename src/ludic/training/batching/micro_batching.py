@@ -1,0 +1,149 @@
+"""Token-budget micro-batching: truncate, sort by length, pack, then collate into padded tensors.
+
+Packing keeps ``max_len_in_batch * count <= micro_token_budget`` so every micro-batch costs about the
+same memory however the lengths spread, and sorting first keeps the padding small (migration guide,
+"Token-Budget Micro-Batching").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from ludic.training.types import ActorTokenLogps, SAWItem
+
+
+def _where(item: SAWItem, index: int) -> str:
+    return (
+        f"item {index} (rollout_id={item.meta.get('rollout_id')!r}, "
+        f"step_index={item.meta.get('step_index')!r})"
+    )
+
+
+def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
+    """A copy of ``item`` cut to its first ``max_seq_len`` tokens, with truncation recorded in meta.
+
+    The actor's logprobs are trimmed to the action tokens that survive, so they stay aligned.
+    Items that fit get the same meta keys (``seq_len_truncated=False``) so reducers see every item.
+    """
+    n = len(item.input_ids)
+    keep = min(n, max_seq_len)
+    meta = {
+        **item.meta,
+        "seq_len_truncated": n > max_seq_len,
+        "seq_len_original": n,
+        "seq_len_retained": keep,
+        "seq_len_retained_frac": keep / n,
+    }
+    if n <= max_seq_len:
+        return replace(item, meta=meta)
+    action_mask = list(item.action_mask[:keep])
+    attachments = item.attachments
+    if attachments.actor_logps is not None:
+        n_action = int(sum(action_mask))
+        kept_logps = list(attachments.actor_logps.token_logps[:n_action])
+        attachments = replace(attachments, actor_logps=ActorTokenLogps(token_logps=kept_logps))
+    return SAWItem(
+        input_ids=list(item.input_ids[:keep]),
+        attention_mask=list(item.attention_mask[:keep]),
+        action_mask=action_mask,
+        weight=item.weight,
+        meta=meta,
+        attachments=attachments,
+    )
+
+
+def split_items_by_token_budget(
+    items: list[SAWItem], *, micro_token_budget: int, max_seq_len: int
+) -> list[list[SAWItem]]:
+    """Truncate to ``max_seq_len``, sort shortest first, and pack greedily under the token budget.
+
+    A micro-batch is closed as soon as adding the next (longer or equal) item would make
+    ``max_len_in_batch * count`` exceed ``micro_token_budget``.
+    """
+    for name, value in (("micro_token_budget", micro_token_budget), ("max_seq_len", max_seq_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if micro_token_budget < max_seq_len:
+        raise ValueError(
+            f"micro_token_budget ({micro_token_budget}) < max_seq_len ({max_seq_len}): a full-length "
+            "sequence would not fit in any micro-batch; raise micro_token_budget or lower max_seq_len"
+        )
+    if not items:
+        raise ValueError("split_items_by_token_budget got an empty list of items; nothing to train on")
+    truncated = [truncate_item(it, max_seq_len) for it in items]
+    ordered = sorted(truncated, key=lambda it: len(it.input_ids))  # stable: ties keep input order
+    batches: list[list[SAWItem]] = []
+    current: list[SAWItem] = []
+    for item in ordered:
+        length = len(item.input_ids)  # >= every length already in `current` (sorted)
+        if current and length * (len(current) + 1) > micro_token_budget:
+            batches.append(current)
+            current = []
+        current.append(item)
+    batches.append(current)
+    return batches
+
+
+def _validate_for_collate(item: SAWItem, index: int) -> None:
+    where = _where(item, index)
+    n = len(item.input_ids)
+    for name in ("attention_mask", "action_mask"):
+        m = len(getattr(item, name))
+        if m != n:
+            raise ValueError(f"{where}: {name} has {m} entries, input_ids {n}")
+    if not isinstance(item.weight, (int, float)) or not math.isfinite(item.weight):
+        raise ValueError(f"{where}: weight must be a finite number, got {item.weight!r}")
+    actor = item.attachments.actor_logps
+    if actor is not None and len(actor.token_logps) != int(sum(item.action_mask)):
+        raise ValueError(
+            f"{where}: actor_logps has {len(actor.token_logps)} entries, "
+            f"action_mask marks {int(sum(item.action_mask))} action tokens"
+        )
+
+
+def collate_saw_items(
+    items: list[SAWItem], *, pad_token_id: int, device: torch.device | str
+) -> dict[str, torch.Tensor]:
+    """Right-pad a micro-batch into tensors.
+
+    Keys: ``input_ids``/``attention_mask``/``action_mask`` [B, T] (long), ``weight`` [B] (float32),
+    and, when every item carries actor logprobs, ``old_logp_action`` [B] (their sum over the action)
+    and ``actor_logps`` [B, T] (each actor logprob at its action position, 0 elsewhere).
+    """
+    if not items:
+        raise ValueError("collate_saw_items got an empty list of items")
+    for i, item in enumerate(items):
+        _validate_for_collate(item, i)
+    with_logps = [it.attachments.actor_logps is not None for it in items]
+    if any(with_logps) and not all(with_logps):
+        missing = next(i for i, has in enumerate(with_logps) if not has)
+        raise ValueError(
+            f"{_where(items[missing], missing)} has no actor_logps while {sum(with_logps)} of "
+            f"{len(items)} items do; mixing them would give a ratio loss wrong old log-probs"
+        )
+    B, T = len(items), max(len(it.input_ids) for it in items)
+    input_ids = torch.full((B, T), int(pad_token_id), dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    action_mask = torch.zeros((B, T), dtype=torch.long)
+    for i, it in enumerate(items):
+        n = len(it.input_ids)
+        input_ids[i, :n] = torch.tensor(it.input_ids, dtype=torch.long)
+        attention_mask[i, :n] = torch.tensor(it.attention_mask, dtype=torch.long)
+        action_mask[i, :n] = torch.tensor(it.action_mask, dtype=torch.long)
+    out = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "action_mask": action_mask,
+        "weight": torch.tensor([float(it.weight) for it in items], dtype=torch.float32),
+    }
+    if all(with_logps):
+        actor_logps = torch.zeros((B, T), dtype=torch.float32)
+        for i, it in enumerate(items):
+            values = torch.tensor(it.attachments.actor_logps.token_logps, dtype=torch.float32)  # type: ignore[union-attr]
+            actor_logps[i][action_mask[i].bool()] = values
+        out["actor_logps"] = actor_logps
+        out["old_logp_action"] = actor_logps.sum(dim=1)
+    return {k: v.to(device) for k, v in out.items()}

@@ -1,0 +1,130 @@
+"""The Loss seam and the one shared, memory-lean computation of the policy's token log-probs.
+
+Every loss here is a mean over the batch's sequences of a per-sequence loss, so a trainer that scales
+each micro-batch by ``mb_size / macro_size`` gets gradients independent of the split.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+Stats = dict[str, Tensor]
+
+DEFAULT_LOGP_CHUNK = 512
+"""Sequence positions per chunk: transient float32 memory is ``B * chunk * V`` instead of ``B * T * V``."""
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """``compute(logits [B, T, V], batch) -> (scalar loss, stats of 0-dim detached tensors)``."""
+
+    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]: ...
+
+
+class _ShiftedTokenLogps(torch.autograd.Function):
+    """``out[:, t] = logits[:, t-1, ids[t]] - logsumexp(logits[:, t-1])``; ``out[:, 0] = 0``.
+
+    Computed in chunks over the sequence and upcast to float32 one chunk at a time. Unlike
+    ``log_softmax(logits).gather(...)``, nothing of size [B, T, V] is saved for backward (only the
+    [B, T] logsumexp); the backward writes ``grad = g * (onehot - softmax)`` chunk by chunk into the
+    single [B, T, V] gradient it must return anyway.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, input_ids: Tensor, chunk: int) -> Tensor:  # type: ignore[override]
+        B, T, _ = logits.shape
+        acc = torch.promote_types(logits.dtype, torch.float32)  # bf16 logits are upcast per chunk
+        targets = input_ids[:, 1:].unsqueeze(-1)  # [B, T-1, 1]: token t is scored by position t-1
+        lse = torch.zeros(B, max(T - 1, 0), dtype=acc, device=logits.device)
+        out = torch.zeros(B, T, dtype=acc, device=logits.device)
+        for s in range(0, T - 1, chunk):
+            e = min(s + chunk, T - 1)
+            mb_logits = logits[:, s:e].to(acc)  # [B, c, V]
+            lse[:, s:e] = torch.logsumexp(mb_logits, dim=-1)
+            out[:, s + 1 : e + 1] = mb_logits.gather(-1, targets[:, s:e]).squeeze(-1) - lse[:, s:e]
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        logits, targets, lse = ctx.saved_tensors
+        T = logits.shape[1]
+        grad = torch.zeros_like(logits)  # the last position scores nothing: its gradient stays 0
+        for s in range(0, T - 1, ctx.chunk):
+            e = min(s + ctx.chunk, T - 1)
+            g = grad_out[:, s + 1 : e + 1].unsqueeze(-1).to(lse.dtype)  # [B, c, 1]
+            mb_grad = -(logits[:, s:e].to(lse.dtype) - lse[:, s:e].unsqueeze(-1)).exp() * g  # -softmax * g
+            mb_grad.scatter_add_(-1, targets[:, s:e], g)  # + onehot * g
+            grad[:, s:e] = mb_grad.to(grad.dtype)
+        return grad, None, None
+
+
+def compute_token_logps(logits: Tensor, input_ids: Tensor, *, chunk: int = DEFAULT_LOGP_CHUNK) -> Tensor:
+    """Policy log-prob of each input token, ``[B, T]`` aligned with input positions (position 0 is 0)."""
+    if logits.dim() != 3 or input_ids.dim() != 2 or logits.shape[:2] != input_ids.shape:
+        raise ValueError(
+            f"logits must be [B, T, V] and input_ids [B, T] with the same B, T; "
+            f"got logits {tuple(logits.shape)}, input_ids {tuple(input_ids.shape)}"
+        )
+    return _ShiftedTokenLogps.apply(logits, input_ids.long(), int(chunk))
+
+
+def compute_logp_action(
+    logits: Tensor, input_ids: Tensor, action_mask: Tensor, *, length_normalize: bool = False
+) -> Tensor:
+    """Sum (or, with ``length_normalize``, mean) of the policy's log-probs over action tokens: [B]."""
+    token_logps = compute_token_logps(logits, input_ids)
+    return seq_reduce(token_logps, action_mask, length_normalize=length_normalize)
+
+
+def require(batch: Mapping[str, Tensor], key: str, owner: str) -> Tensor:
+    """``batch[key]``, or a KeyError that names the key, the loss and what the batch has."""
+    if key not in batch:
+        raise KeyError(
+            f"{owner} needs batch[{key!r}], but the batch has only {sorted(batch)}; "
+            "ratio-based losses need actor logprobs from the inference engine (validate_actor_logps)"
+        )
+    return batch[key]
+
+
+def action_mask_f(batch: Mapping[str, Tensor], owner: str) -> Tensor:
+    return require(batch, "action_mask", owner).to(torch.float32)
+
+
+def seq_reduce(x: Tensor, mask: Tensor, *, length_normalize: bool) -> Tensor:
+    """Per-sequence ``sum_t mask * x`` [B], divided by the action-token count when ``length_normalize``."""
+    mask = mask.to(x.dtype)
+    total = (x * mask).sum(dim=-1)
+    if length_normalize:
+        total = total / mask.sum(dim=-1).clamp(min=1.0)
+    return total
+
+
+def token_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over every action token of the batch (a statistic, 0 when there are none)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+class TokenLogpLoss(ABC):
+    """A loss that sees the logits only through the policy's token log-probs.
+
+    ``compute`` derives them once; ``CompositeLoss`` derives them once for all of its terms and
+    calls ``compute_from_logps`` on each.
+    """
+
+    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        owner = type(self).__name__
+        policy_logps = compute_token_logps(logits, require(batch, "input_ids", owner))
+        return self.compute_from_logps(policy_logps, batch)
+
+    @abstractmethod
+    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        """``policy_logps`` is [B, T], aligned with ``batch["input_ids"]``."""

@@ -1,0 +1,81 @@
+"""REINFORCE with a sequence-level importance-sampling correction, and its batch-baseline variant."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
+from ludic.training.loss.mismatch import MismatchGuards, _validate_guards
+
+
+@dataclass
+class ReinforceLoss(TokenLogpLoss, MismatchGuards):
+    """``L = -mean_i[ sg(w_i) * A_i * logp_i ]`` (migration guide: ``-E[sg(r) * A * log pi]``).
+
+    - ``logp_i`` = sum of the policy's log-probs over the action (divided by the action length when
+      ``length_normalize``); ``A_i`` = ``batch["weight"]``.
+    - ``r_i = exp(sum_t policy_logp - batch[old_logp_key])``: the whole-sequence ratio to the actor
+      (always the full sum, also under ``length_normalize``). ``old_logp_key=None`` disables the
+      correction (``r = 1``, plain REINFORCE: ``-E[A * log pi]``).
+    - ``w_i = min(r_i, tis_cap)`` with ``tis_cap``; sequences masked by ``mis_threshold`` add 0.
+    """
+
+    length_normalize: bool = False
+    old_logp_key: str | None = "old_logp_action"
+    tis_cap: float | None = None
+    mis_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        _validate_guards(type(self).__name__, self.tis_cap, self.mis_threshold)
+
+    def _advantages(self, batch: Mapping[str, Tensor]) -> Tensor:
+        return require(batch, "weight", type(self).__name__).to(torch.float32)
+
+    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        owner = type(self).__name__
+        mask = action_mask_f(batch, owner)  # [B, T]
+        adv = self._advantages(batch)  # [B]
+        seq_logp = seq_reduce(policy_logps, mask, length_normalize=self.length_normalize)  # [B]
+        if self.old_logp_key is None:
+            ratio = torch.ones_like(seq_logp)
+        else:
+            old = require(batch, self.old_logp_key, owner).to(seq_logp.dtype)  # [B]
+            full_logp = seq_reduce(policy_logps, mask, length_normalize=False)
+            ratio = torch.exp(full_logp.detach() - old)  # r_i, no gradient
+        is_weight = ratio if self.tis_cap is None else ratio.clamp(max=self.tis_cap)
+        keep, stats = self._guard_sequences(policy_logps, batch, mask)
+        per_seq = -is_weight * adv * seq_logp * keep  # [B]
+        loss = per_seq.mean()
+        with torch.no_grad():
+            stats.update(
+                loss=loss.detach(),
+                adv_mean=adv.mean(),
+                logp_mean=token_mean(policy_logps.detach(), mask),
+                ratio_mean=ratio.mean(),
+            )
+            if self.tis_cap is not None:
+                stats["tis_clip_frac"] = (ratio > self.tis_cap).float().mean()
+        return loss, stats
+
+
+@dataclass
+class ReinforceBaselineLoss(ReinforceLoss):
+    """REINFORCE with the batch-mean baseline: ``A_i = w_i - mean_j(w_j)`` (``/ (std + 1e-8)`` if ``normalize``).
+
+    The baseline is taken over the batch this loss sees, i.e. the micro-batch: its gradient depends
+    on how the trainer splits a macro-batch. ``make_reinforce_baseline`` therefore centres the
+    weights over the whole macro-batch in preprocessing and uses ``ReinforceLoss`` instead.
+    """
+
+    normalize: bool = False
+
+    def _advantages(self, batch: Mapping[str, Tensor]) -> Tensor:
+        weight = super()._advantages(batch)
+        adv = weight - weight.mean()
+        if self.normalize:
+            adv = adv / (weight.std(unbiased=False) + 1e-8)
+        return adv
