@@ -1,0 +1,71 @@
+"""Export a peft LoRA model as merged weights under the base model's parameter names.
+
+Inference servers load plain checkpoints, so the trainer publishes ``W + delta`` for every LoRA
+layer, computed out of place: the adapter being trained is never merged into the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ludic.training._model_io import is_peft_model
+
+ParamFilter = Callable[[str, torch.Tensor], bool]
+_ADAPTER_MARKERS = (".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".original_module.")
+
+
+def _lora_deltas(base: nn.Module) -> dict[str, torch.Tensor]:
+    """``module name -> summed delta weight`` of the active adapters of each LoRA layer."""
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in base.named_modules():
+        if not (hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")):
+            continue
+        if getattr(module, "lora_magnitude_vector", None):
+            raise NotImplementedError(f"merged export of DoRA layers is not supported ({name})")
+        active = getattr(module, "active_adapters", [])
+        known = getattr(module, "lora_A", {}) or getattr(module, "lora_embedding_A", {})
+        names = [a for a in active if a in known]
+        if getattr(module, "merged", False) or not names:
+            continue  # already merged into base_layer, or no active adapter here
+        deltas[name] = sum(module.get_delta_weight(a) for a in names)
+    return deltas
+
+
+def _base_name(key: str, adapter_names: list[str]) -> str:
+    key = key.replace(".base_layer.", ".")
+    for a in adapter_names:
+        key = key.replace(f".modules_to_save.{a}.", ".")
+    return key
+
+
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Detached weights to publish: merged LoRA weights under base names, or the plain state dict."""
+    with torch.no_grad():
+        if not is_peft_model(model):
+            return {k: v.detach() for k, v in model.state_dict().items()}
+        base = model.get_base_model()
+        deltas = _lora_deltas(base)
+        adapters = list(getattr(model, "peft_config", {}))
+        out: dict[str, torch.Tensor] = {}
+        for key, tensor in base.state_dict().items():
+            if any(m in key for m in _ADAPTER_MARKERS):
+                continue
+            module_name, _, leaf = key.rpartition(".")
+            owner = module_name.removesuffix(".base_layer")
+            if module_name.endswith(".base_layer") and leaf == "weight" and owner in deltas:
+                tensor = tensor + deltas[owner].to(tensor.dtype)
+            out[_base_name(key, adapters)] = tensor.detach()
+        return out
+
+
+def publishable_state_dict(
+    model: nn.Module, param_filter: ParamFilter | None = None
+) -> dict[str, torch.Tensor]:
+    """``merged_state_dict`` restricted to the names ``param_filter(name, tensor)`` accepts."""
+    state = merged_state_dict(model)
+    if param_filter is None:
+        return state
+    return {k: v for k, v in state.items() if param_filter(k, v)}

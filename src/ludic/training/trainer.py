@@ -1,0 +1,302 @@
+"""The Trainer: an algorithm-blind optimisation loop over macro-batches of SAW items.
+
+One step reads like the seed's five lines: next batch -> split by token budget -> loss/backward per
+micro-batch -> optimizer step -> publish. Everything else (set-up, LoRA export, stats, logging,
+checkpoints) lives behind helpers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from dataclasses import asdict
+from time import perf_counter
+from typing import Any
+
+import torch
+from torch import nn
+
+from ludic.distributed.interfaces import PolicyPublisher
+from ludic.training._lora import ParamFilter, publishable_state_dict
+from ludic.training._setup import (
+    build_optimizer,
+    enable_gradient_checkpointing,
+    forward_logits,
+    seed_everything,
+)
+from ludic.training.algorithm import RLAlgorithm
+from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.checkpoint import CheckpointManager
+from ludic.training.config import CheckpointConfig, TrainerConfig
+from ludic.training.loggers.prefix import GROUPS
+from ludic.training.stats import (
+    Reducer,
+    aggregate_stats,
+    apply_reducers_to_records,
+    batch_summary,
+    default_reducers,
+)
+from ludic.training.types import BatchSource, SAWBatch, SAWItem
+
+
+class Trainer:
+    """Optimises ``model`` with ``algo`` on batches from ``batch_source``; see TrainerConfig for knobs.
+
+    ``param_filter(name, tensor) -> bool`` selects what is published; ``evaluator.evaluate(concurrency=)``
+    returns ``eval/``-prefixed floats; ``optimizer``/``lr_scheduler`` default to AdamW / none.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        algo: RLAlgorithm,
+        batch_source: BatchSource,
+        publisher: PolicyPublisher | None = None,
+        cfg: TrainerConfig | None = None,
+        train_logger: Any = None,
+        reducers: Mapping[str, Reducer] | None = None,
+        checkpoint_config: CheckpointConfig | None = None,
+        param_filter: ParamFilter | None = None,
+        evaluator: Any = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: Any = None,
+    ) -> None:
+        self.cfg = cfg = cfg if cfg is not None else TrainerConfig()
+        if publisher is None and cfg.sync_explicit and cfg.sync_every_steps > 0:
+            raise ValueError(
+                f"TrainerConfig.sync_every_steps={cfg.sync_every_steps} but no publisher was given; pass "
+                "publisher=ClientPublisher(client) (ludic.distributed) or set sync_every_steps=0"
+            )
+        if cfg.seed is not None:
+            seed_everything(cfg.seed)
+        self.model = model.to(cfg.model_device)
+        if cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
+        self.model.train()
+        self.algo = algo
+        self.batch_source = batch_source
+        self.publisher = publisher
+        self.train_logger = train_logger
+        self.reducers = dict(reducers) if reducers is not None else default_reducers()
+        self.checkpointer = CheckpointManager(checkpoint_config) if checkpoint_config else None
+        self.param_filter = param_filter
+        self.evaluator = evaluator
+        self.optimizer = optimizer if optimizer is not None else build_optimizer(self.model, cfg)
+        self.lr_scheduler = lr_scheduler
+        self.step = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- the loop -----------------------------------------------------------------------------
+    async def train(self, num_steps: int | None = None) -> dict[str, float]:
+        """Run ``num_steps`` steps (None: until the batch source raises StopAsyncIteration)."""
+        stats: dict[str, float] = {}
+        done = 0
+        while num_steps is None or done < num_steps:
+            try:
+                stats = await self.train_step()
+            except StopAsyncIteration:
+                if num_steps is None:
+                    break
+                raise
+            done += 1
+        return stats
+
+    async def train_step(self) -> dict[str, float]:
+        """One optimizer step; returns flat ``train/``, ``perf/`` (and ``eval/``) stats."""
+        t0 = perf_counter()
+        batch = await self.batch_source.next_batch()
+        items, drop_stats = self._prepare(batch)
+        if not items:  # e.g. filter_zvp dropped every group: nothing to learn, no step taken
+            return self._log(
+                {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}
+            )
+        micro_batches = split_items_by_token_budget(
+            items, micro_token_budget=self.cfg.micro_token_budget, max_seq_len=self.cfg.max_seq_len
+        )
+        loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
+        step_stats = self._optimizer_step(loss_sum)
+        self.step += 1
+        stats = {**loss_stats, **drop_stats, **step_stats}
+        stats.update(self._batch_stats(batch, [it for mb in micro_batches for it in mb]))
+        stats = {f"train/{k}": v for k, v in stats.items()}
+        stats.update(self._maybe_publish())
+        stats.update(await self._maybe_evaluate())
+        stats["perf/step_seconds"] = perf_counter() - t0
+        stats["perf/tokens_per_second"] = token_stats["real_tokens"] / max(stats["perf/step_seconds"], 1e-9)
+        stats.update({f"perf/{k}": v for k, v in token_stats.items()})
+        self._maybe_checkpoint(stats)
+        return self._log(stats)
+
+    def _log(self, stats: dict[str, float]) -> dict[str, float]:
+        if self.train_logger is not None and self.step % self.cfg.log_every == 0:
+            self.train_logger.log(self.step, stats)
+        return stats
+
+    def _prepare(self, batch: SAWBatch) -> tuple[list[SAWItem], dict[str, float]]:
+        """Preprocess (the Trainer is the one place that runs ``algo.preprocess``) and drop stale items."""
+        if not batch.items:
+            raise ValueError(
+                f"{type(self.batch_source).__name__}.next_batch() returned an empty batch at step "
+                f"{self.step + 1}; a batch source must yield at least one SAWItem"
+            )
+        if self.algo.preprocess is not None:
+            batch = self.algo.preprocess(batch)
+        items = list(batch.items)
+        stats: dict[str, float] = {}
+        if self.cfg.max_lag is not None:
+            fresh = [it for it in items if not self._is_stale(it)]
+            stats["stale_items_dropped"] = float(len(items) - len(fresh))
+            items = fresh
+        return items, stats
+
+    def _is_stale(self, item: SAWItem) -> bool:
+        version = item.meta.get("policy_version")
+        return isinstance(version, int) and self.step - version > self.cfg.max_lag  # type: ignore[operator]
+
+    def _accumulate_gradients(
+        self, micro_batches: list[list[SAWItem]], *, macro_size: int
+    ) -> tuple[dict[str, float], dict[str, float], torch.Tensor]:
+        """Backward every micro-batch, each scaled by ``mb_size / macro_size``.
+
+        Every loss is a per-sequence mean, so sum_mb (mb_size / macro_size) * mean_mb(loss) is the
+        mean over the whole macro-batch: the gradient does not depend on how the batch was split.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        device = torch.device(self.cfg.model_device)
+        loss_sum = torch.zeros((), device=device)
+        real = torch.zeros((), device=device)
+        mb_stats_list: list[dict[str, Any]] = []
+        weights: list[float] = []
+        padded = 0
+        for mb_items in micro_batches:
+            mb = collate_saw_items(mb_items, pad_token_id=self.cfg.pad_token_id, device=device)
+            logits = forward_logits(self.model, mb)
+            mb_loss, mb_stats = self.algo.loss.compute(logits, mb)
+            mb_scale = len(mb_items) / macro_size
+            (mb_loss * mb_scale).backward()
+            loss_sum = loss_sum + mb_loss.detach().float() * mb_scale
+            real = real + mb["attention_mask"].sum()
+            padded += mb["input_ids"].numel()
+            mb_stats_list.append({"loss": mb_loss.detach(), **dict(mb_stats)})
+            weights.append(float(len(mb_items)))
+            del logits, mb_loss
+        loss_stats = aggregate_stats(mb_stats_list, weights)
+        n_real = float(real.item())
+        token_stats = {
+            "real_tokens": n_real,
+            "padded_tokens": float(padded),
+            "padding_efficiency": n_real / padded if padded else 0.0,
+            "num_micro_batches": float(len(micro_batches)),
+        }
+        return loss_stats, token_stats, loss_sum
+
+    def _optimizer_step(self, loss_sum: torch.Tensor) -> dict[str, float]:
+        """Clip and step, unless the loss or gradient norm is NaN/inf: then skip (weights stay finite)."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        loss_ok, norm_ok = torch.isfinite(torch.stack([loss_sum.cpu(), grad_norm.float().cpu()])).tolist()
+        stats = {"grad_norm": float(grad_norm), "lr": float(self.optimizer.param_groups[0]["lr"])}
+        if not (loss_ok and norm_ok):
+            self.optimizer.zero_grad(set_to_none=True)
+            stats["nonfinite_skipped"] = 1.0
+            return stats
+        if self.cfg.max_grad_norm is not None:
+            params = [p for p in self.model.parameters() if p.grad is not None]
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.max_grad_norm, grad_norm)
+        self.optimizer.step()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        stats["nonfinite_skipped"] = 0.0
+        return stats
+
+    def _batch_stats(self, batch: SAWBatch, used: list[SAWItem]) -> dict[str, float]:
+        meta = {
+            k: float(v)
+            for k, v in batch.meta.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        return {**meta, **batch_summary(used, batch.meta), **apply_reducers_to_records(used, self.reducers)}
+
+    # ---- after the step -------------------------------------------------------------------------
+    def _maybe_publish(self) -> dict[str, float]:
+        every = self.cfg.sync_every_steps or 0
+        if self.publisher is None or every <= 0 or self.step % every != 0:
+            return {}
+        t0 = perf_counter()
+        self.publisher.publish(publishable_state_dict(self.model, self.param_filter), version=self.step)
+        return {"perf/publish_seconds": perf_counter() - t0}
+
+    async def _maybe_evaluate(self) -> dict[str, float]:
+        every = self.cfg.eval_every_n_steps
+        if self.evaluator is None or not every or self.step % every != 0:
+            return {}
+        result = self.evaluator.evaluate(concurrency=self.cfg.eval_concurrency)
+        if inspect.isawaitable(result):
+            result = await result
+        return {_eval_key(k): float(v) for k, v in result.items()}
+
+    def _maybe_checkpoint(self, stats: Mapping[str, float]) -> None:
+        if self.checkpointer is None:
+            return
+        self.checkpointer.maybe_save(
+            self.model, self.optimizer, step=self.step, scheduler=self.lr_scheduler,
+            metadata={"stats": dict(stats)}, config=asdict(self.cfg),
+        )  # fmt: skip
+
+    # ---- checkpoints and sync wrappers ----------------------------------------------------------
+    def save_checkpoint(self) -> Any:
+        """Write a checkpoint for the current step now (needs ``checkpoint_config``)."""
+        if self.checkpointer is None:
+            raise ValueError(
+                "save_checkpoint needs Trainer(checkpoint_config=CheckpointConfig(output_dir=...))"
+            )
+        return self.checkpointer.save(
+            self.model, self.optimizer, step=self.step, scheduler=self.lr_scheduler, config=asdict(self.cfg)
+        )
+
+    def load_checkpoint(self, *, step: int | None = None, path: Any = None) -> dict[str, Any]:
+        """Restore model, optimizer, scheduler, RNG and step (latest checkpoint by default)."""
+        if self.checkpointer is None:
+            raise ValueError(
+                "load_checkpoint needs Trainer(checkpoint_config=CheckpointConfig(output_dir=...))"
+            )
+        state = self.checkpointer.load(
+            self.model, self.optimizer, step=step, path=path, scheduler=self.lr_scheduler
+        )
+        self.step = int(state["step"])
+        return state
+
+    def _run(self, coro: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise RuntimeError(
+                "train_sync/train_step_sync called inside an event loop; use `await trainer.train(...)`"
+            )
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()  # one loop for all sync calls: async sources keep state
+        return self._loop.run_until_complete(coro)
+
+    def train_sync(self, num_steps: int | None = None) -> dict[str, float]:
+        return self._run(self.train(num_steps))
+
+    def train_step_sync(self) -> dict[str, float]:
+        return self._run(self.train_step())
+
+    def close(self) -> None:
+        """Close the private event loop used by the sync wrappers."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()
+
+
+def _eval_key(key: str) -> str:
+    """Evaluator keys belong under ``eval/`` unless they already name a group (``perf/eval_seconds``)."""
+    if key.split("/", 1)[0] in GROUPS and "/" in key:
+        return key
+    return f"eval/{key.removeprefix('eval_')}"
