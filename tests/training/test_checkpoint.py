@@ -145,3 +145,25 @@ def test_plain_module_round_trips_through_safetensors(tmp_path: Path) -> None:
 def test_checkpoint_config_rejects_bad_values(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CheckpointConfig(output_dir=tmp_path, **kwargs)
+
+
+def test_lora_adapter_round_trips(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    def lora() -> torch.nn.Module:
+        cfg = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], init_lora_weights=False)
+        return get_peft_model(_tiny_model(0), cfg)
+
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    model, other = lora(), lora()
+    with torch.no_grad():
+        for name, p in other.named_parameters():
+            if "lora_" in name:
+                p.zero_()
+    folder = manager.save(model, step=5)
+    assert (folder / "adapter_model.safetensors").is_file()
+    adapter = {k: v for k, v in model.named_parameters() if "lora_" in k}
+    assert any(not torch.equal(v, dict(other.named_parameters())[k]) for k, v in adapter.items())
+    manager.load(other)
+    loaded = dict(other.named_parameters())
+    assert len(adapter) == 2 and all(torch.equal(v, loaded[k]) for k, v in adapter.items())
