@@ -1,0 +1,63 @@
+"""A weighted sum of losses that shares one token log-prob computation among its terms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ludic.training.loss import base
+from ludic.training.loss.base import Loss, Stats, TokenLogpLoss, require
+
+
+@dataclass
+class LossTerm:
+    """One named, weighted term of a ``CompositeLoss``."""
+
+    name: str
+    loss: Loss
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"LossTerm.name must be non-empty and contain no '/', got {self.name!r}")
+        if not hasattr(self.loss, "compute"):
+            raise TypeError(f"LossTerm({self.name!r}).loss has no compute(); got {type(self.loss).__name__}")
+
+
+@dataclass
+class CompositeLoss:
+    """``L = sum_k weight_k * L_k``; a mean over sequences whenever every term is.
+
+    Stats: ``loss`` (the total), and per term ``<name>/loss``, ``<name>/weight``, ``<name>/<stat>``.
+    Terms that are ``TokenLogpLoss`` share one ``compute_token_logps`` call; others get the logits.
+    """
+
+    terms: list[LossTerm] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.terms:
+            raise ValueError("CompositeLoss.terms is empty; give at least one LossTerm")
+        names = [t.name for t in self.terms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"CompositeLoss term names must be unique, got {names}")
+
+    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        policy_logps: Tensor | None = None
+        if any(isinstance(t.loss, TokenLogpLoss) for t in self.terms):
+            policy_logps = base.compute_token_logps(logits, require(batch, "input_ids", "CompositeLoss"))
+        total = torch.zeros((), dtype=logits.dtype, device=logits.device)
+        stats: Stats = {}
+        for term in self.terms:
+            if isinstance(term.loss, TokenLogpLoss) and policy_logps is not None:
+                term_loss, term_stats = term.loss.compute_from_logps(policy_logps, batch)
+            else:
+                term_loss, term_stats = term.loss.compute(logits, batch)
+            total = total + term.weight * term_loss
+            stats[f"{term.name}/loss"] = term_loss.detach()
+            stats[f"{term.name}/weight"] = torch.tensor(float(term.weight), device=logits.device)
+            stats.update({f"{term.name}/{k}": v for k, v in term_stats.items() if k != "loss"})
+        stats["loss"] = total.detach()
+        return total, stats

@@ -1,0 +1,37 @@
+"""Supervised fine-tuning: weighted negative log-likelihood of the action tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
+
+
+@dataclass
+class MaskedCausalLMCrossEntropyLoss(TokenLogpLoss):
+    """``L = -mean_i[ w_i * red_t(policy_logp_t) ]`` over action tokens only (prompt tokens are masked).
+
+    ``w_i`` is ``batch["weight"]`` (1.0 under ``ConstantCredit``), so samples can be re-weighted;
+    ``red_t`` sums, or averages per sequence when ``length_normalize``.
+    """
+
+    length_normalize: bool = False
+
+    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        owner = type(self).__name__
+        mask = action_mask_f(batch, owner)  # [B, T]
+        weight = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
+        nll = -seq_reduce(policy_logps, mask, length_normalize=self.length_normalize)  # [B]
+        loss = (weight * nll).mean()
+        with torch.no_grad():
+            stats = {
+                "loss": loss.detach(),
+                "nll_per_token": -token_mean(policy_logps.detach(), mask),
+                "logp_mean": token_mean(policy_logps.detach(), mask),
+                "adv_mean": weight.mean(),
+            }
+        return loss, stats
