@@ -320,3 +320,31 @@ def test_gradient_checkpointing_gives_the_same_update() -> None:
         assert model.is_activation_checkpointing is checkpointing
     for name in updates[0]:
         torch.testing.assert_close(updates[0][name], updates[1][name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_preprocessed_batch_meta_and_surviving_items_drive_the_stats() -> None:
+    def keep_first_two(batch: SAWBatch) -> SAWBatch:
+        return SAWBatch(items=batch.items[:2], meta={**batch.meta, "zvp_dropped_groups": 3})
+
+    algo = RLAlgorithm(
+        name="r", credit_assigner=NoCredit(), loss=ReinforceLoss(old_logp_key=None), preprocess=keep_first_two
+    )
+    stats = make_trainer(algo=algo).train_step_sync()
+    assert stats["train/zvp_dropped_groups"] == 3.0 and stats["train/target_rollouts"] == 5.0
+    assert stats["train/num_samples"] == 2.0 and stats["train/effective_rollouts"] == 2.0
+
+
+class ThreeBatches(FixedBatchSource):
+    async def next_batch(self) -> SAWBatch:
+        if self.calls == 3:
+            raise StopAsyncIteration
+        return await super().next_batch()
+
+
+def test_train_without_num_steps_runs_until_the_source_is_exhausted() -> None:
+    trainer = Trainer(
+        model=tiny_model(), algo=reinforce(), batch_source=ThreeBatches(ITEMS),
+        cfg=TrainerConfig(max_seq_len=32, micro_token_budget=64),
+    )  # fmt: skip
+    trainer.train_sync()
+    assert trainer.step == 3

@@ -107,7 +107,8 @@ class Trainer:
         """One optimizer step; returns flat ``train/``, ``perf/`` (and ``eval/``) stats."""
         t0 = perf_counter()
         batch = await self.batch_source.next_batch()
-        items, drop_stats = self._prepare(batch)
+        batch, drop_stats = self._prepare(batch)
+        items = batch.items
         if not items:  # e.g. filter_zvp dropped every group: nothing to learn, no step taken
             return self._log(
                 {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}
@@ -117,6 +118,7 @@ class Trainer:
         )
         loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
         step_stats = self._optimizer_step(loss_sum)
+        train_seconds = perf_counter() - t0
         self.step += 1
         stats = {**loss_stats, **drop_stats, **step_stats}
         stats.update(self._batch_stats(batch, [it for mb in micro_batches for it in mb]))
@@ -124,7 +126,7 @@ class Trainer:
         stats.update(self._maybe_publish())
         stats.update(await self._maybe_evaluate())
         stats["perf/step_seconds"] = perf_counter() - t0
-        stats["perf/tokens_per_second"] = token_stats["real_tokens"] / max(stats["perf/step_seconds"], 1e-9)
+        stats["perf/tokens_per_second"] = token_stats["real_tokens"] / max(train_seconds, 1e-9)  # excl. eval
         stats.update({f"perf/{k}": v for k, v in token_stats.items()})
         self._maybe_checkpoint(stats)
         return self._log(stats)
@@ -134,7 +136,7 @@ class Trainer:
             self.train_logger.log(self.step, stats)
         return stats
 
-    def _prepare(self, batch: SAWBatch) -> tuple[list[SAWItem], dict[str, float]]:
+    def _prepare(self, batch: SAWBatch) -> tuple[SAWBatch, dict[str, float]]:
         """Preprocess (the Trainer is the one place that runs ``algo.preprocess``) and drop stale items."""
         if not batch.items:
             raise ValueError(
@@ -149,7 +151,7 @@ class Trainer:
             fresh = [it for it in items if not self._is_stale(it)]
             stats["stale_items_dropped"] = float(len(items) - len(fresh))
             items = fresh
-        return items, stats
+        return SAWBatch(items=items, meta=batch.meta), stats
 
     def _is_stale(self, item: SAWItem) -> bool:
         version = item.meta.get("policy_version")
