@@ -38,7 +38,7 @@ def make_client(cfg: RunConfig) -> Any:
 
 def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
     """RolloutEngine whose protocol factory builds a fresh agent (harness) per episode."""
-    from ludic.training import RolloutEngine
+    from ludic.training.batching import RolloutEngine
 
     harness = get_harness(cfg.harness.name)
     protocol = get_protocol(cfg.protocol.name)
@@ -106,7 +106,7 @@ class GroupedRequests:
     """``request_fn``: ``prompts_per_step`` fresh env seeds per call, expanded into GRPO groups."""
 
     def __init__(self, cfg: RunConfig, sampling: SamplingConfig) -> None:
-        from ludic.training import GRPORequestStrategy
+        from ludic.training.batching import GRPORequestStrategy
 
         self.cfg, self.sampling = cfg, sampling
         self.strategy = GRPORequestStrategy(group_size=cfg.rollout.group_size)
@@ -134,7 +134,8 @@ def build_train_run(cfg: RunConfig) -> TrainRun:
 
     from ludic.distributed import ClientPublisher
     from ludic.quickstart.dashboard import make_train_logger
-    from ludic.training import RolloutBatchSource, Trainer
+    from ludic.training.batching import RolloutBatchSource
+    from ludic.training.trainer import Trainer
 
     torch.manual_seed(cfg.seed)
     out = Path(cfg.logging.output_dir)

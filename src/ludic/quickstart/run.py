@@ -46,7 +46,7 @@ class QuickstartResult:
 
 
 def _trainer_config(cfg: QuickstartConfig, runtime: Runtime, lr: float, *, eval_every: int | None) -> Any:
-    from ludic.training import TrainerConfig
+    from ludic.training.config import TrainerConfig
 
     pad = runtime.tokenizer.pad_token_id
     return TrainerConfig(
@@ -65,7 +65,9 @@ def _trainer_config(cfg: QuickstartConfig, runtime: Runtime, lr: float, *, eval_
 async def warm_start(cfg: QuickstartConfig, runtime: Runtime) -> None:
     """SFT on synthetic demonstrations (seeds disjoint from training and eval), then publish."""
     from ludic.distributed import ClientPublisher
-    from ludic.training import OfflineBatchSource, Trainer, make_sft
+    from ludic.training.algorithm import make_sft
+    from ludic.training.batching import OfflineBatchSource
+    from ludic.training.trainer import Trainer
 
     seeds = range(SFT_SEED_OFFSET, SFT_SEED_OFFSET + cfg.sft_steps * cfg.sft_batch_size)
     items = demonstration_items(runtime.tokenizer, seeds=seeds, count=cfg.count, letters=cfg.letters)
@@ -84,7 +86,9 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
     """GRPO (or the chosen preset) with weights pushed to the embedded engine every step."""
     from ludic.distributed import ClientPublisher
     from ludic.registry import get_algorithm
-    from ludic.training import CheckpointConfig, RolloutBatchSource, Trainer
+    from ludic.training.batching import RolloutBatchSource
+    from ludic.training.config import CheckpointConfig
+    from ludic.training.trainer import Trainer
 
     algo = get_algorithm(cfg.algorithm)(group_size=cfg.group_size) if cfg.algorithm != "sft" else None
     if algo is None:

@@ -56,7 +56,7 @@ def build_runtime(cfg: QuickstartConfig, model_dir: Path) -> Runtime:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ludic.inference import TransformersChatClient
-    from ludic.training import RolloutEngine
+    from ludic.training.batching import RolloutEngine
 
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(cfg.device)
@@ -111,7 +111,7 @@ class TrainRequests:
     """``request_fn`` for the RolloutBatchSource: fresh training seeds every call, GRPO-expanded."""
 
     def __init__(self, cfg: QuickstartConfig, sampling: SamplingConfig) -> None:
-        from ludic.training import GRPORequestStrategy
+        from ludic.training.batching import GRPORequestStrategy
 
         self.cfg = cfg
         self.sampling = sampling
