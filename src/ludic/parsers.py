@@ -1,7 +1,14 @@
-"""Parsers turn raw model text into an action plus an intrinsic format reward."""
+"""Parsers turn raw model text into an action plus an intrinsic format reward.
+
+A parser is any ``Callable[[str], ParseResult]``. On success ``action`` is the extracted
+action; on failure it is ``None`` and ``obs`` tells the agent what was expected (the
+protocol feeds it back as a user message and does not step the env). ``reward`` is a
+format reward or penalty that the protocol adds to the env's reward.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,3 +23,124 @@ class ParseResult:
 
 
 Parser = Callable[[str], ParseResult]
+
+
+def xml_tag_parser(
+    tag: str, exact: bool = False, success_reward: float = 0.0, error_reward: float = -1.0
+) -> Parser:
+    """Extract the content of ``<tag>...</tag>``.
+
+    exact=False: the last such block anywhere in the text is used (models often think first).
+    exact=True: the whole reply, stripped, must be exactly one ``<tag>...</tag>`` block.
+    Empty content is a failure too.
+    """
+    if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-.]*", tag):
+        raise ValueError(f"xml_tag_parser: tag must be an XML name like 'move', got {tag!r}")
+    block = re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
+    where = "as your whole reply" if exact else "in your reply"
+    expected = f"Expected <{tag}>...</{tag}> {where}, e.g. <{tag}>your answer</{tag}>."
+
+    def parse(text: str) -> ParseResult:
+        if exact:
+            m = block.fullmatch(text.strip())
+            found = [m.group(1)] if m else []
+        else:
+            found = block.findall(text)
+        if not found:
+            return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
+        content = found[-1].strip()
+        if not content:
+            return ParseResult(
+                action=None, reward=error_reward, obs=f"Empty <{tag}></{tag}> block. {expected}"
+            )
+        return ParseResult(action=content, reward=success_reward, obs=None)
+
+    parse.__name__ = f"xml_tag_parser_{tag}"
+    return parse
+
+
+xml_parser = xml_tag_parser
+
+
+def think_prefix_parser(success_reward: float = 0.0, error_reward: float = -1.0) -> Parser:
+    """Require the reply to start with ``<think>...</think>``; the action is what follows it."""
+    prefix = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)
+    expected = "Expected your reply to start with <think>...</think> followed by your answer."
+
+    def parse(text: str) -> ParseResult:
+        m = prefix.fullmatch(text)
+        if m is None:
+            return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
+        answer = m.group(2).strip()
+        if not answer:
+            return ParseResult(action=None, reward=error_reward, obs=f"No answer after </think>. {expected}")
+        return ParseResult(action=answer, reward=success_reward, obs=None)
+
+    return parse
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}``, honouring nested braces; None if absent/unbalanced."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j]
+    return None
+
+
+def boxed_parser(success_reward: float = 0.0, error_reward: float = -1.0) -> Parser:
+    """Extract the last ``\\boxed{...}`` answer (math convention); nested braces are kept."""
+    expected = "Expected the final answer as \\boxed{...}, e.g. \\boxed{42}."
+
+    def parse(text: str) -> ParseResult:
+        content = _last_boxed(text)
+        if content is None or not content.strip():
+            return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
+        return ParseResult(action=content.strip(), reward=success_reward, obs=None)
+
+    return parse
+
+
+def compose_parsers(*parsers: Parser) -> Parser:
+    """Chain parsers: each one parses the previous one's action; rewards add up.
+
+    The first failure stops the chain and returns its obs, with the rewards so far included.
+    E.g. ``compose_parsers(think_prefix_parser(), xml_tag_parser("move"))``.
+    """
+    if not parsers:
+        raise ValueError("compose_parsers needs at least one parser")
+    for i, p in enumerate(parsers):
+        if not callable(p):
+            raise TypeError(f"compose_parsers: argument {i} is not callable: {p!r}")
+
+    def parse(text: str) -> ParseResult:
+        current = text
+        total = 0.0
+        for p in parsers:
+            result = p(current)
+            total += result.reward
+            if result.action is None:
+                return ParseResult(action=None, reward=total, obs=result.obs)
+            current = result.action
+        return ParseResult(action=current, reward=total, obs=None)
+
+    return parse
+
+
+__all__ = [
+    "ParseResult",
+    "Parser",
+    "boxed_parser",
+    "compose_parsers",
+    "think_prefix_parser",
+    "xml_parser",
+    "xml_tag_parser",
+]

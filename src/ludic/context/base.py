@@ -20,6 +20,15 @@ class ContextStrategy(ABC):
         """The full recorded history (never trimmed)."""
         return list(self._messages)
 
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt the history starts with (None if there is none)."""
+        return self._system_prompt
+
+    def append_message(self, message: Message) -> None:
+        """Record an extra message (e.g. a tool result) in the history."""
+        self._messages.append(dict(message))  # type: ignore[arg-type]
+
     def reset(self, system_prompt: str | None = None) -> None:
         """Clear the history, keeping (or replacing) the system prompt."""
         if system_prompt is not None:

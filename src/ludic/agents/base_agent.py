@@ -1,0 +1,132 @@
+"""The core Agent: an LLM harness of client + context + parser.
+
+The agent owns prompting, memory and parsing; the env never sees raw model text. With a
+tokenizer the agent applies the chat template itself and sends token ids (token-in), so
+the trace stored in a rollout is exactly what the engine sampled from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ludic.context.base import ContextStrategy
+from ludic.inference.client import ChatClient
+from ludic.inference.request import ChatCompletionRequest
+from ludic.inference.sampling import SamplingConfig
+from ludic.parsers import Parser, ParseResult
+from ludic.types import ChatResponse, Info, Message, Obs, validate_messages
+
+INCOMPLETE_REPLY_OBS = (
+    "Your reply was cut off at the token limit before it finished. Reply again, more briefly."
+)
+
+
+class Agent:
+    """Stateful LLM wrapper: ``reset`` → ``on_env_reset`` → (``act`` → ``on_after_step``)*.
+
+    client: the inference backend. model: the model name sent in requests.
+    ctx: memory/prompt strategy. parser: raw text → ParseResult.
+    tokenizer: applies the chat template for token-in requests; defaults to ``client.tokenizer``.
+    sampling: default sampling for ``act`` (SamplingConfig() if None).
+    incomplete_reward: parser reward for a reply cut at the token limit (finish_reason "length"),
+        which is always a parse failure: a cut-off action is not a decision.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: ChatClient,
+        model: str,
+        ctx: ContextStrategy,
+        parser: Parser,
+        tokenizer: Any = None,
+        sampling: SamplingConfig | None = None,
+        incomplete_reward: float = -1.0,
+    ) -> None:
+        if not isinstance(ctx, ContextStrategy):
+            raise TypeError(f"Agent.ctx must be a ContextStrategy, got {type(ctx).__name__}")
+        if not callable(parser):
+            raise TypeError(f"Agent.parser must be callable (str -> ParseResult), got {parser!r}")
+        if sampling is not None and not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"Agent.sampling must be a SamplingConfig, got {type(sampling).__name__}")
+        self.client = client
+        self.model = model
+        self.ctx = ctx
+        self.parser = parser
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(client, "tokenizer", None)
+        if self.tokenizer is not None and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(
+                f"Agent.tokenizer {type(self.tokenizer).__name__} has no chat_template: set "
+                "tokenizer.chat_template (a jinja template) or pass a tokenizer that has one"
+            )
+        self.sampling = sampling if sampling is not None else SamplingConfig()
+        self.incomplete_reward = incomplete_reward
+
+    # --- context hooks -------------------------------------------------------------------
+    def reset(self, system_prompt: str | None = None) -> None:
+        """Start a new episode (optionally with a new system prompt)."""
+        self.ctx.reset(system_prompt)
+
+    def on_env_reset(self, obs: Obs, info: Info) -> None:
+        self.ctx.on_env_reset(obs, info)
+
+    def on_after_step(self, obs: Obs | None, info: Info) -> None:
+        self.ctx.on_after_step(obs, info)
+
+    # --- acting --------------------------------------------------------------------------
+    async def act(
+        self, *, sampling: SamplingConfig | None = None, timeout_s: float | None = None
+    ) -> tuple[ParseResult, dict[str, Any]]:
+        """One model call on the current context; the reply is recorded and parsed.
+
+        Returns the ParseResult and an info dict with ``raw_text``, ``trace``,
+        ``finish_reason``, ``policy_version`` and ``chat_response``.
+        """
+        response, client_info = await self.complete_once(sampling=sampling, timeout_s=timeout_s)
+        self.ctx.on_after_act(response)
+        return self.parse_reply(response), self.reply_info(response, client_info)
+
+    async def complete_once(
+        self, *, sampling: SamplingConfig | None = None, timeout_s: float | None = None
+    ) -> tuple[ChatResponse, dict[str, Any]]:
+        """Send the context's prompt to the client; does not record the reply."""
+        request = self.build_request(self.ctx.on_before_act(), sampling or self.sampling)
+        if timeout_s is None:
+            return await self.client.complete(request)
+        return await asyncio.wait_for(self.client.complete(request), timeout=timeout_s)
+
+    def build_request(self, messages: list[Message], sampling: SamplingConfig) -> ChatCompletionRequest:
+        """Validate the messages and, with a tokenizer, tokenise them with its chat template."""
+        validate_messages(messages)
+        prompt_ids = None
+        if self.tokenizer is not None:
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            prompt_ids = [int(t) for t in ids]
+        return ChatCompletionRequest(
+            model=self.model, messages=messages, sampling=sampling, prompt_token_ids=prompt_ids
+        )
+
+    def parse_reply(self, response: ChatResponse) -> ParseResult:
+        """Parse the reply; a reply cut at the token limit is always a failure."""
+        if response.finish_reason == "length":
+            return ParseResult(action=None, reward=self.incomplete_reward, obs=INCOMPLETE_REPLY_OBS)
+        result = self.parser(response.text)
+        if not isinstance(result, ParseResult):
+            raise TypeError(f"parser {self.parser!r} returned {type(result).__name__}, not ParseResult")
+        return result
+
+    @staticmethod
+    def reply_info(response: ChatResponse, client_info: dict[str, Any]) -> dict[str, Any]:
+        version = response.policy_version
+        if version is None:
+            version = client_info.get("policy_version")
+        return {
+            "raw_text": response.text,
+            "trace": response.to_trace(),
+            "finish_reason": response.finish_reason,
+            "policy_version": version,
+            "chat_response": response,
+        }

@@ -1,0 +1,89 @@
+"""Small helpers the protocols share: per-step sampling seeds and Step construction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ludic.inference.sampling import InferenceSpec, SamplingConfig
+from ludic.parsers import ParseResult
+from ludic.types import Obs, Step, StepOutcome
+
+SEED_STRIDE = 1000  # step seeds: sampling_seed * SEED_STRIDE + step offset
+
+
+def step_sampling(
+    default: SamplingConfig, inference: InferenceSpec | None, sampling_seed: int | None, offset: int
+) -> SamplingConfig:
+    """The sampling for one model call: the request's (or agent's) config with a derived seed.
+
+    seed = sampling_seed * 1000 + offset, so an episode replays exactly given its seed.
+    """
+    base = inference.sampling if inference is not None else default
+    if sampling_seed is None:
+        return base
+    return base.with_seed(sampling_seed * SEED_STRIDE + offset)
+
+
+def _agent_info(parse: ParseResult, act_info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "parsed_action": parse.action,
+        "parse_error": parse.action is None,
+        "parser_reward": parse.reward,
+        "finish_reason": act_info.get("finish_reason"),
+        "policy_version": act_info.get("policy_version"),
+    }
+
+
+def parse_failure_step(
+    index: int, prev_obs: Obs | None, parse: ParseResult, act_info: dict[str, Any]
+) -> Step:
+    """Synthetic step for a reply the parser rejected: the env was not stepped."""
+    return Step(
+        index=index,
+        prev_obs=prev_obs,
+        action=act_info["raw_text"],
+        next_obs=parse.obs,
+        reward=float(parse.reward),
+        truncated=False,
+        terminated=False,
+        info=_agent_info(parse, act_info),
+        trace=act_info.get("trace"),
+    )
+
+
+def env_step(
+    index: int, prev_obs: Obs | None, parse: ParseResult, act_info: dict[str, Any], outcome: StepOutcome
+) -> Step:
+    """Step for an action the env applied; reward = env reward + parser reward."""
+    done = outcome.terminated or outcome.truncated
+    info = {**outcome.info, **_agent_info(parse, act_info), "env_reward": float(outcome.reward)}
+    if outcome.truncated:
+        info["truncation_reason"] = "env"
+    if done and outcome.obs is not None:
+        info["final_obs"] = outcome.obs
+    return Step(
+        index=index,
+        prev_obs=prev_obs,
+        action=act_info["raw_text"],
+        next_obs=None if done else outcome.obs,
+        reward=float(outcome.reward) + float(parse.reward),
+        truncated=outcome.truncated,
+        terminated=outcome.terminated,
+        info=info,
+        trace=act_info.get("trace"),
+    )
+
+
+def cut_at_max_steps(step: Step) -> None:
+    """Mark the last step of an episode stopped by ``max_steps`` as truncated."""
+    step.truncated = True
+    step.next_obs = None
+    step.info["truncation_reason"] = "max_steps"
+
+
+def episode_meta(agent_id: str, steps: list[Step]) -> dict[str, Any]:
+    """Rollout meta: who this rollout belongs to and whether/why it was truncated."""
+    last = steps[-1] if steps else None
+    truncated = bool(last is not None and last.truncated and not last.terminated)
+    reason = last.info.get("truncation_reason") if truncated and last is not None else None
+    return {"agent_id": agent_id, "episode_truncated": truncated, "truncation_reason": reason}
