@@ -1,12 +1,20 @@
-"""An RL algorithm is a credit assigner plus a loss (plus optional batch preprocessing)."""
+"""An RL algorithm is a credit assigner plus a loss (plus optional batch preprocessing).
+
+Preprocessing functions take and return a ``SAWBatch``; they edit it in place (items and
+``meta["effective_rollouts"]``, the number of distinct ``rollout_id`` left) so the Trainer's stats
+see the result. The presets (``make_grpo``, ...) live in ``ludic.training.presets`` and are
+re-exported here.
+"""
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ludic.training.types import CreditAssigner, SAWBatch
+from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
 
 PreprocessFn = Callable[[SAWBatch], SAWBatch]
 """Validates/filters a macro-batch before it is split and collated (applied by the Trainer)."""
@@ -20,3 +28,101 @@ class RLAlgorithm:
     credit_assigner: CreditAssigner
     loss: Any  # ludic.training.loss.Loss
     preprocess: PreprocessFn | None = None
+
+
+def _where(item: SAWItem) -> str:
+    return f"rollout_id={item.meta.get('rollout_id')!r}, step_index={item.meta.get('step_index')!r}"
+
+
+def set_items(batch: SAWBatch, items: list[SAWItem]) -> SAWBatch:
+    """Replace ``batch.items`` and recount ``batch.meta["effective_rollouts"]`` (in place)."""
+    batch.items = items
+    ids = {it.meta.get("rollout_id", f"<item {i}>") for i, it in enumerate(items)}
+    batch.meta["effective_rollouts"] = len(ids)
+    return batch
+
+
+def validate_actor_logps(batch: SAWBatch) -> SAWBatch:
+    """Fail early, naming the item, when a ratio-based loss would get an item without actor logprobs."""
+    for item in batch.items:
+        if item.attachments.actor_logps is None:
+            raise ValueError(
+                f"SAWItem({_where(item)}) has no actor logprobs (attachments.actor_logps); ratio-based "
+                "losses need them: use an inference client that returns completion logprobs, or a "
+                "loss without importance ratios (make_sft, ReinforceLoss(old_logp_key=None))"
+            )
+    return set_items(batch, list(batch.items))
+
+
+def drop_zero_weight(batch: SAWBatch) -> SAWBatch:
+    """Drop items whose credit weight is exactly 0 (they add no gradient, only normaliser mass)."""
+    return set_items(batch, [it for it in batch.items if it.weight != 0.0])
+
+
+def drop_zero_variance_groups(batch: SAWBatch) -> SAWBatch:
+    """ScaleRL's zero-variance filter: drop every group (``meta["group_id"]``, per ``agent_id``) whose
+    items all have the same ``meta["total_reward"]``: such a prompt carries no learning signal."""
+    groups: dict[tuple[Any, Any], list[SAWItem]] = defaultdict(list)
+    for item in batch.items:
+        for key in ("group_id", "total_reward"):
+            if key not in item.meta:
+                raise ValueError(f"SAWItem({_where(item)}) has no meta[{key!r}]; filter_zvp needs it")
+        groups[(item.meta["group_id"], item.meta.get("agent_id"))].append(item)
+    keep = {
+        key for key, members in groups.items() if len({float(it.meta["total_reward"]) for it in members}) > 1
+    }
+    items = [it for it in batch.items if (it.meta["group_id"], it.meta.get("agent_id")) in keep]
+    return set_items(batch, items)
+
+
+def center_weights(normalize: bool = False) -> PreprocessFn:
+    """Batch-mean baseline over the whole macro-batch: ``w_i - mean(w)`` (``/ (std(w) + 1e-8)``).
+
+    Done here rather than in the loss so the result does not depend on the micro-batch split.
+    """
+
+    def _center(batch: SAWBatch) -> SAWBatch:
+        if not batch.items:
+            return set_items(batch, [])
+        weights = [it.weight for it in batch.items]
+        mean = statistics.fmean(weights)
+        scale = statistics.pstdev(weights) + 1e-8 if normalize else 1.0
+        for item in batch.items:
+            item.weight = (item.weight - mean) / scale
+        return set_items(batch, list(batch.items))
+
+    return _center
+
+
+def chain_preprocess(*fns: PreprocessFn | None) -> PreprocessFn | None:
+    """Apply the given preprocessing functions in order (``None`` entries skipped)."""
+    steps = [f for f in fns if f is not None]
+    if not steps:
+        return None
+
+    def _chained(batch: SAWBatch) -> SAWBatch:
+        for step in steps:
+            batch = step(batch)
+        return batch
+
+    return _chained
+
+
+_PRESETS = {
+    "make_cispo",
+    "make_grpo",
+    "make_gspo",
+    "make_reinforce",
+    "make_reinforce_baseline",
+    "make_scalerl",
+    "make_sft",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Presets import this module, so re-export them lazily instead of importing at the top.
+    if name in _PRESETS:
+        from ludic.training import presets
+
+        return getattr(presets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
