@@ -154,7 +154,7 @@ async def test_timeout_bounds_the_whole_episode():
             return await super().complete(request)
 
     agent = Agent(client=Slow(["<n>0</n>"] * 50), model="m", ctx=FullDialog(), parser=xml_tag_parser("n"))
-    with pytest.raises(TimeoutError, match="timeout_s=0.1"):
+    with pytest.raises(TimeoutError, match=r"timeout_s=0\.1"):
         await SingleAgentProtocol(agent=agent).run(env=CountEnv(target=99), max_steps=50, timeout_s=0.1)
 
 

@@ -1,6 +1,15 @@
-"""Environments: the multi-agent kernel and single-agent convenience base."""
+"""Environments: the multi-agent kernel, the single-agent base, and the bundled envs."""
 
+from ludic.envs.dataset_qa_env import DatasetQAEnv, gsm8k_target_parser, normalize_answer
 from ludic.envs.env import LudicEnv
 from ludic.envs.single_agent_env import SingleAgentEnv
+from ludic.envs.tic_tac_toe import TicTacToeEnv
 
-__all__ = ["LudicEnv", "SingleAgentEnv"]
+__all__ = [
+    "DatasetQAEnv",
+    "LudicEnv",
+    "SingleAgentEnv",
+    "TicTacToeEnv",
+    "gsm8k_target_parser",
+    "normalize_answer",
+]
