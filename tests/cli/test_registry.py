@@ -58,3 +58,12 @@ def test_builtin_env_registry_builds_the_quickstart_env() -> None:
 
 def test_builtin_algorithm_names_cover_the_presets() -> None:
     assert {"grpo", "cispo", "gspo", "reinforce", "reinforce_baseline", "sft"} <= set(ALGORITHM_REGISTRY)
+
+
+def test_every_builtin_algorithm_resolves_to_a_preset_building_an_rl_algorithm() -> None:
+    from ludic.training.algorithm import RLAlgorithm
+
+    for name in ALGORITHM_REGISTRY.names():
+        algo = ALGORITHM_REGISTRY.build(name)
+        assert isinstance(algo, RLAlgorithm), name
+    assert ALGORITHM_REGISTRY.build("grpo", group_size=4).name == "grpo"

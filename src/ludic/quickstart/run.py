@@ -65,8 +65,8 @@ def _trainer_config(cfg: QuickstartConfig, runtime: Runtime, lr: float, *, eval_
 async def warm_start(cfg: QuickstartConfig, runtime: Runtime) -> None:
     """SFT on synthetic demonstrations (seeds disjoint from training and eval), then publish."""
     from ludic.distributed import ClientPublisher
-    from ludic.training.algorithm import make_sft
     from ludic.training.batching import OfflineBatchSource
+    from ludic.training.presets import make_sft
     from ludic.training.trainer import Trainer
 
     seeds = range(SFT_SEED_OFFSET, SFT_SEED_OFFSET + cfg.sft_steps * cfg.sft_batch_size)

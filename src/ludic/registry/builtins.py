@@ -36,9 +36,15 @@ def plain_harness(
     tokenizer: Any = None,
     sampling: SamplingConfig | None = None,
     system_prompt: str | None = None,
+    incomplete_reward: float | None = None,
 ) -> Any:
-    """Agent with full-dialog memory whose action is its whole reply."""
-    return _agent(client, model, plain_parser, tokenizer, sampling, system_prompt)
+    """Agent with full-dialog memory whose action is its whole reply.
+
+    incomplete_reward: parser reward for a reply cut at max_tokens (None: the Agent's default).
+    """
+    return _agent(
+        client, model, plain_parser, tokenizer, sampling, system_prompt, incomplete_reward=incomplete_reward
+    )
 
 
 def xml_move_harness(
@@ -51,12 +57,15 @@ def xml_move_harness(
     tag: str = "move",
     success_reward: float = 0.0,
     error_reward: float = -1.0,
+    incomplete_reward: float | None = None,
 ) -> Any:
     """Agent whose action is the content of ``<tag>...</tag>``; a missing tag is a parse error."""
     from ludic.parsers import xml_tag_parser
 
     parser = xml_tag_parser(tag, success_reward=success_reward, error_reward=error_reward)
-    return _agent(client, model, parser, tokenizer, sampling, system_prompt)
+    return _agent(
+        client, model, parser, tokenizer, sampling, system_prompt, incomplete_reward=incomplete_reward
+    )
 
 
 def single_agent_protocol(*, agent: Any, **kwargs: Any) -> Any:
