@@ -81,7 +81,7 @@ def make_algorithm(cfg: RunConfig) -> Any:
     return preset(**kwargs)
 
 
-def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path) -> Any:
+def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[str, Any] | None = None) -> Any:
     from ludic.eval import Evaluator
 
     sampling = cfg.eval.sampling.to_sampling()
@@ -99,6 +99,7 @@ def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path) -> Any:
         sampling=sampling,
         concurrency=cfg.eval.concurrency,
         out_dir=out_dir,
+        reducers=reducers,
     )
 
 
@@ -127,7 +128,7 @@ class TrainRun:
     out_dir: Path
 
 
-def build_train_run(cfg: RunConfig) -> TrainRun:
+def build_train_run(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> TrainRun:
     """Everything ``ludic train`` needs, built in dependency order."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -145,7 +146,7 @@ def build_train_run(cfg: RunConfig) -> TrainRun:
     sampling = cfg.rollout.sampling.to_sampling()
     engine = make_engine(cfg, client, sampling)
     algo = make_algorithm(cfg)
-    evaluator = make_evaluator(cfg, engine, out / "eval")
+    evaluator = make_evaluator(cfg, engine, out / "eval", reducers)
     if cfg.eval.every_n_steps:
         cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
     source = RolloutBatchSource(
@@ -169,29 +170,68 @@ def build_train_run(cfg: RunConfig) -> TrainRun:
     return TrainRun(trainer=trainer, evaluator=evaluator, logger=logger, out_dir=out)
 
 
-def train_from_config(cfg: RunConfig) -> dict[str, float]:
-    """``ludic train``: train ``cfg.steps`` steps, evaluate, plot; returns the final eval stats."""
-    return asyncio.run(_train(cfg))
+def train_from_config(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> dict[str, float]:
+    """``ludic train``: train ``cfg.steps`` steps, evaluate, plot; returns the final eval stats.
+
+    reducers: extra ``eval/`` statistics (``{name: Reducer}``) for the evaluations.
+    """
+    return asyncio.run(_train(cfg, reducers))
 
 
-async def _train(cfg: RunConfig) -> dict[str, float]:
+async def _train(cfg: RunConfig, reducers: dict[str, Any] | None) -> dict[str, float]:
     from ludic.quickstart.plot import plot_metrics
 
-    run = build_train_run(cfg)
+    run = build_train_run(cfg, reducers)
     with run.logger:
         await run.trainer.train(cfg.steps)
     stats = await run.evaluator.evaluate(step=cfg.steps)
     if cfg.logging.plot:
         plot_metrics(run.out_dir / "metrics.jsonl", run.out_dir / "training_curve.png", title=cfg.source)
+    final = run.out_dir / "final_model"
+    run.trainer.model.save_pretrained(final)
+    _tokenizer(cfg).save_pretrained(final)
     return stats
 
 
-def eval_from_config(cfg: RunConfig) -> dict[str, float]:
+def _tokenizer(cfg: RunConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.model.tokenizer or cfg.model.path)
+
+
+def eval_from_config(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> dict[str, float]:
     """``ludic eval``: play the held-out episodes once with ``[eval].sampling``."""
 
     async def _eval() -> dict[str, float]:
         client = make_client(cfg)
         engine = make_engine(cfg, client, cfg.eval.sampling.to_sampling())
-        return await make_evaluator(cfg, engine, Path(cfg.logging.output_dir) / "eval").evaluate()
+        out = Path(cfg.logging.output_dir) / "eval"
+        return await make_evaluator(cfg, engine, out, reducers).evaluate()
 
     return asyncio.run(_eval())
+
+
+def sft_to_dir(
+    cfg: RunConfig, items: list[Any], *, steps: int, batch_size: int, lr: float, out_dir: Path
+) -> Path:
+    """SFT warm start: train ``cfg.model.path`` on SAW ``items`` (``make_sft``), save to ``out_dir``."""
+    import dataclasses
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ludic.training.batching import OfflineBatchSource
+    from ludic.training.presets import make_sft
+    from ludic.training.trainer import Trainer
+
+    torch.manual_seed(cfg.seed)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path).to(cfg.model.device)
+    tokenizer = _tokenizer(cfg)
+    trainer_cfg = dataclasses.replace(
+        cfg.trainer, lr=lr, learning_rate=None, sync_every_steps=0, eval_every_n_steps=None
+    )
+    source = OfflineBatchSource(items, batch_size=batch_size, shuffle=True, seed=cfg.seed)
+    asyncio.run(Trainer(model=model, algo=make_sft(), batch_source=source, cfg=trainer_cfg).train(steps))
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
