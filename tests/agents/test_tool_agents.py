@@ -1,0 +1,143 @@
+import pytest
+
+from ludic.agents import ReActAgent, ToolAgent
+from ludic.context import FullDialog
+from ludic.parsers import xml_tag_parser
+from ludic.testing.scripted_client import ScriptedChatClient
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def boom() -> str:
+    """Always fails."""
+    raise ValueError("no power")
+
+
+async def lookup(key: str) -> str:
+    """Async tool."""
+    return {"capital": "Paris"}[key]
+
+
+def _call(name, args):
+    import json
+
+    return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
+
+
+def _tool_agent(replies, cls=ToolAgent, **kw):
+    client = ScriptedChatClient(replies)
+    agent = cls(
+        client=client,
+        model="m",
+        ctx=FullDialog(system_prompt="Be exact."),
+        parser=xml_tag_parser("answer"),
+        tools=[add, boom, lookup],
+        **kw,
+    )
+    agent.on_env_reset("What is 2+3?", {})
+    return agent, client
+
+
+async def test_tool_call_runs_and_its_result_is_a_tool_message_before_the_final_answer():
+    agent, client = _tool_agent([_call("add", {"a": 2, "b": 3}), "<answer>5</answer>"])
+    parse, info = await agent.act()
+    assert parse.action == "5"
+    assert info["tool_calls"] == [
+        {"name": "add", "arguments": {"a": 2, "b": 3}, "output": "5", "error": False}
+    ]
+    assert info["raw_text"] == "<answer>5</answer>"
+    assert len(info["tool_traces"]) == 1
+    assert info["trace"].completion_token_ids == list(b"<answer>5</answer>")
+    assert client.requests[1].messages[-1] == {"role": "tool", "name": "add", "content": "5"}
+    assert agent.ctx.messages[-1] == {"role": "assistant", "content": "<answer>5</answer>"}
+
+
+async def test_tool_instructions_go_into_the_sent_system_message_only():
+    agent, client = _tool_agent(["<answer>1</answer>"])
+    await agent.act()
+    sent = client.requests[0].messages[0]["content"]
+    assert sent.startswith(
+        "Be exact.\n\nYou can call these tools:\n- add(a: int, b: int) -> int: Add two integers."
+    )
+    assert '<tool_call>{"name": "<tool name>"' in sent
+    assert agent.ctx.messages[0] == {"role": "system", "content": "Be exact."}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("<tool_call>{not json}</tool_call>", "Error: invalid JSON in tool call (Expecting property name"),
+        (_call("mul", {}), "Error: unknown tool 'mul'. Available tools: ['add', 'boom', 'lookup']"),
+        (_call("boom", {}), "Error: tool 'boom' raised ValueError: no power"),
+        (_call("add", {"a": 1}), "Error: tool 'add' raised TypeError:"),
+        (
+            '<tool_call>{"name": "add", "arguments": [1, 2]}</tool_call>',
+            "Error: 'arguments' must be a JSON object",
+        ),
+    ],
+)
+async def test_tool_failures_become_tool_messages_and_the_loop_continues(body, expected):
+    agent, client = _tool_agent([body, "<answer>ok</answer>"])
+    parse, info = await agent.act()
+    assert parse.action == "ok"
+    assert info["tool_calls"][0]["error"] is True
+    assert info["tool_calls"][0]["output"].startswith(expected)
+    assert client.requests[1].messages[-1]["role"] == "tool"
+    assert client.requests[1].messages[-1]["content"].startswith(expected)
+
+
+async def test_async_tools_are_awaited():
+    agent, _ = _tool_agent([_call("lookup", {"key": "capital"}), "<answer>Paris</answer>"])
+    _, info = await agent.act()
+    assert info["tool_calls"][0]["output"] == "Paris"
+
+
+async def test_tool_agent_takes_the_reply_after_max_tool_rounds_as_final():
+    agent, client = _tool_agent([_call("add", {"a": 1, "b": 1}), _call("add", {"a": 2, "b": 2})])
+    parse, info = await agent.act()
+    assert len(client.requests) == 2
+    assert [c["output"] for c in info["tool_calls"]] == ["2"]
+    assert parse.action is None  # the parser rejects a tool call as the final answer
+
+
+async def test_react_agent_loops_up_to_max_react_steps_then_forces_a_final_answer():
+    replies = [_call("add", {"a": i, "b": 1}) for i in range(3)] + ["<answer>3</answer>"]
+    agent, client = _tool_agent(replies, cls=ReActAgent, max_react_steps=2)
+    parse, info = await agent.act()
+    assert parse.action == "3"
+    assert [c["output"] for c in info["tool_calls"]] == ["1", "2"]
+    assert len(client.requests) == 4
+    assert client.requests[3].messages[-1] == {
+        "role": "user",
+        "content": "You have used all 2 tool steps. Give your final answer now, without tool calls.",
+    }
+    assert len(info["tool_traces"]) == 3
+
+
+async def test_react_agent_stops_as_soon_as_a_reply_has_no_tool_call():
+    agent, client = _tool_agent([_call("add", {"a": 1, "b": 2}), "<answer>3</answer>"], cls=ReActAgent)
+    parse, _ = await agent.act()
+    assert parse.action == "3" and len(client.requests) == 2
+
+
+def test_bad_tool_config_is_rejected():
+    with pytest.raises(TypeError, match="tool 'x' is not callable"):
+        ToolAgent(
+            client=ScriptedChatClient([]),
+            model="m",
+            ctx=FullDialog(),
+            parser=xml_tag_parser("a"),
+            tools={"x": 3},
+        )
+    with pytest.raises(ValueError, match="max_react_steps must be an int >= 1"):
+        ReActAgent(
+            client=ScriptedChatClient([]),
+            model="m",
+            ctx=FullDialog(),
+            parser=xml_tag_parser("a"),
+            tools=[add],
+            max_react_steps=0,
+        )
