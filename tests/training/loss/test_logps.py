@@ -39,3 +39,16 @@ def test_logp_action_sums_or_averages_over_action_tokens(batch_and_logits, ref_l
 def test_token_logps_reject_mismatched_shapes():
     with pytest.raises(ValueError, match=r"logits \(2, 3, 4\), input_ids \(2, 4\)"):
         compute_token_logps(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_bf16_logits_are_upcast_and_give_a_bf16_gradient(batch_and_logits, ref_logps):
+    batch, logits = batch_and_logits
+    low = logits.detach().to(torch.bfloat16).requires_grad_(True)
+    got = compute_token_logps(low, batch["input_ids"], chunk=2)
+    assert got.dtype == torch.float32
+    want = ref_logps(low.detach().double(), batch["input_ids"])
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    got.sum().backward()
+    assert low.grad.dtype == torch.bfloat16
+    (ref_grad,) = torch.autograd.grad(ref_logps(logits, batch["input_ids"]).sum(), logits)
+    torch.testing.assert_close(low.grad.double(), ref_grad, atol=2e-2, rtol=2e-2)

@@ -15,8 +15,8 @@ from torch import Tensor
 
 Stats = dict[str, Tensor]
 
-DEFAULT_LOGP_CHUNK = 512
-"""Sequence positions per chunk: transient float32 memory is ``B * chunk * V`` instead of ``B * T * V``."""
+LOGP_CHUNK_ELEMENTS = 1 << 22
+"""Logit elements per chunk (16 MiB in float32): bounds the transient memory whatever B, T, V are."""
 
 
 @runtime_checkable
@@ -56,23 +56,37 @@ class _ShiftedTokenLogps(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
         logits, targets, lse = ctx.saved_tensors
         T = logits.shape[1]
-        grad = torch.zeros_like(logits)  # the last position scores nothing: its gradient stays 0
+        grad = torch.empty_like(logits)
+        grad[:, T - 1 :] = 0  # the last position scores no token
         for s in range(0, T - 1, ctx.chunk):
             e = min(s + ctx.chunk, T - 1)
             g = grad_out[:, s + 1 : e + 1].unsqueeze(-1).to(lse.dtype)  # [B, c, 1]
-            mb_grad = -(logits[:, s:e].to(lse.dtype) - lse[:, s:e].unsqueeze(-1)).exp() * g  # -softmax * g
+            # in place, in the gradient itself when dtypes agree: no [B, c, V] temporaries at all
+            same = grad.dtype == lse.dtype
+            mb_grad = (
+                grad[:, s:e] if same else torch.empty(grad[:, s:e].shape, dtype=lse.dtype, device=grad.device)
+            )
+            torch.sub(logits[:, s:e], lse[:, s:e].unsqueeze(-1), out=mb_grad)
+            mb_grad.exp_().mul_(-g)  # -softmax * g
             mb_grad.scatter_add_(-1, targets[:, s:e], g)  # + onehot * g
-            grad[:, s:e] = mb_grad.to(grad.dtype)
+            if not same:
+                grad[:, s:e] = mb_grad
         return grad, None, None
 
 
-def compute_token_logps(logits: Tensor, input_ids: Tensor, *, chunk: int = DEFAULT_LOGP_CHUNK) -> Tensor:
-    """Policy log-prob of each input token, ``[B, T]`` aligned with input positions (position 0 is 0)."""
+def compute_token_logps(logits: Tensor, input_ids: Tensor, *, chunk: int | None = None) -> Tensor:
+    """Policy log-prob of each input token, ``[B, T]`` aligned with input positions (position 0 is 0).
+
+    ``chunk`` is the number of sequence positions per chunk (default: ``LOGP_CHUNK_ELEMENTS // (B * V)``).
+    """
     if logits.dim() != 3 or input_ids.dim() != 2 or logits.shape[:2] != input_ids.shape:
         raise ValueError(
             f"logits must be [B, T, V] and input_ids [B, T] with the same B, T; "
             f"got logits {tuple(logits.shape)}, input_ids {tuple(input_ids.shape)}"
         )
+    B, _, V = logits.shape
+    if chunk is None:
+        chunk = max(1, LOGP_CHUNK_ELEMENTS // max(B * V, 1))
     return _ShiftedTokenLogps.apply(logits, input_ids.long(), int(chunk))
 
 
