@@ -4,9 +4,12 @@ import torch
 import ludic.training.loss.base as loss_base
 from ludic.training.loss import (
     CISPOLoss,
+    ClippedSurrogateLoss,
     CompositeLoss,
     LossTerm,
     MaskedCausalLMCrossEntropyLoss,
+    ReinforceLoss,
+    TokenClippedSurrogateLoss,
     TokenKLLoss,
 )
 
@@ -85,3 +88,28 @@ def test_composite_rejects_duplicate_names_and_empty_terms():
         CompositeLoss(terms=[LossTerm("a", CISPOLoss()), LossTerm("a", CISPOLoss())])
     with pytest.raises(ValueError, match="empty"):
         CompositeLoss(terms=[])
+
+
+ALL_LOSSES = [
+    lambda: ReinforceLoss(),
+    lambda: TokenClippedSurrogateLoss(length_normalize=True),
+    lambda: ClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.2),
+    lambda: CISPOLoss(mis_threshold=1.0),
+    lambda: MaskedCausalLMCrossEntropyLoss(),
+    lambda: TokenKLLoss("actor_logps"),
+    lambda: CompositeLoss(terms=[LossTerm("a", CISPOLoss()), LossTerm("b", TokenKLLoss("actor_logps"), 0.5)]),
+]
+
+
+@pytest.mark.parametrize("make_loss", ALL_LOSSES)
+def test_loss_is_a_mean_over_sequences_so_splits_do_not_matter(batch_and_logits, make_loss):
+    """sum over micro-batches of (mb_size / B) * loss(mb) equals loss(whole batch)."""
+    batch, logits = batch_and_logits
+    loss_fn = make_loss()
+    whole, _ = loss_fn.compute(logits, batch)
+    parts = [slice(0, 1), slice(1, 3)]
+    split = sum(
+        loss_fn.compute(logits[p], {k: v[p] for k, v in batch.items()})[0] * (p.stop - p.start) / 3
+        for p in parts
+    )
+    torch.testing.assert_close(split, whole)
