@@ -84,30 +84,12 @@ class MultiAgentProtocol(InteractionProtocol):
         self._latest: dict[str, Obs | None] = {aid: first[aid][0] for aid in self.agents}
         self._pending: dict[str, Obs | None] = dict.fromkeys(self.agents)
         collector = TraceCollector(list(self.agents))
-        order = {aid: i for i, aid in enumerate(self.agents)}
 
         for turn in range(max_steps):
             if not env.active_agents:
                 break
             active = [a for a in env.active_agents if a in self.agents]
-            for aid in active:
-                if self._pending[aid] is not None:
-                    self.agents[aid].on_after_step(self._pending[aid], {})
-                    self._pending[aid] = None
-            results = await asyncio.gather(
-                *(
-                    self.agents[a].act(
-                        sampling=step_sampling(
-                            self.agents[a].sampling,
-                            inference,
-                            sampling_seed,
-                            turn * len(self.agents) + order[a],
-                        )
-                    )
-                    for a in active
-                )
-            )
-            acted = [(a, parse, info) for a, (parse, info) in zip(active, results)]
+            acted = await self._act_all(active, turn, inference, sampling_seed)
             if any(parse.action is None for _, parse, _ in acted):
                 self._replay_turn(collector, acted)
                 continue
@@ -123,6 +105,29 @@ class MultiAgentProtocol(InteractionProtocol):
         for r in rollouts:
             r.meta.update(episode_meta(r.meta["agent_id"], r.steps))
         return rollouts
+
+    async def _act_all(
+        self, active: list[str], turn: int, inference: InferenceSpec | None, sampling_seed: int | None
+    ) -> Acted:
+        """Feed each active agent its pending obs, then let them all act concurrently.
+
+        Seeds: sampling_seed * 1000 + turn * n_agents + the agent's position in ``agents``.
+        """
+        order = {aid: i for i, aid in enumerate(self.agents)}
+        for aid in active:
+            if self._pending[aid] is not None:
+                self.agents[aid].on_after_step(self._pending[aid], {})
+                self._pending[aid] = None
+        offsets = {a: turn * len(self.agents) + order[a] for a in active}
+        results = await asyncio.gather(
+            *(
+                self.agents[a].act(
+                    sampling=step_sampling(self.agents[a].sampling, inference, sampling_seed, offsets[a])
+                )
+                for a in active
+            )
+        )
+        return [(a, parse, info) for a, (parse, info) in zip(active, results)]
 
     def _replay_turn(self, collector: TraceCollector, acted: Acted) -> None:
         """Some reply failed to parse: record synthetic steps; the env is not stepped."""
