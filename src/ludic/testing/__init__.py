@@ -1,1 +1,5 @@
-"""ludic.testing"""
+"""Offline helpers for tests, demos and benchmarks: tiny real models built locally."""
+
+from ludic.testing.tiny_model import CHATML_TEMPLATE, build_tiny_model, tiny_model_path
+
+__all__ = ["CHATML_TEMPLATE", "build_tiny_model", "tiny_model_path"]
