@@ -1,0 +1,129 @@
+"""One batched, KV-cached decoding run for the embedded engine (runs on a worker thread).
+
+All rows share one forward per decoding step. Prompts are left-padded; finished rows are dropped
+from the batch (and the KV cache) so they stop costing compute. Each row samples with its own
+``torch.Generator``, so a seeded request gives the same completion whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from ludic.inference.sampling import SamplingConfig
+
+
+@dataclass
+class RowRequest:
+    prompt_ids: list[int]
+    sampling: SamplingConfig
+
+
+@dataclass
+class RowResult:
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_text_end: int | None = None  # where a stop string starts in the decoded text
+
+
+def _sample_row(logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
+    """Greedy at temperature 0; otherwise temperature + nucleus (top-p) sampling."""
+    if sampling.temperature == 0.0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (always at least one token)
+        drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > sampling.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        choice = torch.multinomial(sorted_probs, 1, generator=gen)
+        return int(order[choice])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    positions = [text.find(s) for s in stops if s in text]
+    return min(positions) if positions else None
+
+
+class BatchGenerator:
+    """Runs the decoding loop for a list of rows against one model."""
+
+    def __init__(
+        self, model: torch.nn.Module, tokenizer, eos_ids: set[int], pad_id: int, device: torch.device
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.pad_id = pad_id
+        self.device = device
+        self.forward_calls = 0
+
+    def _forward(self, **kwargs) -> tuple[torch.Tensor, object]:
+        self.forward_calls += 1
+        out = self.model(use_cache=True, return_dict=True, **kwargs)
+        return out.logits[:, -1, :], out.past_key_values
+
+    @torch.inference_mode()
+    def generate(self, rows: list[RowRequest]) -> list[RowResult]:
+        n = len(rows)
+        gens = []
+        for row in rows:
+            seed = row.sampling.seed if row.sampling.seed is not None else random.getrandbits(63)
+            gens.append(torch.Generator().manual_seed(seed))
+        width = max(len(r.prompt_ids) for r in rows)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
+            mask[i, width - len(row.prompt_ids) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        results = [RowResult() for _ in rows]
+        alive = list(range(n))  # original row index of each batch row
+        next_pos = positions[:, -1:] + 1
+        while alive:
+            logps = torch.log_softmax(logits.float(), dim=-1)  # raw policy log-probs (temperature 1)
+            tokens, keep = [], []
+            for b, i in enumerate(alive):
+                tok = _sample_row(logits[b], rows[i].sampling, gens[i])
+                res = results[i]
+                res.completion_ids.append(tok)
+                res.logprobs.append(float(logps[b, tok]))
+                if self._finished(res, rows[i].sampling, tok):
+                    continue
+                tokens.append(tok)
+                keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, next_pos = mask[index], next_pos[index]
+                alive = [alive[b] for b in keep]
+            step_ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
+            mask = torch.cat([mask, torch.ones_like(step_ids)], dim=-1)
+            logits, cache = self._forward(
+                input_ids=step_ids, attention_mask=mask, position_ids=next_pos, past_key_values=cache
+            )
+            next_pos = next_pos + 1
+        return results
+
+    def _finished(self, res: RowResult, sampling: SamplingConfig, tok: int) -> bool:
+        if tok in self.eos_ids:
+            res.finish_reason = "stop"
+            return True
+        if sampling.stop:
+            text = self.tokenizer.decode(res.completion_ids, skip_special_tokens=False)
+            cut = _find_stop(text, sampling.stop)
+            if cut is not None:
+                res.finish_reason, res.stop_text_end = "stop", cut
+                return True
+        if len(res.completion_ids) >= sampling.max_tokens:
+            res.finish_reason = "length"
+            return True
+        return False

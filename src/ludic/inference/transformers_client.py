@@ -1,0 +1,225 @@
+"""The embedded inference engine: a real ChatClient running a Hugging Face causal LM in-process.
+
+Token-in, token-out: requests may carry ``prompt_token_ids`` (the agent applied the chat template);
+responses carry the sampled completion ids and their log-probs. Concurrent ``complete`` calls are
+queued and served together, one forward per decoding step for the whole batch, on a worker thread
+so the event loop stays free. ``sync_weights`` validates a whole state dict before copying any of
+it, and swaps weights only between batches, so every completion comes from exactly one policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
+from ludic.inference.request import ChatCompletionRequest
+from ludic.types import ChatResponse
+
+
+@dataclass
+class _Pending:
+    row: RowRequest
+    future: asyncio.Future
+
+
+class TransformersChatClient:
+    """In-process batched generation with per-token log-probs and atomic weight updates."""
+
+    def __init__(
+        self,
+        model: str | Path | torch.nn.Module,
+        tokenizer: Any = None,
+        *,
+        device: str | torch.device = "cpu",
+        max_batch_size: int = 64,
+        model_name: str | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size!r}")
+        if isinstance(model, (str, Path)):
+            model_name = model_name or str(model)
+            tokenizer = tokenizer if tokenizer is not None else str(model)
+            model = AutoModelForCausalLM.from_pretrained(str(model))
+        if tokenizer is None:
+            raise ValueError("TransformersChatClient needs a tokenizer when given a model object")
+        if isinstance(tokenizer, (str, Path)):
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.model_name = model_name or getattr(model.config, "_name_or_path", "") or "embedded"
+        self.max_batch_size = max_batch_size
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self.policy_version = 0
+        self._weights_lock = threading.Lock()
+        self._generator = BatchGenerator(self.model, tokenizer, self._eos_ids(), self._pad_id(), self.device)
+        self._pending: list[_Pending] = []
+        self._worker: asyncio.Task | None = None
+
+    # ---- set-up helpers -------------------------------------------------------------------
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        for value in (self.tokenizer.eos_token_id, gen_eos):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        return ids
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else next(iter(self._eos_ids()), 0))
+
+    @property
+    def forward_calls(self) -> int:
+        """Number of model forward passes so far (prefills + decoding steps)."""
+        return self._generator.forward_calls
+
+    # ---- ChatClient -------------------------------------------------------------------------
+    def prompt_ids_for(self, request: ChatCompletionRequest) -> list[int]:
+        """The exact prompt ids to sample from: the request's own, or the chat template's."""
+        if request.prompt_token_ids is not None:
+            ids = list(request.prompt_token_ids)
+            vocab = self.model.get_input_embeddings().num_embeddings
+            bad = [t for t in ids if t >= vocab]
+            if bad:
+                raise ValueError(
+                    f"prompt_token_ids contains ids {bad[:5]} outside the vocabulary of size {vocab}"
+                )
+            return ids
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(
+                f"tokenizer of {self.model_name!r} has no chat_template: set tokenizer.chat_template or "
+                "send prompt_token_ids"
+            )
+        return list(
+            self.tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
+
+    async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
+        prompt_ids = self.prompt_ids_for(request)
+        needed = len(prompt_ids) + request.sampling.max_tokens
+        if needed > self.max_positions:
+            raise ValueError(
+                f"prompt of {len(prompt_ids)} tokens + max_tokens {request.sampling.max_tokens} exceeds "
+                f"the model's max_position_embeddings {self.max_positions}"
+            )
+        loop = asyncio.get_running_loop()
+        pending = _Pending(RowRequest(prompt_ids, request.sampling), loop.create_future())
+        self._pending.append(pending)
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._worker = loop.create_task(self._serve())
+        started = time.perf_counter()
+        result, version = await pending.future
+        return self._response(prompt_ids, result, version), {
+            "latency_s": time.perf_counter() - started,
+            "policy_version": version,
+        }
+
+    async def _serve(self) -> None:
+        """Drain the queue in batches; callers that arrive meanwhile form the next batch."""
+        while True:
+            for _ in range(3):  # let callers woken in the same tick enqueue first
+                await asyncio.sleep(0)
+            if not self._pending:
+                return
+            batch = self._pending[: self.max_batch_size]
+            del self._pending[: self.max_batch_size]
+            try:
+                results, version = await asyncio.to_thread(self._generate_locked, [p.row for p in batch])
+            except Exception as exc:  # surface the failure to every waiting caller
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                continue
+            for p, res in zip(batch, results, strict=True):
+                if not p.future.done():
+                    p.future.set_result((res, version))
+
+    def _generate_locked(self, rows: list[RowRequest]) -> tuple[list[RowResult], int]:
+        with self._weights_lock:  # one policy version per batch; weights swap between batches
+            return self._generator.generate(rows), self.policy_version
+
+    def _response(self, prompt_ids: list[int], res: RowResult, version: int) -> ChatResponse:
+        ids = res.completion_ids
+        text_ids = ids[:-1] if ids and ids[-1] in self._generator.eos_ids else ids
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        if res.stop_text_end is not None:
+            text = text[: res.stop_text_end]
+        return ChatResponse(
+            text=text,
+            finish_reason=res.finish_reason,
+            prompt_token_ids=list(prompt_ids),
+            completion_token_ids=list(ids),
+            completion_logprobs=list(res.logprobs),
+            policy_version=version,
+        )
+
+    # ---- weights ----------------------------------------------------------------------------
+    def sync_weights(
+        self,
+        params: Mapping[str, torch.Tensor],
+        *,
+        timeout_s: float = 600.0,
+        version: int | None = None,
+    ) -> str:
+        """Load (a subset of) a state dict all-or-nothing, then bump the policy version."""
+        target = self.model.state_dict()
+        self._validate_state_dict(params, target)
+        if not self._weights_lock.acquire(timeout=timeout_s):
+            raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
+        try:
+            with torch.no_grad():
+                for name, tensor in params.items():
+                    target[name].copy_(tensor.detach().to(target[name].device, target[name].dtype))
+            self.policy_version = int(version) if version is not None else self.policy_version + 1
+        finally:
+            self._weights_lock.release()
+        return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
+
+    @staticmethod
+    def _validate_state_dict(params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor]) -> None:
+        if not params:
+            raise ValueError("sync_weights got an empty state dict")
+        unknown = [k for k in params if k not in target]
+        if unknown:
+            raise KeyError(
+                f"sync_weights: unknown parameter names {unknown[:5]} (model has e.g. {list(target)[:3]})"
+            )
+        for name, tensor in params.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(
+                    f"sync_weights: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor"
+                )
+            if tuple(tensor.shape) != tuple(target[name].shape):
+                raise ValueError(
+                    f"sync_weights: {name!r} has shape {tuple(tensor.shape)}, expected {tuple(target[name].shape)}"
+                )
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"sync_weights: {name!r} contains NaN or inf values")
+
+    async def get_policy_version(self) -> int:
+        return self.policy_version
+
+    def close(self) -> None:
+        """Fail any queued requests (the model itself is released with the object)."""
+        for p in self._pending:
+            if not p.future.done():
+                p.future.set_exception(RuntimeError("TransformersChatClient closed"))
+        self._pending.clear()
+
+
+__all__ = ["TransformersChatClient"]
