@@ -14,11 +14,18 @@ def plain_parser(text: str) -> ParseResult:
 
 
 def _agent(
-    client: Any, model: str, parser: Any, tokenizer: Any, sampling: Any, system_prompt: str | None
+    client: Any,
+    model: str,
+    parser: Any,
+    tokenizer: Any,
+    sampling: Any,
+    system_prompt: str | None,
+    **agent_kw: Any,
 ) -> Any:
     from ludic.agents import Agent
     from ludic.context import FullDialog
 
+    agent_kw = {k: v for k, v in agent_kw.items() if v is not None}  # None: keep the Agent's default
     return Agent(
         client=client,
         model=model,
@@ -26,6 +33,7 @@ def _agent(
         parser=parser,
         tokenizer=tokenizer,
         sampling=sampling,
+        **agent_kw,
     )
 
 
