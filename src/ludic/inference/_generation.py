@@ -29,19 +29,25 @@ class RowResult:
     stop_text_end: int | None = None  # where a stop string starts in the decoded text
 
 
-def _sample_row(logits: torch.Tensor, sampling: SamplingConfig, gen: torch.Generator) -> int:
-    """Greedy at temperature 0; otherwise temperature + nucleus (top-p) sampling."""
-    if sampling.temperature == 0.0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (always at least one token)
-        drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > sampling.top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        choice = torch.multinomial(sorted_probs, 1, generator=gen)
-        return int(order[choice])
-    return int(torch.multinomial(probs, 1, generator=gen))
+def sample_tokens(logits: torch.Tensor, params: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Vectorised per-row sampling by inverse CDF.
+
+    logits [B, V]; params [B, 2] = (temperature, top_p); uniforms [B] drawn from each row's own
+    generator. Temperature 0 rows are greedy. Nucleus: keep the smallest prefix of the sorted
+    distribution whose mass reaches top_p (always at least one token).
+    """
+    temperature, top_p = params[:, 0], params[:, 1]
+    greedy = temperature == 0
+    scaled = logits.float() / torch.where(greedy, 1.0, temperature)[:, None]
+    probs = torch.softmax(scaled, dim=-1)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > top_p[:, None]
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+    cdf = torch.cumsum(sorted_probs, dim=-1)
+    target = (uniforms * cdf[:, -1]).unsqueeze(-1)
+    pick = torch.searchsorted(cdf, target).clamp(max=cdf.shape[-1] - 1)
+    sampled = order.gather(-1, pick).squeeze(-1)
+    return torch.where(greedy, torch.argmax(logits, dim=-1), sampled)
 
 
 def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
@@ -86,14 +92,19 @@ class BatchGenerator:
         results = [RowResult() for _ in rows]
         alive = list(range(n))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
+        params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows])
         while alive:
-            logps = torch.log_softmax(logits.float(), dim=-1)  # raw policy log-probs (temperature 1)
+            uniforms = torch.tensor([torch.rand(1, generator=gens[i]).item() for i in alive])
+            sampled = sample_tokens(logits, params[alive].to(logits.device), uniforms.to(logits.device))
+            # raw policy log-probs (temperature 1) of the sampled tokens: logit - logsumexp
+            logps = logits.float().gather(-1, sampled[:, None]).squeeze(-1) - torch.logsumexp(
+                logits.float(), -1
+            )
             tokens, keep = [], []
-            for b, i in enumerate(alive):
-                tok = _sample_row(logits[b], rows[i].sampling, gens[i])
+            for b, (i, tok, logp) in enumerate(zip(alive, sampled.tolist(), logps.tolist(), strict=True)):
                 res = results[i]
                 res.completion_ids.append(tok)
-                res.logprobs.append(float(logps[b, tok]))
+                res.logprobs.append(logp)
                 if self._finished(res, rows[i].sampling, tok):
                     continue
                 tokens.append(tok)

@@ -1,0 +1,106 @@
+"""Embedded engine throughput: 32 concurrent requests through TransformersChatClient, side by side with
+one batched ``model.generate`` call on the same prompts and with the same requests served one at a time.
+
+Goals (issue 2): client >= 0.8x batched generate's tokens/s, and >= 5x the one-at-a-time client.
+Run: ``.venv/bin/python bench/bench_inference.py [--requests 32 --new-tokens 32 --repeats 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import torch
+
+from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
+from ludic.testing import tiny_model_path
+
+
+def _requests(n: int, new_tokens: int) -> list[ChatCompletionRequest]:
+    return [
+        ChatCompletionRequest(
+            model="tiny",
+            messages=[{"role": "user", "content": f"Write a word with the letter {chr(97 + i % 26)} #{i}"}],
+            sampling=SamplingConfig(temperature=1.0, max_tokens=new_tokens, seed=i),
+        )
+        for i in range(n)
+    ]
+
+
+async def _client_concurrent(client: TransformersChatClient, reqs: list[ChatCompletionRequest]) -> int:
+    results = await asyncio.gather(*[client.complete(r) for r in reqs])
+    return sum(len(r.completion_token_ids) for r, _ in results)
+
+
+async def _client_sequential(client: TransformersChatClient, reqs: list[ChatCompletionRequest]) -> int:
+    total = 0
+    for r in reqs:
+        response, _ = await client.complete(r)
+        total += len(response.completion_token_ids)
+    return total
+
+
+@torch.inference_mode()
+def _hf_generate(client: TransformersChatClient, reqs: list[ChatCompletionRequest], new_tokens: int) -> int:
+    prompts = [client.prompt_ids_for(r) for r in reqs]
+    width = max(map(len, prompts))
+    pad = client.tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    out = client.model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=new_tokens, pad_token_id=pad
+    )
+    new = out[:, width:]
+    eos = client.tokenizer.eos_token_id
+    # count generated tokens up to and including the first EOS of each row
+    total = 0
+    for row in new.tolist():
+        total += row.index(eos) + 1 if eos in row else len(row)
+    return total
+
+
+def _timed(fn) -> tuple[float, int]:
+    start = time.perf_counter()
+    tokens = fn()
+    return time.perf_counter() - start, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    client = TransformersChatClient(tiny_model_path())
+    reqs = _requests(args.requests, args.new_tokens)
+    runs = {
+        "client, concurrent": lambda: asyncio.run(_client_concurrent(client, reqs)),
+        "model.generate, one batch": lambda: _hf_generate(client, reqs, args.new_tokens),
+        "client, one at a time": lambda: asyncio.run(_client_sequential(client, reqs)),
+    }
+    for fn in runs.values():  # warm-up
+        fn()
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeats):  # interleaved, so machine noise hits every variant alike
+        for name, fn in runs.items():
+            seconds, tokens = _timed(fn)
+            rates[name].append(tokens / seconds)
+    median = {name: statistics.median(v) for name, v in rates.items()}
+    print(f"{args.requests} requests x {args.new_tokens} new tokens, tiny Qwen2 (0.8M params), CPU")
+    print(f"{'variant':<28}{'tokens/s (median)':>20}")
+    for name, rate in median.items():
+        print(f"{name:<28}{rate:>20.0f}")
+    vs_generate = median["client, concurrent"] / median["model.generate, one batch"]
+    vs_sequential = median["client, concurrent"] / median["client, one at a time"]
+    print(f"ratio client/generate:   {vs_generate:.2f}x (goal >= 0.8x)")
+    print(f"ratio client/sequential: {vs_sequential:.2f}x (goal >= 5x)")
+
+
+if __name__ == "__main__":
+    main()
