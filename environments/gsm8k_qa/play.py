@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,7 +26,11 @@ def tiny_model_client(workdir: Path):  # pragma: no cover - needs the embedded e
 
 
 async def play(policy: str) -> float:
-    client = oracle_client() if policy == "oracle" else tiny_model_client(Path(".ludic_tmp"))
+    client = (
+        oracle_client()
+        if policy == "oracle"
+        else tiny_model_client(Path(tempfile.mkdtemp(prefix="ludic_tiny_")))
+    )
     n = len(load_problems())
     correct = 0
     for i in range(n):

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from tic_tac_toe import heuristic_client, make_agent, make_env
 
@@ -26,9 +28,14 @@ def tiny_model_client(workdir: Path):  # pragma: no cover - needs the embedded e
 
 async def play(episodes: int, seed: int, opponent: str, policy: str, max_steps: int) -> Counter:
     results: Counter = Counter()
-    client = heuristic_client(seed) if policy == "heuristic" else tiny_model_client(Path(".ludic_tmp"))
+    client = (
+        heuristic_client(seed)
+        if policy == "heuristic"
+        else tiny_model_client(Path(tempfile.mkdtemp(prefix="ludic_tiny_")))
+    )
     for ep in range(episodes):
-        protocol = SingleAgentProtocol(agent=make_agent(client))  # fresh agent per episode
+        agent = make_agent(client, sampling=SamplingConfig(max_tokens=16))  # <move>N</move> is 13 bytes
+        protocol = SingleAgentProtocol(agent=agent)  # fresh agent per episode
         (rollout,) = await protocol.run(
             env=make_env(opponent=opponent), max_steps=max_steps, env_seed=seed + ep, sampling_seed=seed + ep
         )
