@@ -121,7 +121,7 @@ def run_trl(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
+    rewards = [float(row["reward"]) for row in trainer.state.log_history if "reward" in row]
     final = out / "final_model"
     trainer.model.save_pretrained(final)
     tokenizer.save_pretrained(final)
