@@ -66,8 +66,12 @@ def build_runtime(cfg: QuickstartConfig, model_dir: Path) -> Runtime:
     env_registry: dict[str, Callable[..., Any]] = {ENV_KIND: LetterRepeatEnv}
 
     def make_protocol(**kwargs: Any) -> Any:  # fresh agent per episode: agents are stateful
-        agent = plain_harness(
-            client=client, model="quickstart", tokenizer=client.tokenizer, sampling=sampling
+        agent = plain_harness(  # a reply cut at max_tokens scores 0: the task's reward stays in [0, 1]
+            client=client,
+            model="quickstart",
+            tokenizer=client.tokenizer,
+            sampling=sampling,
+            incomplete_reward=0.0,
         )
         return single_agent_protocol(agent=agent, **kwargs)
 
