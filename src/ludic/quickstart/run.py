@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ludic.quickstart.config import QuickstartConfig
 from ludic.quickstart.dashboard import make_train_logger
 from ludic.quickstart.demonstrations import demonstration_items
@@ -101,6 +103,11 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
         concurrency=cfg.group_size * cfg.prompts_per_step,
     )
     logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live)
+    # Linear warm-up: Adam's first updates move every weight by ~lr regardless of the gradient's size,
+    # which on a ~1M model can push all replies past max_tokens (all-zero reward, no signal left).
+    optimizer = torch.optim.AdamW(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    warmup = max(cfg.warmup_steps, 1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
     trainer = Trainer(
         model=runtime.model,
         algo=algo,
@@ -112,6 +119,8 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
             output_dir=out / "checkpoints", max_to_keep=1, save_optimizer=False
         ),
         evaluator=evaluator,
+        optimizer=optimizer,
+        lr_scheduler=scheduler,
     )
     with logger:
         await trainer.train(cfg.steps)
