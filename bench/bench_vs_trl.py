@@ -1,7 +1,7 @@
 """Side by side: Ludic GRPO vs TRL's GRPOTrainer, same tiny model, same task, same knobs, on the CPU.
 
 Both start from the same SFT-warmed tiny model (warm-started once, with Ludic) and train with
-the same group size, prompts per step, completion length, learning rate (linear warm-up then constant, no KL) and
+the same group size, prompts per step, completion length, learning rate (linear warm-up, linear decay, no KL) and
 number of steps on the quickstart letter task. Both are then scored by the same held-out
 evaluation (Ludic's Evaluator on the embedded engine). Prints seconds per step, mean training
 reward over the last tenth of the steps, and held-out eval reward for each.
@@ -98,7 +98,7 @@ def run_trl(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
         max_steps=cfg.steps,
         seed=cfg.seed,
         learning_rate=cfg.lr,
-        lr_scheduler_type="constant_with_warmup",
+        lr_scheduler_type="linear",
         warmup_steps=cfg.warmup_steps,
         beta=0.0,
         weight_decay=0.0,

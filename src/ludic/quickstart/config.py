@@ -25,9 +25,7 @@ class QuickstartConfig:
     output_dir: str = _doc("runs/quickstart", "where metrics, plot, eval results, checkpoint go")
     model_dir: str | None = _doc(None, "start from this model directory instead of building a tiny one")
     lr: float = _doc(1e-3, "RL learning rate (small models are very sensitive: 3e-3 collapses)")
-    warmup_steps: int = _doc(
-        20, "linear RL learning-rate warm-up (a fresh AdamW's first steps can wreck EOS)"
-    )
+    warmup_steps: int = _doc(20, "RL learning-rate warm-up steps (then linear decay to 0)")
     sft_steps: int = _doc(30, "SFT warm-start steps on synthetic demonstrations (0 to skip)")
     sft_batch_size: int = _doc(16, "demonstrations per SFT step")
     sft_lr: float = _doc(1e-3, "SFT learning rate")

@@ -84,6 +84,23 @@ async def warm_start(cfg: QuickstartConfig, runtime: Runtime) -> None:
     await trainer.train(cfg.sft_steps)
 
 
+def warmup_then_linear_decay(warmup_steps: int, total_steps: int) -> Any:
+    """LR multiplier: linear warm-up, then linear decay to 0 at ``total_steps`` (HF's "linear" schedule).
+
+    Why: Adam's first updates move every weight by ~lr whatever the gradient's size, which on a ~1M
+    model can push all replies past max_tokens (all-zero reward, no signal left); late in training a
+    constant 1e-3 makes the policy drift off a solved task.
+    """
+    warmup = max(warmup_steps, 1)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total_steps - step) / max(total_steps - warmup, 1))
+
+    return factor
+
+
 async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out: Path) -> Any:
     """GRPO (or the chosen preset) with weights pushed to the embedded engine every step."""
     from ludic.distributed import ClientPublisher
@@ -103,11 +120,10 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
         concurrency=cfg.group_size * cfg.prompts_per_step,
     )
     logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live)
-    # Linear warm-up: Adam's first updates move every weight by ~lr regardless of the gradient's size,
-    # which on a ~1M model can push all replies past max_tokens (all-zero reward, no signal left).
     optimizer = torch.optim.AdamW(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    warmup = max(cfg.warmup_steps, 1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, warmup_then_linear_decay(cfg.warmup_steps, cfg.steps)
+    )
     trainer = Trainer(
         model=runtime.model,
         algo=algo,
