@@ -1,1 +1,44 @@
-"""ludic.training.batching"""
+"""From requests to SAW batches: the rollout engine, request strategies, batch sources, micro-batching."""
+
+from ludic.training.batching.jsonl import (
+    iter_jsonl,
+    rollout_from_dict,
+    rollout_to_dict,
+    saw_item_from_dict,
+    saw_item_to_dict,
+)
+from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.batching.offline_batch_source import OfflineBatchSource
+from ludic.training.batching.requests import (
+    GRPORequestStrategy,
+    IdentityRequestStrategy,
+    RequestStrategy,
+    derive_seed,
+    request_from_dict,
+    request_to_dict,
+)
+from ludic.training.batching.rollout_batch_source import RolloutBatchSource
+from ludic.training.batching.rollout_engine import EpisodeFailuresError, RolloutEngine
+from ludic.training.batching.saw_builder import rollouts_to_saw_items, step_to_saw_item
+
+__all__ = [
+    "EpisodeFailuresError",
+    "GRPORequestStrategy",
+    "IdentityRequestStrategy",
+    "OfflineBatchSource",
+    "RequestStrategy",
+    "RolloutBatchSource",
+    "RolloutEngine",
+    "collate_saw_items",
+    "derive_seed",
+    "iter_jsonl",
+    "request_from_dict",
+    "request_to_dict",
+    "rollout_from_dict",
+    "rollout_to_dict",
+    "rollouts_to_saw_items",
+    "saw_item_from_dict",
+    "saw_item_to_dict",
+    "split_items_by_token_budget",
+    "step_to_saw_item",
+]

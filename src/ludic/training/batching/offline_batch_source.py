@@ -1,0 +1,108 @@
+"""SFT and offline RL from SAW items in memory or JSONL files on disk (streamed, never fully loaded).
+
+A JSONL line is either a SAW item (``saw_item_to_dict``) or a rollout (``rollout_to_dict``); rollouts
+are turned into items with ``credit_assigner`` (default ``ConstantCredit(1.0)``, i.e. SFT).
+Files are read line by line; ``shuffle`` uses a bounded buffer, so files larger than memory work.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ludic.training.batching.jsonl import iter_jsonl, rollout_from_dict, saw_item_from_dict
+from ludic.training.batching.saw_builder import rollouts_to_saw_items
+from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
+
+
+class OfflineBatchSource:
+    """Cycles over the data in batches of ``batch_size`` items (``epochs=None``: forever)."""
+
+    def __init__(
+        self,
+        data: Sequence[SAWItem] | str | Path | Sequence[str | Path],
+        *,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        shuffle_buffer: int = 10_000,
+        credit_assigner: CreditAssigner | None = None,
+        epochs: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        self.items: list[SAWItem] | None = None
+        self.paths: list[Path] = []
+        if isinstance(data, (str, Path)):
+            self.paths = [Path(data)]
+        elif data and all(isinstance(d, SAWItem) for d in data):
+            self.items = list(data)  # type: ignore[arg-type]
+        elif data and all(isinstance(d, (str, Path)) for d in data):
+            self.paths = [Path(d) for d in data]  # type: ignore[union-attr]
+        else:
+            raise ValueError("OfflineBatchSource needs a non-empty list of SAWItems or JSONL path(s)")
+        for path in self.paths:
+            if not path.is_file():
+                raise FileNotFoundError(f"OfflineBatchSource: no such file {path}")
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.shuffle_buffer = shuffle_buffer
+        self.credit_assigner = credit_assigner
+        self.epochs = epochs
+        self._rng = random.Random(seed)
+        self._stream = self._cycle()
+
+    async def next_batch(self) -> SAWBatch:
+        batch = [item for _, item in zip(range(self.batch_size), self._stream)]
+        if not batch:
+            raise StopAsyncIteration
+        return SAWBatch(
+            items=batch, meta={"target_rollouts": float(len({i.meta.get("rollout_id") for i in batch}))}
+        )
+
+    # ---- streaming ----------------------------------------------------------------------------
+    def _cycle(self) -> Iterator[SAWItem]:
+        epoch = 0
+        while self.epochs is None or epoch < self.epochs:
+            produced = False
+            for item in self._shuffled(self._one_epoch()):
+                produced = True
+                yield item
+            if not produced:
+                raise ValueError(f"OfflineBatchSource: no items in {self.paths or 'the given list'}")
+            epoch += 1
+
+    def _one_epoch(self) -> Iterator[SAWItem]:
+        if self.items is not None:
+            yield from self.items
+            return
+        for path in self.paths:
+            for record in iter_jsonl(path):
+                yield from self._items_from_record(record, path)
+
+    def _items_from_record(self, record: dict, path: Path) -> list[SAWItem]:
+        if record.get("kind") == "rollout" or "steps" in record:
+            rollout = rollout_from_dict(record)
+            assigner = self.credit_assigner
+            if assigner is None:
+                from ludic.training.credit_assignment import ConstantCredit
+
+                assigner = self.credit_assigner = ConstantCredit(1.0)
+            return rollouts_to_saw_items([rollout], assigner.compute([rollout]))
+        try:
+            return [saw_item_from_dict(record)]
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: bad SAW item record: {exc}") from exc
+
+    def _shuffled(self, stream: Iterator[SAWItem]) -> Iterator[SAWItem]:
+        if not self.shuffle:
+            yield from stream
+            return
+        buffer: list[SAWItem] = []
+        for item in stream:
+            buffer.append(item)
+            if len(buffer) >= self.shuffle_buffer:
+                yield buffer.pop(self._rng.randrange(len(buffer)))
+        self._rng.shuffle(buffer)
+        yield from buffer

@@ -1,0 +1,60 @@
+"""Synchronous online RL: every ``next_batch`` plays fresh requests with the current policy."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ludic.training.algorithm import RLAlgorithm
+from ludic.training.batching.requests import RequestStrategy
+from ludic.training.batching.rollout_engine import RolloutEngine
+from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
+
+
+class RolloutBatchSource:
+    """``request_fn()`` -> (``request_strategy.expand``) -> ``engine.generate_batch`` -> SAWBatch.
+
+    ``request_fn`` may be sync or async and returns the requests for one macro-batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: RolloutEngine,
+        request_fn: Callable[[], Sequence[RolloutRequest] | Any],
+        algorithm: RLAlgorithm,
+        max_steps: int,
+        sample_filter: SampleFilter | None = None,
+        concurrency: int = 8,
+        timeout_s: float | None = None,
+        request_strategy: RequestStrategy | None = None,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
+        self.engine = engine
+        self.request_fn = request_fn
+        self.algorithm = algorithm
+        self.max_steps = max_steps
+        self.sample_filter = sample_filter
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.request_strategy = request_strategy
+
+    async def next_batch(self) -> SAWBatch:
+        requests = self.request_fn()
+        if inspect.isawaitable(requests):
+            requests = await requests
+        requests = list(requests)
+        if not requests:
+            raise ValueError("RolloutBatchSource.request_fn returned no requests")
+        if self.request_strategy is not None:
+            requests = self.request_strategy.expand(requests)
+        return await self.engine.generate_batch(
+            requests,
+            self.algorithm,
+            self.sample_filter,
+            max_steps=self.max_steps,
+            timeout_s=self.timeout_s,
+            concurrency=self.concurrency,
+        )

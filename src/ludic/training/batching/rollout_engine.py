@@ -1,0 +1,190 @@
+"""RolloutEngine: plays RolloutRequests concurrently and turns the rollouts into SAW batches.
+
+Each episode builds a fresh env and protocol from the registries (agents are stateful). A failing
+episode (an env that raises, a client that gives up, a timeout) never takes the batch down silently:
+it is recorded as a failed rollout (``meta["failed"]``, ``meta["error"]``), counted in
+``failed_rollouts`` and left out of training; if more than ``max_failure_frac`` of the episodes fail,
+the call raises with the first error chained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ludic.envs.env import LudicEnv
+from ludic.interaction.base import InteractionProtocol
+from ludic.training.algorithm import RLAlgorithm
+from ludic.training.batching.jsonl import rollout_to_dict
+from ludic.training.batching.requests import derive_seed
+from ludic.training.batching.saw_builder import batch_meta, rollouts_to_saw_items
+from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
+from ludic.types import Rollout
+
+EnvFactory = Callable[..., LudicEnv]
+ProtocolFactory = Callable[..., InteractionProtocol]
+
+
+class EpisodeFailuresError(RuntimeError):
+    """Too many episodes of one call failed."""
+
+
+class RolloutEngine:
+    """Generates rollouts from requests; see the module docstring for failure handling."""
+
+    def __init__(
+        self,
+        *,
+        env_registry: Mapping[str, EnvFactory],
+        protocol_registry: Mapping[str, ProtocolFactory],
+        jsonl_path: str | Path | None = None,
+        max_failure_frac: float = 0.5,
+        default_max_steps: int = 16,
+    ) -> None:
+        if not 0.0 <= max_failure_frac <= 1.0:
+            raise ValueError(f"max_failure_frac must be in [0, 1], got {max_failure_frac!r}")
+        self.env_registry = dict(env_registry)
+        self.protocol_registry = dict(protocol_registry)
+        self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
+        self.max_failure_frac = max_failure_frac
+        self.default_max_steps = default_max_steps
+
+    # ---- rollouts ---------------------------------------------------------------------------
+    async def generate_rollouts(
+        self,
+        *,
+        requests: Sequence[RolloutRequest],
+        max_steps: int,
+        timeout_s: float | None = None,
+        concurrency: int = 8,
+        include_failed: bool = False,
+    ) -> list[Rollout]:
+        """Play every request's ``num_episodes`` episodes, at most ``concurrency`` at a time."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
+        for request in requests:  # unknown kinds are configuration errors, not episode failures
+            self._lookup(self.env_registry, request.env.kind, "env")
+            self._lookup(self.protocol_registry, request.protocol.kind, "protocol")
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def bounded(
+            request: RolloutRequest, episode_idx: int
+        ) -> tuple[list[Rollout], Exception | None]:
+            async with semaphore:
+                return await self._run_episode(request, episode_idx, max_steps, timeout_s)
+
+        jobs = [bounded(r, k) for r in requests for k in range(r.num_episodes)]
+        episodes = await asyncio.gather(*jobs)
+        rollouts = [ro for episode_rollouts, _ in episodes for ro in episode_rollouts]
+        self._write_jsonl(rollouts)
+        errors = [exc for _, exc in episodes if exc is not None]
+        self._check_failures(errors, total=len(jobs))
+        return rollouts if include_failed else [r for r in rollouts if not r.meta.get("failed")]
+
+    async def _run_episode(
+        self, request: RolloutRequest, episode_idx: int, max_steps: int, timeout_s: float | None
+    ) -> tuple[list[Rollout], Exception | None]:
+        sampling_seed = request.sampling_seed
+        if sampling_seed is not None and episode_idx > 0:
+            sampling_seed = derive_seed("episode", sampling_seed, episode_idx)
+        base_meta = {
+            "request_meta": request.meta,
+            "episode_idx": episode_idx,
+            "engine": {
+                "max_steps": max_steps,
+                "env_kind": request.env.kind,
+                "protocol_kind": request.protocol.kind,
+                "env_seed": request.env_seed,
+                "sampling_seed": sampling_seed,
+            },
+        }
+        try:
+            env = self.env_registry[request.env.kind](**request.env.kwargs)
+            protocol = self.protocol_registry[request.protocol.kind](**request.protocol.kwargs)
+            rollouts = await protocol.run(
+                env=env,
+                max_steps=max_steps,
+                env_seed=request.env_seed,
+                sampling_seed=sampling_seed,
+                inference=request.inference,
+                timeout_s=timeout_s,
+            )
+        except Exception as exc:  # recorded, counted and excluded; see _check_failures
+            return [Rollout(meta={**base_meta, "failed": True, "error": _describe(exc)})], exc
+        for rollout in rollouts:
+            rollout.meta.update(base_meta)
+        return list(rollouts), None
+
+    def _check_failures(self, errors: Sequence[Exception], *, total: int) -> None:
+        if errors and len(errors) > self.max_failure_frac * total:
+            first = errors[0]
+            raise EpisodeFailuresError(
+                f"{len(errors)} of {total} episodes failed (max_failure_frac={self.max_failure_frac}); "
+                f"first: {type(first).__name__}: {first}"
+            ) from first
+
+    # ---- batches ----------------------------------------------------------------------------
+    async def generate_batch(
+        self,
+        requests: Sequence[RolloutRequest],
+        algorithm: RLAlgorithm,
+        sample_filter: SampleFilter | None = None,
+        *,
+        max_steps: int | None = None,
+        timeout_s: float | None = None,
+        concurrency: int = 8,
+    ) -> SAWBatch:
+        """Rollouts -> credit (``algorithm.credit_assigner``) -> SAW items -> filter.
+
+        ``algorithm.preprocess`` is NOT applied here: the Trainer applies it to every batch.
+        A failed episode takes its whole GRPO group (same ``group_id``) out of the batch, since
+        group normalisation needs complete groups.
+        """
+        rollouts = await self.generate_rollouts(
+            requests=requests,
+            max_steps=max_steps if max_steps is not None else self.default_max_steps,
+            timeout_s=timeout_s,
+            concurrency=concurrency,
+            include_failed=True,
+        )
+        failed = [r for r in rollouts if r.meta.get("failed")]
+        broken_groups = {_group_id(r) for r in failed} - {None}
+        usable = [r for r in rollouts if not r.meta.get("failed") and _group_id(r) not in broken_groups]
+        weights = algorithm.credit_assigner.compute(usable)
+        items = rollouts_to_saw_items(usable, weights)
+        if sample_filter is not None:
+            items = [item for item in items if sample_filter(item)]
+        meta: dict[str, Any] = batch_meta(
+            target_rollouts=sum(r.num_episodes for r in requests),
+            rollouts=usable,
+            items=items,
+            failed=len(failed),
+        )
+        meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(usable))
+        return SAWBatch(items=items, meta=meta)
+
+    # ---- helpers ----------------------------------------------------------------------------
+    @staticmethod
+    def _lookup(registry: Mapping[str, Any], kind: str, what: str) -> Any:
+        if kind not in registry:
+            raise KeyError(f"unknown {what} kind {kind!r}; registered: {sorted(registry)}")
+        return registry[kind]
+
+    def _write_jsonl(self, rollouts: Sequence[Rollout]) -> None:
+        if self.jsonl_path is None:
+            return
+        self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.jsonl_path.open("a", encoding="utf-8") as f:
+            for rollout in rollouts:
+                f.write(json.dumps(rollout_to_dict(rollout)) + "\n")
+
+
+def _group_id(rollout: Rollout) -> Any:
+    return (rollout.meta.get("request_meta") or {}).get("group_id")
+
+
+def _describe(exc: BaseException) -> dict[str, str]:
+    return {"type": type(exc).__name__, "message": str(exc)}

@@ -1,0 +1,100 @@
+"""Rollouts + credit -> SAW items and batch metadata.
+
+Training sees exactly the sampled tokens: ``input_ids = prompt_token_ids + completion_token_ids``
+from each step's TokenTrace, never a re-tokenisation of the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ludic.training.types import ActorTokenLogps, RolloutStepKey, SampleAttachments, SAWItem
+from ludic.types import Rollout, Step
+
+
+def step_to_saw_item(rollout: Rollout, step: Step, weight: float) -> SAWItem:
+    """One SAW item for one agent step; raises if the step carries no token trace."""
+    trace = step.trace
+    if trace is None:
+        raise ValueError(
+            f"missing rollout-time token trace for rollout {rollout.id!r} step {step.index}: the client "
+            "must return prompt/completion token ids (Ludic never re-tokenises generated text)"
+        )
+    prompt, completion = list(trace.prompt_token_ids), list(trace.completion_token_ids)
+    if not completion:
+        raise ValueError(f"rollout {rollout.id!r} step {step.index}: empty completion in the token trace")
+    request_meta = rollout.meta.get("request_meta", {})
+    meta: dict[str, Any] = {
+        "rollout_id": rollout.id,
+        "step_index": step.index,
+        "agent_id": rollout.meta.get("agent_id"),
+        "total_reward": rollout.total_reward,
+        "reward": step.reward,
+        "truncated": step.truncated,
+        "terminated": step.terminated,
+        "episode_truncated": rollout.meta.get("episode_truncated", False),
+        "truncation_reason": rollout.meta.get("truncation_reason"),
+        "request_meta": request_meta,
+        "group_id": request_meta.get("group_id"),
+        "policy_version": step.info.get("policy_version"),
+        "finish_reason": trace.finish_reason,
+        "parse_error": bool(step.info.get("parse_error", False)),
+        "prompt_length": len(prompt),
+        "completion_length": len(completion),
+    }
+    # env/step info keys (e.g. "all_passed", "result") sit at the top level so reducers can name them
+    meta = {**_json_safe(step.info), **meta}
+    actor = None
+    if trace.completion_logprobs is not None:
+        actor = ActorTokenLogps([float(x) for x in trace.completion_logprobs])
+    return SAWItem(
+        input_ids=prompt + completion,
+        attention_mask=[1] * (len(prompt) + len(completion)),
+        action_mask=[0] * len(prompt) + [1] * len(completion),
+        weight=float(weight),
+        meta=meta,
+        attachments=SampleAttachments(actor_logps=actor),
+    )
+
+
+def rollouts_to_saw_items(
+    rollouts: Sequence[Rollout], weights: Mapping[RolloutStepKey, float]
+) -> list[SAWItem]:
+    items = []
+    for rollout in rollouts:
+        for step in rollout.steps:
+            key = (rollout.id, step.index)
+            if key not in weights:
+                raise KeyError(f"credit assigner gave no weight for rollout {rollout.id!r} step {step.index}")
+            items.append(step_to_saw_item(rollout, step, weights[key]))
+    return items
+
+
+def batch_meta(
+    *, target_rollouts: int, rollouts: Sequence[Rollout], items: Sequence[SAWItem], failed: int
+) -> dict[str, float]:
+    """The batch-level numbers the Trainer logs (``target_rollouts``, ``effective_rollouts``, ...)."""
+    return {
+        "target_rollouts": float(target_rollouts),
+        "effective_rollouts": float(len({it.meta["rollout_id"] for it in items})),
+        "failed_rollouts": float(failed),
+        "num_samples": float(len(items)),
+        "avg_total_reward": _mean([r.total_reward for r in rollouts]),
+        "avg_completion_length": _mean([it.meta["completion_length"] for it in items]),
+    }
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def _json_safe(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-friendly part of a step's info (for reducers and JSONL); objects are dropped."""
+    safe = {}
+    for key, value in info.items():
+        if isinstance(value, (str, int, float, bool, type(None))):
+            safe[key] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, bool)) for v in value):
+            safe[key] = list(value)
+    return safe
