@@ -4,6 +4,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup.sh
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" TOKENIZERS_PARALLELISM=false
+# One intra-op thread: the tiny models gain little from two, and two spin-waiting threads on a
+# busy 2-core machine can slow a test by 30x.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" TOKENIZERS_PARALLELISM=false
 .venv/bin/python -m ruff check src tests bench examples environments
 .venv/bin/python -m pytest "$@"

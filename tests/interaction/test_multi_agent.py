@@ -48,7 +48,7 @@ async def test_two_agents_get_their_own_rollouts_and_the_loser_is_credited():
 async def test_unmanaged_seat_is_played_by_the_env():
     x, _ = _agent(_moves(1, 9, 3))
     (rx,) = await MultiAgentProtocol({"x": x}).run(
-        env=TicTacToeEnv(two_player=True, opponent="heuristic"), max_steps=20
+        env=TicTacToeEnv(two_player=True, opponent="heuristic"), max_steps=20, env_seed=0
     )
     assert rx.steps[0].next_obs.startswith("Opponent (O) played 5.\nYou are X.")
     assert rx.meta["agent_id"] == "x"
