@@ -57,11 +57,18 @@ def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
 
 
 def make_requests(
-    cfg: RunConfig, *, first_seed: int, n: int, sampling: SamplingConfig
+    cfg: RunConfig,
+    *,
+    first_seed: int,
+    n: int,
+    sampling: SamplingConfig,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> list[RolloutRequest]:
+    """``n`` requests with consecutive env seeds; ``env_kwargs`` override ``[env].kwargs``."""
+    kwargs = {**cfg.env.kwargs, **(env_kwargs or {})}
     return [
         RolloutRequest(
-            env=EnvSpec(kind=cfg.env.name, kwargs=dict(cfg.env.kwargs)),
+            env=EnvSpec(kind=cfg.env.name, kwargs=dict(kwargs)),
             protocol=ProtocolSpec(kind=cfg.protocol.name, kwargs=dict(cfg.protocol.kwargs)),
             env_seed=first_seed + i,
             sampling_seed=first_seed + i,

@@ -36,8 +36,8 @@ class Evaluator:
         each request's own inference settings. Per-request sampling seeds are kept, so sampled
         evaluation is reproducible.
     concurrency: episodes in flight (overridable per call).
-    out_dir: if set, each call writes ``eval_<step>.jsonl`` (one line per episode) and
-        ``eval_<step>_summary.json``.
+    out_dir: if set, each call writes ``eval_step_<step>.jsonl`` (one line per episode) and
+        ``eval_step_<step>_summary.json`` (``eval_call_<n>...`` when called without a step).
     """
 
     def __init__(
@@ -65,6 +65,7 @@ class Evaluator:
         self.concurrency = concurrency
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.last_rollouts: list[Rollout] = []
+        self.calls = 0
 
     @staticmethod
     def _with_sampling(request: RolloutRequest, sampling: SamplingConfig | None) -> RolloutRequest:
@@ -78,6 +79,7 @@ class Evaluator:
 
     async def evaluate(self, *, concurrency: int | None = None, step: int | None = None) -> dict[str, float]:
         """Play every request once; returns ``eval/``-prefixed floats."""
+        self.calls += 1
         start = time.perf_counter()
         rollouts = await self.engine.generate_rollouts(
             requests=self.requests, max_steps=self.max_steps, concurrency=concurrency or self.concurrency
@@ -111,7 +113,7 @@ class Evaluator:
     def _write(self, rollouts: list[Rollout], stats: dict[str, float], step: int | None) -> None:
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        tag = "final" if step is None else f"step_{step}"
+        tag = f"call_{self.calls}" if step is None else f"step_{step}"  # the Trainer passes no step
         with open(self.out_dir / f"eval_{tag}.jsonl", "w") as f:
             for rollout in rollouts:
                 f.write(json.dumps(episode_record(rollout), default=str) + "\n")

@@ -1,0 +1,69 @@
+"""``ludic train`` / ``ludic eval`` end to end on a tiny local model (embedded engine, CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ludic.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ludic.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+def _config(tmp_path: Path, model: Path) -> Path:
+    text = f"""
+steps = 2
+[model]
+path = "{model}"
+[env]
+name = "letter_repeat"
+kwargs = {{ count = 2, letters = "ab" }}
+[rollout]
+prompts_per_step = 2
+group_size = 2
+sampling = {{ temperature = 1.0, max_tokens = 4 }}
+[eval]
+num_episodes = 4
+every_n_steps = 1
+sampling = {{ temperature = 0.0, max_tokens = 4 }}
+[trainer]
+lr = 1e-4
+max_seq_len = 128
+micro_token_budget = 1024
+[logging]
+output_dir = "{tmp_path / "out"}"
+rich = false
+"""
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def test_train_writes_metrics_plot_and_eval(tmp_path: Path, tiny_model: Path) -> None:
+    cfg = _config(tmp_path, tiny_model)
+    assert main(["train", str(cfg)]) == 0
+    out = tmp_path / "out"
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all("train/loss" in r and "eval/avg_total_reward" in r for r in rows)
+    assert (out / "training_curve.png").read_bytes()[:4] == b"\x89PNG"
+    final = json.loads((out / "eval" / "eval_step_2_summary.json").read_text())
+    assert final["eval/num_episodes"] == 4.0
+
+
+def test_eval_prints_eval_stats(tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _config(tmp_path, tiny_model)
+    assert main(["eval", str(cfg)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["eval/num_episodes"] == 4.0
+    assert -1.0 <= stats["eval/avg_total_reward"] <= 1.0  # -1: a reply cut at max_tokens
+    assert (tmp_path / "out" / "eval" / "eval_call_1.jsonl").is_file()
