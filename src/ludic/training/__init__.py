@@ -1,6 +1,12 @@
 """Training: credit assignment, losses, presets, batching, the Trainer, stats, loggers, checkpoints."""
 
-from ludic.training.algorithm import RLAlgorithm
+from ludic.training.algorithm import RLAlgorithm, validate_actor_logps
+from ludic.training.batching import (
+    GRPORequestStrategy,
+    OfflineBatchSource,
+    RolloutBatchSource,
+    RolloutEngine,
+)
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.credit_assignment import (
@@ -23,6 +29,15 @@ from ludic.training.loss import (
     ReinforceLoss,
     TokenClippedSurrogateLoss,
     TokenKLLoss,
+)
+from ludic.training.presets import (
+    make_cispo,
+    make_grpo,
+    make_gspo,
+    make_reinforce,
+    make_reinforce_baseline,
+    make_scalerl,
+    make_sft,
 )
 from ludic.training.stats import Reducer, aggregate_stats, apply_reducers_to_records, default_reducers
 from ludic.training.trainer import Trainer
@@ -51,6 +66,7 @@ __all__ = [
     "CreditAssigner",
     "EnvSpec",
     "EpisodicReturn",
+    "GRPORequestStrategy",
     "GroupNormalizedReturn",
     "HybridNormalizedReturn",
     "JsonlLogger",
@@ -58,6 +74,7 @@ __all__ = [
     "LossTerm",
     "MaskedCausalLMCrossEntropyLoss",
     "MonteCarloReturn",
+    "OfflineBatchSource",
     "PerStepReward",
     "PrintLogger",
     "ProtocolSpec",
@@ -66,6 +83,8 @@ __all__ = [
     "ReinforceBaselineLoss",
     "ReinforceLoss",
     "RichLiveLogger",
+    "RolloutBatchSource",
+    "RolloutEngine",
     "RolloutRequest",
     "RolloutStepKey",
     "SAWBatch",
@@ -79,4 +98,12 @@ __all__ = [
     "aggregate_stats",
     "apply_reducers_to_records",
     "default_reducers",
+    "make_cispo",
+    "make_grpo",
+    "make_gspo",
+    "make_reinforce",
+    "make_reinforce_baseline",
+    "make_scalerl",
+    "make_sft",
+    "validate_actor_logps",
 ]
