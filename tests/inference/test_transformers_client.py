@@ -1,6 +1,7 @@
 """The embedded engine: exact token-in/token-out, batching, seeded sampling, atomic weight swaps."""
 
 import asyncio
+import copy
 
 import pytest
 import torch
@@ -20,10 +21,11 @@ def _req(content: str = "hello", **sampling) -> ChatCompletionRequest:
     )
 
 
-def _forward_logps(client: TransformersChatClient, prompt: list[int], completion: list[int]) -> list[float]:
+def _forward_logps(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> list[float]:
+    """Fresh full-sequence forward: log-softmax of the raw logits at each completion token."""
     ids = torch.tensor([prompt + completion])
     with torch.no_grad():
-        logps = torch.log_softmax(client.model(ids).logits.float(), dim=-1)
+        logps = torch.log_softmax(model(ids).logits.float(), dim=-1)
     return [float(logps[0, len(prompt) - 1 + i, tok]) for i, tok in enumerate(completion)]
 
 
@@ -31,7 +33,7 @@ async def test_returned_ids_and_logprobs_are_exactly_what_was_sampled(client):
     response, info = await client.complete(_req(max_tokens=12, seed=7))
     assert response.prompt_token_ids == client.prompt_ids_for(_req())
     assert len(response.completion_token_ids) == len(response.completion_logprobs) >= 1
-    recomputed = _forward_logps(client, response.prompt_token_ids, response.completion_token_ids)
+    recomputed = _forward_logps(client.model, response.prompt_token_ids, response.completion_token_ids)
     assert recomputed == pytest.approx(response.completion_logprobs, abs=1e-4)
     assert info["policy_version"] == response.policy_version == client.policy_version
 
@@ -48,12 +50,43 @@ async def test_token_in_request_samples_from_the_given_ids(client):
     assert response.prompt_token_ids == prompt
 
 
-async def test_greedy_is_deterministic_and_max_tokens_gives_length(client):
+async def test_greedy_is_deterministic(client):
     a, _ = await client.complete(_req(temperature=0.0, max_tokens=6))
     b, _ = await client.complete(_req(temperature=0.0, max_tokens=6))
     assert a.completion_token_ids == b.completion_token_ids
-    if a.finish_reason == "length":
-        assert len(a.completion_token_ids) == 6
+
+
+async def test_max_tokens_gives_length_and_eos_gives_stop(client):
+    eos = client.tokenizer.eos_token_id
+    responses = await asyncio.gather(*[client.complete(_req("m", max_tokens=3, seed=s)) for s in range(8)])
+    for response, _ in responses:
+        ids = response.completion_token_ids
+        if ids[-1] == eos:
+            assert response.finish_reason == "stop" and "<|im_end|>" not in response.text
+        else:
+            assert response.finish_reason == "length" and len(ids) == 3
+
+
+async def test_eos_is_in_the_ids_but_not_in_the_text():
+    # embeddings all ones (EOS row twos) and zeroed residual branches: the hidden state stays all
+    # ones, so the tied lm_head scores EOS 256 and every other token 128 at every step
+    fresh = TransformersChatClient(tiny_model_path())
+    eos = fresh.tokenizer.eos_token_id
+    state = fresh.model.state_dict()
+    embed = torch.ones_like(state["model.embed_tokens.weight"])
+    embed[eos] = 2.0
+    update = {"model.embed_tokens.weight": embed}
+    update.update(
+        {
+            k: torch.zeros_like(v)
+            for k, v in state.items()
+            if k.endswith(("o_proj.weight", "down_proj.weight"))
+        }
+    )
+    fresh.sync_weights(update)
+    response, _ = await fresh.complete(_req(temperature=0.0, max_tokens=5))
+    assert response.completion_token_ids == [eos]
+    assert response.finish_reason == "stop" and response.text == ""
 
 
 async def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(client):
@@ -114,6 +147,7 @@ async def test_sync_weights_swaps_weights_and_bumps_version():
             r"'model.norm.weight' has shape \(7,\), expected \(128,\)",
         ),
         ({"model.norm.weight": torch.full((128,), float("nan"))}, ValueError, "NaN or inf"),
+        ({"model.norm.weight": torch.ones(128, dtype=torch.long)}, TypeError, "dtype torch.int64"),
     ],
 )
 async def test_bad_state_dict_is_rejected_and_old_weights_keep_serving(bad, error, match):
@@ -136,6 +170,47 @@ async def test_bad_requests_raise_clear_errors(client):
                 model="t", messages=[{"role": "user", "content": "x"}], prompt_token_ids=[10**6]
             )
         )
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: SamplingConfig(temperature=-1.0), "temperature must be a finite number >= 0"),
+        (lambda: SamplingConfig(top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (lambda: SamplingConfig(max_tokens=0), "max_tokens must be an int >= 1"),
+        (lambda: _req(stop=[""]), "stop must be non-empty strings"),
+        (
+            lambda: ChatCompletionRequest(model="t", messages=[{"role": "user"}]),
+            r"messages\[0\]\['content'\] must be a str",
+        ),
+        (
+            lambda: ChatCompletionRequest(model="t", messages=[{"content": "x"}]),
+            r"messages\[0\]\['role'\] must be one of",
+        ),
+    ],
+)
+def test_bad_sampling_values_and_malformed_messages_raise_clear_errors(build, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        build()
+
+
+async def test_sync_during_generation_waits_for_the_batch_and_later_requests_see_new_weights():
+    client = TransformersChatClient(tiny_model_path())
+    old_model = copy.deepcopy(client.model)
+    new = {k: v + 0.5 * torch.randn_like(v) for k, v in client.model.state_dict().items() if "mlp" in k}
+    first = asyncio.gather(*[client.complete(_req(f"a{i}", max_tokens=48, seed=i)) for i in range(8)])
+    before = client.forward_calls
+    while client.forward_calls == before:  # wait until the first batch is mid-generation
+        await asyncio.sleep(0.001)
+    await asyncio.to_thread(client.sync_weights, new)
+    second, _ = await client.complete(_req("b", max_tokens=8, seed=1))
+    for response, _ in await first:  # the whole first batch came from the old weights
+        assert response.policy_version == 0
+        old_logps = _forward_logps(old_model, response.prompt_token_ids, response.completion_token_ids)
+        assert old_logps == pytest.approx(response.completion_logprobs, abs=1e-4)
+    assert second.policy_version == 1
+    new_logps = _forward_logps(client.model, second.prompt_token_ids, second.completion_token_ids)
+    assert new_logps == pytest.approx(second.completion_logprobs, abs=1e-4)
 
 
 async def test_tokenizer_without_chat_template_is_a_clear_error():

@@ -176,7 +176,13 @@ class TransformersChatClient:
         timeout_s: float = 600.0,
         version: int | None = None,
     ) -> str:
-        """Load (a subset of) a state dict all-or-nothing, then bump the policy version."""
+        """Load (a subset of) a state dict all-or-nothing, then bump the policy version.
+
+        Every name, shape and dtype is checked before anything is copied. The copy waits for the
+        batch being generated to finish (weights swap between batches, never mid-forward), so
+        call it off the event loop (e.g. ``asyncio.to_thread``) when requests are in flight.
+        Floating-point tensors are cast to the model's dtype (a bf16 trainer can publish to fp32).
+        """
         target = self.model.state_dict()
         self._validate_state_dict(params, target)
         if not self._weights_lock.acquire(timeout=timeout_s):
@@ -207,6 +213,11 @@ class TransformersChatClient:
             if tuple(tensor.shape) != tuple(target[name].shape):
                 raise ValueError(
                     f"sync_weights: {name!r} has shape {tuple(tensor.shape)}, expected {tuple(target[name].shape)}"
+                )
+            if tensor.is_floating_point() != target[name].is_floating_point():
+                raise TypeError(
+                    f"sync_weights: {name!r} has dtype {tensor.dtype}, expected {target[name].dtype} "
+                    "(floating-point casts such as bfloat16 -> float32 are fine)"
                 )
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"sync_weights: {name!r} contains NaN or inf values")
