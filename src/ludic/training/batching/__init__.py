@@ -9,6 +9,12 @@ from ludic.training.batching.jsonl import (
 )
 from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.batching.offline_batch_source import OfflineBatchSource
+from ludic.training.batching.request_sources import (
+    Curriculum,
+    DatasetRequests,
+    requests_from_dataset,
+    requests_from_queue,
+)
 from ludic.training.batching.requests import (
     GRPORequestStrategy,
     IdentityRequestStrategy,
@@ -22,6 +28,8 @@ from ludic.training.batching.rollout_engine import EpisodeFailuresError, Rollout
 from ludic.training.batching.saw_builder import rollouts_to_saw_items, step_to_saw_item
 
 __all__ = [
+    "Curriculum",
+    "DatasetRequests",
     "EpisodeFailuresError",
     "GRPORequestStrategy",
     "IdentityRequestStrategy",
@@ -34,6 +42,8 @@ __all__ = [
     "iter_jsonl",
     "request_from_dict",
     "request_to_dict",
+    "requests_from_dataset",
+    "requests_from_queue",
     "rollout_from_dict",
     "rollout_to_dict",
     "rollouts_to_saw_items",

@@ -1,0 +1,179 @@
+"""Request functions from data: datasets, queues, and a curriculum that changes the mix over time.
+
+A request function is what ``RolloutBatchSource`` calls once per macro-batch: a zero-argument
+callable (sync or async) returning the next list of ``RolloutRequest``s. When the data is exhausted
+it raises ``StopAsyncIteration``, which ends ``Trainer.train(num_steps=None)`` cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import random
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ludic.training.types import RolloutRequest
+
+MakeRequest = Callable[[Any], RolloutRequest]
+RequestFn = Callable[[], Any]
+
+
+class DatasetRequests:
+    """Batches of ``make_request(example)`` over a list, a ``datasets.Dataset`` or any iterable.
+
+    Indexable data (``__len__`` + ``__getitem__``) is reshuffled every epoch with a seeded RNG;
+    other iterables are consumed in order (one pass per epoch needs a re-iterable). ``epochs=None``
+    cycles forever.
+    """
+
+    def __init__(
+        self,
+        data: Sequence[Any] | Iterable[Any],
+        make_request: MakeRequest,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        epochs: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        self.data = data
+        self.make_request = make_request
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.epochs = epochs
+        self.epoch = 0
+        self._rng = random.Random(seed)
+        self._examples = self._stream()
+
+    def __call__(self) -> list[RolloutRequest]:
+        examples = [ex for _, ex in zip(range(self.batch_size), self._examples)]
+        if not examples:
+            raise StopAsyncIteration
+        return [self.make_request(ex) for ex in examples]
+
+    def _stream(self) -> Iterator[Any]:
+        while self.epochs is None or self.epoch < self.epochs:
+            produced = False
+            for example in self._one_epoch():
+                produced = True
+                yield example
+            if not produced:
+                raise ValueError("DatasetRequests: the data is empty")
+            self.epoch += 1
+
+    def _one_epoch(self) -> Iterator[Any]:
+        if hasattr(self.data, "__len__") and hasattr(self.data, "__getitem__"):
+            order = list(range(len(self.data)))  # type: ignore[arg-type]
+            if self.shuffle:
+                self._rng.shuffle(order)
+            for i in order:
+                yield self.data[i]  # type: ignore[index]
+        else:
+            yield from self.data
+
+
+def requests_from_dataset(
+    data: Sequence[Any] | Iterable[Any],
+    make_request: MakeRequest,
+    *,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: int = 0,
+    epochs: int | None = None,
+) -> DatasetRequests:
+    """A request function over ``data``; see DatasetRequests."""
+    return DatasetRequests(
+        data, make_request, batch_size=batch_size, shuffle=shuffle, seed=seed, epochs=epochs
+    )
+
+
+def requests_from_queue(
+    source: asyncio.Queue | queue.Queue, *, batch_size: int, timeout_s: float | None = None
+) -> Callable[[], Any]:
+    """An async request function that takes ``batch_size`` requests from a queue (blocking as needed).
+
+    A ``None`` in the queue marks the end: the batch so far is returned, then StopAsyncIteration.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    finished = False
+
+    async def get() -> Any:
+        if isinstance(source, asyncio.Queue):
+            return await asyncio.wait_for(source.get(), timeout_s)
+        return await asyncio.to_thread(source.get, True, timeout_s)
+
+    async def next_requests() -> list[RolloutRequest]:
+        nonlocal finished
+        batch: list[RolloutRequest] = []
+        while not finished and len(batch) < batch_size:
+            item = await get()
+            if item is None:
+                finished = True
+            else:
+                batch.append(item)
+        if not batch:
+            raise StopAsyncIteration
+        return batch
+
+    return next_requests
+
+
+Schedule = Callable[[int], Mapping[str, float]]
+
+
+class Curriculum:
+    """Mixes several request functions with weights that change with the call count (≈ training step).
+
+    Each call picks ONE source for the whole macro-batch, drawn with probability proportional to
+    ``schedule(step)[name]`` (seeded), and tags its requests with ``meta["curriculum_source"]``.
+    """
+
+    def __init__(self, sources: Mapping[str, RequestFn], schedule: Schedule, *, seed: int = 0) -> None:
+        if not sources:
+            raise ValueError("Curriculum needs at least one source")
+        self.sources = dict(sources)
+        self.schedule = schedule
+        self.step = 0
+        self._rng = random.Random(seed)
+
+    @staticmethod
+    def staged(stages: Sequence[tuple[int, Mapping[str, float]]]) -> Schedule:
+        """A schedule from ``[(start_step, weights), ...]``: the last stage started applies."""
+        ordered = sorted(stages, key=lambda s: s[0])
+        if not ordered or ordered[0][0] != 0:
+            raise ValueError("Curriculum.staged needs a stage starting at step 0")
+
+        def weights(step: int) -> Mapping[str, float]:
+            return [w for start, w in ordered if start <= step][-1]
+
+        return weights
+
+    def weights(self) -> dict[str, float]:
+        raw = dict(self.schedule(self.step))
+        unknown = set(raw) - set(self.sources)
+        if unknown:
+            raise KeyError(
+                f"curriculum weights name unknown sources {sorted(unknown)}; known: {sorted(self.sources)}"
+            )
+        if not raw or any(w < 0 for w in raw.values()) or sum(raw.values()) <= 0:
+            raise ValueError(
+                f"curriculum weights at step {self.step} must be >= 0 with a positive sum, got {raw}"
+            )
+        return raw
+
+    async def __call__(self) -> list[RolloutRequest]:
+        weights = self.weights()
+        names = list(weights)
+        name = self._rng.choices(names, weights=[weights[n] for n in names])[0]
+        self.step += 1
+        requests = self.sources[name]()
+        if inspect.isawaitable(requests):
+            requests = await requests
+        for request in requests:
+            request.meta = {**request.meta, "curriculum_source": name}
+        return list(requests)

@@ -1,0 +1,81 @@
+"""OfflineBatchSource: in-memory items, SAW-item and rollout JSONL, streaming, seeded shuffle, epochs."""
+
+import pytest
+
+from ludic.training.batching import OfflineBatchSource, jsonl
+from ludic.training.batching.jsonl import rollout_to_dict, saw_item_to_dict, write_jsonl
+from ludic.training.types import SAWItem
+from ludic.types import Rollout, Step, TokenTrace
+
+
+def _item(i: int) -> SAWItem:
+    return SAWItem([i, i + 1, i + 2], [1, 1, 1], [0, 1, 1], 1.0, {"rollout_id": f"r{i}"})
+
+
+async def test_in_memory_items_come_back_in_batches_and_epochs_end():
+    source = OfflineBatchSource([_item(i) for i in range(5)], batch_size=2, epochs=1)
+    sizes = [len((await source.next_batch()).items) for _ in range(3)]
+    assert sizes == [2, 2, 1]
+    with pytest.raises(StopAsyncIteration):
+        await source.next_batch()
+
+
+async def test_saw_item_jsonl_round_trips(tmp_path):
+    path = tmp_path / "items.jsonl"
+    write_jsonl(path, [saw_item_to_dict(_item(i)) for i in range(3)])
+    batch = await OfflineBatchSource(path, batch_size=3).next_batch()
+    assert [it.input_ids for it in batch.items] == [[0, 1, 2], [1, 2, 3], [2, 3, 4]]
+    assert batch.items[1].meta == {"rollout_id": "r1"}
+
+
+async def test_rollout_jsonl_becomes_sft_items_with_constant_credit(tmp_path):
+    trace = TokenTrace([5, 6], [7, 8], [-0.1, -0.2], "stop")
+    rollout = Rollout(steps=[Step(0, "o", "a", None, 0.0, False, True, {}, trace)])
+    path = tmp_path / "rollouts.jsonl"
+    write_jsonl(path, [rollout_to_dict(rollout)])
+    (item,) = (await OfflineBatchSource(path, batch_size=4, epochs=1).next_batch()).items
+    assert item.input_ids == [5, 6, 7, 8] and item.action_mask == [0, 0, 1, 1] and item.weight == 1.0
+    assert item.attachments.actor_logps.token_logps == [-0.1, -0.2]
+
+
+async def test_files_are_streamed_not_loaded_whole(tmp_path, monkeypatch):
+    path = tmp_path / "big.jsonl"
+    write_jsonl(path, [saw_item_to_dict(_item(i)) for i in range(1000)])
+    read = {"n": 0}
+    real = jsonl.iter_jsonl
+
+    def counting(p):
+        for record in real(p):
+            read["n"] += 1
+            yield record
+
+    monkeypatch.setattr("ludic.training.batching.offline_batch_source.iter_jsonl", counting)
+    source = OfflineBatchSource(path, batch_size=4)
+    await source.next_batch()
+    assert read["n"] <= 5  # only what the first batch needed was parsed
+
+
+async def test_bounded_shuffle_is_seeded(tmp_path):
+    items = [_item(i) for i in range(20)]
+
+    async def order(seed):
+        source = OfflineBatchSource(items, batch_size=20, shuffle=True, seed=seed, shuffle_buffer=5)
+        return [it.input_ids[0] for it in (await source.next_batch()).items]
+
+    assert await order(3) == await order(3)
+    assert sorted(await order(3)) == list(range(20)) and await order(3) != list(range(20))
+
+
+async def test_bad_lines_name_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"input_ids": [1], "action_mask": [1]}\n{oops\n')
+    source = OfflineBatchSource(path, batch_size=5)
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not valid JSON"):
+        await source.next_batch()
+
+
+def test_missing_file_and_empty_data_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        OfflineBatchSource(tmp_path / "nope.jsonl", batch_size=1)
+    with pytest.raises(ValueError, match="non-empty list"):
+        OfflineBatchSource([], batch_size=1)
