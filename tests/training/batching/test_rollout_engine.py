@@ -1,5 +1,6 @@
 """RolloutEngine: requests -> rollouts -> SAW batches, reproducibility and failure handling."""
 
+import asyncio
 import json
 
 import pytest
@@ -22,7 +23,7 @@ from ludic.training.batching import (
 from ludic.training.credit_assignment import EpisodicReturn, GroupNormalizedReturn
 from ludic.training.filters import combine, drop_incomplete_completions, drop_parse_errors, drop_truncated
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic.types import StepOutcome
+from ludic.types import Rollout, Step, StepOutcome
 
 
 class EchoEnv(SingleAgentEnv):
@@ -135,6 +136,40 @@ async def test_too_many_failures_raise_with_the_first_error_chained():
     with pytest.raises(EpisodeFailuresError, match="2 of 3 episodes failed") as info:
         await engine.generate_rollouts(requests=[bad, _request()], max_steps=1)
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+class _RunawayProtocol:
+    """Ignores both max_steps and timeout_s: the engine must bound it anyway."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    async def run(self, *, env, max_steps, timeout_s=None, **_):
+        if self.mode == "hang":
+            await asyncio.sleep(60)
+        steps = [Step(i, "o", "a", "o", 0.0, False, False) for i in range(max_steps + 1)]
+        return [Rollout(steps=steps, meta={"agent_id": "agent_0"})]
+
+
+async def test_protocols_over_max_steps_or_timeout_are_recorded_as_failed():
+    engine = RolloutEngine(
+        env_registry={"echo": EchoEnv},
+        protocol_registry={"runaway": _RunawayProtocol},
+        max_failure_frac=1.0,
+    )
+    requests = [
+        RolloutRequest(EnvSpec("echo"), ProtocolSpec("runaway", {"mode": "long"})),
+        RolloutRequest(EnvSpec("echo"), ProtocolSpec("runaway", {"mode": "hang"})),
+    ]
+    rollouts = await engine.generate_rollouts(
+        requests=requests, max_steps=2, timeout_s=0.05, include_failed=True
+    )
+    assert [r.meta["failed"] for r in rollouts] == [True, True]
+    assert rollouts[0].meta["error"] == {
+        "type": "RuntimeError",
+        "message": "protocol 'runaway' returned a rollout with 3 steps, max_steps=2",
+    }
+    assert rollouts[1].meta["error"]["type"] == "TimeoutError"
 
 
 async def test_a_failed_episode_drops_its_whole_group_before_group_normalisation():

@@ -104,14 +104,16 @@ class RolloutEngine:
         try:
             env = self.env_registry[request.env.kind](**request.env.kwargs)
             protocol = self.protocol_registry[request.protocol.kind](**request.protocol.kwargs)
-            rollouts = await protocol.run(
-                env=env,
-                max_steps=max_steps,
-                env_seed=request.env_seed,
-                sampling_seed=sampling_seed,
-                inference=request.inference,
-                timeout_s=timeout_s,
-            )
+            async with asyncio.timeout(timeout_s):  # also bounds a protocol that ignores timeout_s
+                rollouts = await protocol.run(
+                    env=env,
+                    max_steps=max_steps,
+                    env_seed=request.env_seed,
+                    sampling_seed=sampling_seed,
+                    inference=request.inference,
+                    timeout_s=timeout_s,
+                )
+            _check_lengths(rollouts, max_steps, request.protocol.kind)
         except Exception as exc:  # recorded, counted and excluded; see _check_failures
             return [Rollout(meta={**base_meta, "failed": True, "error": _describe(exc)})], exc
         for rollout in rollouts:
@@ -182,9 +184,18 @@ class RolloutEngine:
                 f.write(json.dumps(rollout_to_dict(rollout)) + "\n")
 
 
+def _check_lengths(rollouts: Sequence[Rollout], max_steps: int, protocol_kind: str) -> None:
+    for rollout in rollouts:
+        if len(rollout.steps) > max_steps:
+            raise RuntimeError(
+                f"protocol {protocol_kind!r} returned a rollout with {len(rollout.steps)} steps, "
+                f"max_steps={max_steps}"
+            )
+
+
 def _group_id(rollout: Rollout) -> Any:
     return (rollout.meta.get("request_meta") or {}).get("group_id")
 
 
 def _describe(exc: BaseException) -> dict[str, str]:
-    return {"type": type(exc).__name__, "message": str(exc)}
+    return {"type": type(exc).__name__, "message": str(exc) or repr(exc)}
