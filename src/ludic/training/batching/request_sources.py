@@ -24,8 +24,9 @@ class DatasetRequests:
     """Batches of ``make_request(example)`` over a list, a ``datasets.Dataset`` or any iterable.
 
     Indexable data (``__len__`` + ``__getitem__``) is reshuffled every epoch with a seeded RNG;
-    other iterables are consumed in order (one pass per epoch needs a re-iterable). ``epochs=None``
-    cycles forever.
+    other iterables are consumed in order, once per epoch; a one-shot iterator (a generator, a
+    streamed dataset) gives one epoch whatever ``epochs`` says. ``epochs=None`` cycles forever.
+    The last batch of the data may be short; after it, calls raise StopAsyncIteration.
     """
 
     def __init__(
@@ -62,7 +63,9 @@ class DatasetRequests:
                 produced = True
                 yield example
             if not produced:
-                raise ValueError("DatasetRequests: the data is empty")
+                if self.epoch > 0 and iter(self.data) is self.data:  # type: ignore[arg-type]
+                    return  # a one-shot iterator: its single pass is over
+                raise ValueError(f"DatasetRequests: the data is empty ({type(self.data).__name__})")
             self.epoch += 1
 
     def _one_epoch(self) -> Iterator[Any]:
@@ -97,6 +100,8 @@ def requests_from_queue(
     """An async request function that takes ``batch_size`` requests from a queue (blocking as needed).
 
     A ``None`` in the queue marks the end: the batch so far is returned, then StopAsyncIteration.
+    ``timeout_s`` bounds the wait for each request: on a timeout a partial batch is returned (a
+    trickling producer does not stall training) and an empty one raises TimeoutError.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -105,13 +110,21 @@ def requests_from_queue(
     async def get() -> Any:
         if isinstance(source, asyncio.Queue):
             return await asyncio.wait_for(source.get(), timeout_s)
-        return await asyncio.to_thread(source.get, True, timeout_s)
+        try:
+            return await asyncio.to_thread(source.get, True, timeout_s)
+        except queue.Empty:
+            raise TimeoutError from None
 
     async def next_requests() -> list[RolloutRequest]:
         nonlocal finished
         batch: list[RolloutRequest] = []
         while not finished and len(batch) < batch_size:
-            item = await get()
+            try:
+                item = await get()
+            except TimeoutError:
+                if batch:
+                    return batch
+                raise TimeoutError(f"requests_from_queue: no request arrived within {timeout_s} s") from None
             if item is None:
                 finished = True
             else:
@@ -124,29 +137,41 @@ def requests_from_queue(
 
 
 Schedule = Callable[[int], Mapping[str, float]]
+Stages = Sequence[tuple[int, Mapping[str, float]]]
 
 
 class Curriculum:
     """Mixes several request functions with weights that change with the call count (≈ training step).
 
-    Each call picks ONE source for the whole macro-batch, drawn with probability proportional to
-    ``schedule(step)[name]`` (seeded), and tags its requests with ``meta["curriculum_source"]``.
+    ``schedule`` is either stages ``[(start_step, {name: weight}), ...]`` (see ``staged``) or a
+    function ``step -> {name: weight}``. Each call picks ONE source for the whole macro-batch, drawn
+    with probability proportional to its weight (seeded), so batches stay homogeneous and the mix
+    holds over steps; requests are tagged with ``meta["curriculum_source"]``. A source that raises
+    StopAsyncIteration is dropped and the draw repeats over the rest; when no source with a
+    positive weight is left, the curriculum raises StopAsyncIteration.
     """
 
-    def __init__(self, sources: Mapping[str, RequestFn], schedule: Schedule, *, seed: int = 0) -> None:
+    def __init__(
+        self, schedule: Stages | Schedule, sources: Mapping[str, RequestFn], *, seed: int = 0
+    ) -> None:
+        if isinstance(schedule, Mapping):
+            raise TypeError("Curriculum(schedule, sources): pass the schedule first, then the sources")
         if not sources:
             raise ValueError("Curriculum needs at least one source")
+        self.schedule: Schedule = schedule if callable(schedule) else self.staged(schedule)
         self.sources = dict(sources)
-        self.schedule = schedule
         self.step = 0
+        self.exhausted: set[str] = set()
         self._rng = random.Random(seed)
 
     @staticmethod
-    def staged(stages: Sequence[tuple[int, Mapping[str, float]]]) -> Schedule:
+    def staged(stages: Stages) -> Schedule:
         """A schedule from ``[(start_step, weights), ...]``: the last stage started applies."""
         ordered = sorted(stages, key=lambda s: s[0])
         if not ordered or ordered[0][0] != 0:
-            raise ValueError("Curriculum.staged needs a stage starting at step 0")
+            raise ValueError(
+                f"Curriculum stages need one starting at step 0, got starts {[s[0] for s in ordered]}"
+            )
 
         def weights(step: int) -> Mapping[str, float]:
             return [w for start, w in ordered if start <= step][-1]
@@ -154,6 +179,7 @@ class Curriculum:
         return weights
 
     def weights(self) -> dict[str, float]:
+        """This step's weights, validated (exhausted sources included)."""
         raw = dict(self.schedule(self.step))
         unknown = set(raw) - set(self.sources)
         if unknown:
@@ -168,12 +194,19 @@ class Curriculum:
 
     async def __call__(self) -> list[RolloutRequest]:
         weights = self.weights()
-        names = list(weights)
-        name = self._rng.choices(names, weights=[weights[n] for n in names])[0]
         self.step += 1
-        requests = self.sources[name]()
-        if inspect.isawaitable(requests):
-            requests = await requests
-        for request in requests:
-            request.meta = {**request.meta, "curriculum_source": name}
-        return list(requests)
+        while True:
+            live = {n: w for n, w in weights.items() if w > 0 and n not in self.exhausted}
+            if not live:
+                raise StopAsyncIteration
+            name = self._rng.choices(list(live), weights=list(live.values()))[0]
+            try:
+                requests = self.sources[name]()
+                if inspect.isawaitable(requests):
+                    requests = await requests
+            except StopAsyncIteration:
+                self.exhausted.add(name)
+                continue
+            for request in requests:
+                request.meta = {**request.meta, "curriculum_source": name}
+            return list(requests)
