@@ -4,6 +4,7 @@ import pytest
 
 from ludic.training.batching import OfflineBatchSource, jsonl
 from ludic.training.batching.jsonl import rollout_to_dict, saw_item_to_dict, write_jsonl
+from ludic.training.credit_assignment import EpisodicReturn
 from ludic.training.types import SAWItem
 from ludic.types import Rollout, Step, TokenTrace
 
@@ -38,21 +39,35 @@ async def test_rollout_jsonl_becomes_sft_items_with_constant_credit(tmp_path):
     assert item.attachments.actor_logps.token_logps == [-0.1, -0.2]
 
 
+def _count_parsed_records(monkeypatch) -> dict:
+    read = {"n": 0}
+    real = jsonl.iter_jsonl_numbered
+
+    def counting(p):
+        for numbered in real(p):
+            read["n"] += 1
+            yield numbered
+
+    monkeypatch.setattr("ludic.training.batching.offline_batch_source.iter_jsonl_numbered", counting)
+    return read
+
+
 async def test_files_are_streamed_not_loaded_whole(tmp_path, monkeypatch):
     path = tmp_path / "big.jsonl"
     write_jsonl(path, [saw_item_to_dict(_item(i)) for i in range(1000)])
-    read = {"n": 0}
-    real = jsonl.iter_jsonl
-
-    def counting(p):
-        for record in real(p):
-            read["n"] += 1
-            yield record
-
-    monkeypatch.setattr("ludic.training.batching.offline_batch_source.iter_jsonl", counting)
+    read = _count_parsed_records(monkeypatch)
     source = OfflineBatchSource(path, batch_size=4)
     await source.next_batch()
     assert read["n"] <= 5  # only what the first batch needed was parsed
+
+
+async def test_shuffling_a_file_reads_only_a_buffer_ahead(tmp_path, monkeypatch):
+    path = tmp_path / "big.jsonl"
+    write_jsonl(path, [saw_item_to_dict(_item(i)) for i in range(1000)])
+    read = _count_parsed_records(monkeypatch)
+    source = OfflineBatchSource(path, batch_size=4, shuffle=True, shuffle_buffer=16, seed=1)
+    first = [it.input_ids[0] for it in (await source.next_batch()).items]
+    assert read["n"] <= 16 + 4 and all(i < 20 for i in first)
 
 
 async def test_bounded_shuffle_is_seeded(tmp_path):
@@ -79,3 +94,39 @@ def test_missing_file_and_empty_data_are_clear_errors(tmp_path):
         OfflineBatchSource(tmp_path / "nope.jsonl", batch_size=1)
     with pytest.raises(ValueError, match="non-empty list"):
         OfflineBatchSource([], batch_size=1)
+
+
+async def test_valid_json_that_is_not_an_item_names_file_and_line(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"input_ids": [1], "action_mask": [1]}\n\n{"input_ids": [1, 2]}\n')
+    with pytest.raises(ValueError, match=r"items.jsonl:3: bad SAW item record: .*lacks \['action_mask'\]"):
+        await OfflineBatchSource(path, batch_size=5).next_batch()
+
+
+async def test_rollout_steps_without_token_traces_name_file_and_line(tmp_path):
+    path = tmp_path / "rollouts.jsonl"
+    write_jsonl(path, [rollout_to_dict(Rollout(steps=[Step(0, "o", "a", None, 1.0, False, True, {}, None)]))])
+    with pytest.raises(
+        ValueError, match=r"rollouts.jsonl:1: bad rollout record: missing rollout-time token trace"
+    ):
+        await OfflineBatchSource(path, batch_size=5).next_batch()
+
+
+async def test_several_files_are_read_in_order_and_epochs_repeat_them(tmp_path):
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    write_jsonl(paths[0], [saw_item_to_dict(_item(0))])
+    write_jsonl(paths[1], [saw_item_to_dict(_item(1)), saw_item_to_dict(_item(2))])
+    source = OfflineBatchSource(paths, batch_size=2, epochs=2)
+    got = [[it.input_ids[0] for it in (await source.next_batch()).items] for _ in range(3)]
+    assert got == [[0, 1], [2, 0], [1, 2]]
+    with pytest.raises(StopAsyncIteration):
+        await source.next_batch()
+
+
+async def test_rollouts_take_weights_from_a_given_credit_assigner(tmp_path):
+    trace = TokenTrace([5], [6], None, "stop")
+    steps = [Step(i, "o", "a", "o", r, False, i == 1, {}, trace) for i, r in enumerate([0.5, 2.0])]
+    path = tmp_path / "rollouts.jsonl"
+    write_jsonl(path, [rollout_to_dict(Rollout(steps=steps))])
+    source = OfflineBatchSource(path, batch_size=2, credit_assigner=EpisodicReturn())
+    assert [it.weight for it in (await source.next_batch()).items] == [2.5, 2.5]  # total return per step

@@ -94,12 +94,18 @@ def saw_item_from_dict(data: dict[str, Any]) -> SAWItem:
 
 def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     """Yield one dict per non-empty line, never holding the file in memory; errors name file and line."""
+    for _, record in iter_jsonl_numbered(path):
+        yield record
+
+
+def iter_jsonl_numbered(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line_number, record)`` per non-empty line (1-based), so later errors can name file:line."""
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
 

@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ludic.training.batching.jsonl import iter_jsonl, rollout_from_dict, saw_item_from_dict
+from ludic.training.batching.jsonl import iter_jsonl_numbered, rollout_from_dict, saw_item_from_dict
 from ludic.training.batching.saw_builder import rollouts_to_saw_items
 from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
 
@@ -78,11 +78,16 @@ class OfflineBatchSource:
             yield from self.items
             return
         for path in self.paths:
-            for record in iter_jsonl(path):
-                yield from self._items_from_record(record, path)
+            for lineno, record in iter_jsonl_numbered(path):
+                try:
+                    items = self._items_from_record(record)
+                except (KeyError, ValueError, TypeError) as exc:
+                    kind = "rollout" if _is_rollout(record) else "SAW item"
+                    raise ValueError(f"{path}:{lineno}: bad {kind} record: {exc}") from exc
+                yield from items
 
-    def _items_from_record(self, record: dict, path: Path) -> list[SAWItem]:
-        if record.get("kind") == "rollout" or "steps" in record:
+    def _items_from_record(self, record: dict) -> list[SAWItem]:
+        if _is_rollout(record):
             rollout = rollout_from_dict(record)
             assigner = self.credit_assigner
             if assigner is None:
@@ -90,10 +95,7 @@ class OfflineBatchSource:
 
                 assigner = self.credit_assigner = ConstantCredit(1.0)
             return rollouts_to_saw_items([rollout], assigner.compute([rollout]))
-        try:
-            return [saw_item_from_dict(record)]
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ValueError(f"{path}: bad SAW item record: {exc}") from exc
+        return [saw_item_from_dict(record)]
 
     def _shuffled(self, stream: Iterator[SAWItem]) -> Iterator[SAWItem]:
         if not self.shuffle:
@@ -106,3 +108,7 @@ class OfflineBatchSource:
                 yield buffer.pop(self._rng.randrange(len(buffer)))
         self._rng.shuffle(buffer)
         yield from buffer
+
+
+def _is_rollout(record: dict) -> bool:
+    return record.get("kind") == "rollout" or "steps" in record
