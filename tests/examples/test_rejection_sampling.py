@@ -4,6 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from ludic.testing import tiny_model_path
 from ludic.training.batching import OfflineBatchSource
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rejection_sampling.py"
@@ -38,6 +39,16 @@ async def test_draws_and_losses_are_rejected(tmp_path):
     counts = await _to_thread(module.main, ["--episodes", "8", "--out", str(out), "--opponent", "heuristic"])
     kept = [json.loads(line) for line in out.read_text().splitlines()]
     assert counts["played"] == 8 and counts["kept"] == len(kept) < 8
+    assert all(r["steps"][-1]["info"]["result"] == "win" for r in kept)
+
+
+async def test_tiny_policy_samples_on_the_embedded_engine_and_keeps_only_wins(tmp_path):
+    module = _load()
+    out = tmp_path / "wins.jsonl"
+    argv = ["--policy", "tiny", "--model", str(tiny_model_path()), "--episodes", "2", "--max-tokens", "8"]
+    counts = await _to_thread(module.main, [*argv, "--out", str(out)])
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert counts["played"] == 2 and counts["kept"] == len(kept)
     assert all(r["steps"][-1]["info"]["result"] == "win" for r in kept)
 
 
