@@ -5,8 +5,24 @@ import queue
 
 import pytest
 
-from ludic.training.batching import Curriculum, requests_from_dataset, requests_from_queue
+from ludic.agents import Agent
+from ludic.context import FullDialog
+from ludic.envs import SingleAgentEnv
+from ludic.interaction import SingleAgentProtocol
+from ludic.parsers import ParseResult
+from ludic.testing.scripted_client import ScriptedChatClient
+from ludic.training.algorithm import RLAlgorithm
+from ludic.training.batching import (
+    Curriculum,
+    RolloutBatchSource,
+    RolloutEngine,
+    requests_from_dataset,
+    requests_from_queue,
+)
+from ludic.training.credit_assignment import ConstantCredit
+from ludic.training.loss import MaskedCausalLMCrossEntropyLoss
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic.types import StepOutcome
 
 
 def _req(x) -> RolloutRequest:
@@ -166,3 +182,40 @@ async def test_curriculum_rejects_unknown_sources_bad_weights_and_swapped_argume
         Curriculum([(5, {"a": 1.0})], {"a": lambda: []})
     with pytest.raises(TypeError, match="schedule first"):
         Curriculum({"a": lambda: []}, [(0, {"a": 1.0})])
+
+
+class _EchoEnv(SingleAgentEnv):
+    """One step: reward 1 when the action repeats the question."""
+
+    def __init__(self, q: str) -> None:
+        self.q = q
+
+    def env_reset(self, *, seed=None):
+        return self.q, {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(None, float(action == self.q), False, True, {})
+
+    def env_current_obs(self):
+        return self.q
+
+
+async def test_a_dataset_drives_rollout_batches_until_its_epochs_end():
+    client = ScriptedChatClient(lambda request: request.messages[-1]["content"])  # echoes: reward 1
+    engine = RolloutEngine(
+        env_registry={"qa": _EchoEnv},
+        protocol_registry={
+            "single": lambda: SingleAgentProtocol(
+                agent=Agent(client=client, model="m", ctx=FullDialog(), parser=ParseResult)
+            )
+        },
+    )
+    request_fn = requests_from_dataset(["x", "yy", "zzz"], _req, batch_size=2, shuffle=False, epochs=1)
+    algo = RLAlgorithm("t", ConstantCredit(1.0), MaskedCausalLMCrossEntropyLoss(), None)
+    source = RolloutBatchSource(engine=engine, request_fn=request_fn, algorithm=algo, max_steps=2)
+    batches = [await source.next_batch(), await source.next_batch()]
+    assert [b.meta["num_samples"] for b in batches] == [2.0, 1.0]
+    assert [b.meta["avg_total_reward"] for b in batches] == [1.0, 1.0]
+    assert [len(it.action_mask) - it.meta["prompt_length"] for it in batches[1].items] == [3]  # "zzz"
+    with pytest.raises(StopAsyncIteration):
+        await source.next_batch()
