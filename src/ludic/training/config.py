@@ -29,6 +29,7 @@ class TrainerConfig:
     eval_concurrency: concurrency passed to ``evaluator.evaluate``.
     max_lag: drop items whose ``meta["policy_version"]`` lags the trainer's step by more than this; None = keep all.
     gradient_checkpointing: trade compute for activation memory (HF ``gradient_checkpointing_enable``).
+    share_prompt_prefix: run each distinct prompt of a micro-batch once (GRPO groups), when that computes fewer positions.
     seed: if set, seeds python/numpy/torch when the Trainer is built.
     learning_rate: alias of ``lr`` (the seed's spelling); after construction both hold the same value.
     """
@@ -47,6 +48,7 @@ class TrainerConfig:
     eval_concurrency: int = 32
     max_lag: int | None = None
     gradient_checkpointing: bool = False
+    share_prompt_prefix: bool = True
     seed: int | None = None
     learning_rate: float | None = None
     sync_explicit: bool = field(init=False, default=False, repr=False)

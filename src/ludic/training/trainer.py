@@ -27,6 +27,14 @@ from ludic.training._setup import (
 )
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.batching.shared_prefix import (
+    forward_shared_prefix_logits,
+    pack_shared_prefix,
+    plain_padded_tokens,
+    prompt_groups,
+    shared_layout_tokens,
+    supports_shared_prefix,
+)
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.loggers.prefix import GROUPS
@@ -168,31 +176,50 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         device = torch.device(self.cfg.model_device)
         loss_sum = torch.zeros((), device=device)
-        real = torch.zeros((), device=device)
+        real = 0
         mb_stats_list: list[dict[str, Any]] = []
         weights: list[float] = []
         padded = 0
         for mb_items in micro_batches:
-            mb = collate_saw_items(mb_items, pad_token_id=self.cfg.pad_token_id, device=device)
-            logits = forward_logits(self.model, mb)
+            mb, logits, computed = self._forward(mb_items, device)
             mb_loss, mb_stats = self.algo.loss.compute(logits, mb)
             mb_scale = len(mb_items) / macro_size
             (mb_loss * mb_scale).backward()
             loss_sum = loss_sum + mb_loss.detach().float() * mb_scale
-            real = real + mb["attention_mask"].sum()
-            padded += mb["input_ids"].numel()
+            real += sum(sum(it.attention_mask) for it in mb_items)
+            padded += computed
             mb_stats_list.append({"loss": mb_loss.detach(), **dict(mb_stats)})
             weights.append(float(len(mb_items)))
             del logits, mb_loss
         loss_stats = aggregate_stats(mb_stats_list, weights)
-        n_real = float(real.item())
+        n_real = float(real)
         token_stats = {
             "real_tokens": n_real,
-            "padded_tokens": float(padded),
+            "padded_tokens": float(padded),  # positions the forward ran (fewer than real with shared prompts)
             "padding_efficiency": n_real / padded if padded else 0.0,
             "num_micro_batches": float(len(micro_batches)),
         }
         return loss_stats, token_stats, loss_sum
+
+    def _forward(
+        self, items: list[SAWItem], device: torch.device
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, int]:
+        """(batch the loss reads, its logits, positions computed) for one micro-batch.
+
+        With ``share_prompt_prefix``, items sharing a prompt are packed so the prompt runs once
+        (``batching/shared_prefix.py``), when that layout computes fewer positions than padding.
+        """
+        pad = self.cfg.pad_token_id
+        if self.cfg.share_prompt_prefix and supports_shared_prefix(self.model):
+            groups = prompt_groups(items)
+            if len(groups) < len(items) and shared_layout_tokens(items, groups) < plain_padded_tokens(items):
+                dtype = next(self.model.parameters()).dtype
+                packed = pack_shared_prefix(
+                    items, pad_token_id=pad, device=device, dtype=dtype, groups=groups
+                )
+                return packed.view, forward_shared_prefix_logits(self.model, packed), packed.computed_tokens
+        mb = collate_saw_items(items, pad_token_id=pad, device=device)
+        return mb, forward_logits(self.model, mb), int(mb["input_ids"].numel())
 
     def _optimizer_step(self, loss_sum: torch.Tensor) -> dict[str, float]:
         """Clip and step, unless the loss or gradient norm is NaN/inf: then skip (weights stay finite)."""
