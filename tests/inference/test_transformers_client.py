@@ -114,6 +114,29 @@ async def test_concurrent_requests_share_forward_passes(client):
     assert used < sum(len(r.completion_token_ids) for r, _ in responses)
 
 
+async def test_a_group_of_identical_prompts_is_prefilled_once_and_samples_as_if_alone(client):
+    rows_per_prefill: list[int] = []
+    hook = client.model.register_forward_pre_hook(
+        lambda _m, _a, kw: (
+            rows_per_prefill.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] > 1 else None
+        ),
+        with_kwargs=True,
+    )
+    try:
+        group = await asyncio.gather(
+            *[client.complete(_req(p, max_tokens=12, seed=s)) for p in ("aa", "bbb") for s in range(4)]
+        )
+    finally:
+        hook.remove()
+    assert rows_per_prefill == [2]  # 8 rows, 2 distinct prompts: one prefill row per prompt
+    alone, _ = await client.complete(_req("bbb", max_tokens=12, seed=2))
+    assert group[6][0].completion_token_ids == alone.completion_token_ids
+    assert group[6][0].completion_logprobs == pytest.approx(alone.completion_logprobs, abs=1e-5)
+    for response, _ in group:  # every fanned-out row samples from its exact prompt's distribution
+        recomputed = _forward_logps(client.model, response.prompt_token_ids, response.completion_token_ids)
+        assert recomputed == pytest.approx(response.completion_logprobs, abs=1e-4)
+
+
 async def test_stop_string_ends_the_completion_and_is_cut_from_text(client):
     # find what greedy decoding produces, then stop on a piece of it
     full, _ = await client.complete(_req("stop test", temperature=0.0, max_tokens=10))

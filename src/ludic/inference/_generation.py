@@ -75,22 +75,13 @@ class BatchGenerator:
 
     @torch.inference_mode()
     def generate(self, rows: list[RowRequest]) -> list[RowResult]:
-        n = len(rows)
         gens = []
         for row in rows:
             seed = row.sampling.seed if row.sampling.seed is not None else random.getrandbits(63)
             gens.append(torch.Generator().manual_seed(seed))
-        width = max(len(r.prompt_ids) for r in rows)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids)
-            mask[i, width - len(row.prompt_ids) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        logits, cache, mask, positions = self._prefill(rows)
         results = [RowResult() for _ in rows]
-        alive = list(range(n))  # original row index of each batch row
+        alive = list(range(len(rows)))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
         params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows])
         while alive:
@@ -123,6 +114,29 @@ class BatchGenerator:
             )
             next_pos = next_pos + 1
         return results
+
+    def _prefill(self, rows: list[RowRequest]) -> tuple[torch.Tensor, object, torch.Tensor, torch.Tensor]:
+        """Left-padded prefill of each *distinct* prompt once, then fanned out to its rows.
+
+        A GRPO group sends its prompt G times; like a prefix cache, the KV of one copy serves all.
+        """
+        unique: dict[tuple[int, ...], int] = {}
+        row_to_unique = [unique.setdefault(tuple(r.prompt_ids), len(unique)) for r in rows]
+        prompts = list(unique)
+        width = max(map(len, prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        if len(prompts) < len(rows):
+            index = torch.tensor(row_to_unique, device=self.device)
+            cache.batch_select_indices(index)
+            logits, mask, positions = logits[index], mask[index], positions[index]
+        return logits, cache, mask, positions
 
     def _finished(self, res: RowResult, sampling: SamplingConfig, tok: int) -> bool:
         if tok in self.eos_ids:
