@@ -29,7 +29,7 @@ class TrainerConfig:
     eval_concurrency: concurrency passed to ``evaluator.evaluate``.
     max_lag: drop items whose ``meta["policy_version"]`` lags the trainer's step by more than this; None = keep all.
     gradient_checkpointing: trade compute for activation memory (HF ``gradient_checkpointing_enable``).
-    share_prompt_prefix: run each distinct prompt of a micro-batch once (GRPO groups), when that computes fewer positions.
+    share_prompt_prefix: run each distinct prompt of a micro-batch once (GRPO groups) when that halves the positions computed.
     seed: if set, seeds python/numpy/torch when the Trainer is built.
     learning_rate: alias of ``lr`` (the seed's spelling); after construction both hold the same value.
     """

@@ -30,10 +30,9 @@ from ludic.training.batching.micro_batching import collate_saw_items, split_item
 from ludic.training.batching.shared_prefix import (
     forward_shared_prefix_logits,
     pack_shared_prefix,
-    plain_padded_tokens,
     prompt_groups,
-    shared_layout_tokens,
     supports_shared_prefix,
+    worth_sharing,
 )
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
@@ -207,12 +206,12 @@ class Trainer:
         """(batch the loss reads, its logits, positions computed) for one micro-batch.
 
         With ``share_prompt_prefix``, items sharing a prompt are packed so the prompt runs once
-        (``batching/shared_prefix.py``), when that layout computes fewer positions than padding.
+        (``batching/shared_prefix.py``), when that layout computes at most half the positions.
         """
         pad = self.cfg.pad_token_id
         if self.cfg.share_prompt_prefix and supports_shared_prefix(self.model):
             groups = prompt_groups(items)
-            if len(groups) < len(items) and shared_layout_tokens(items, groups) < plain_padded_tokens(items):
+            if worth_sharing(items, groups):
                 dtype = next(self.model.parameters()).dtype
                 packed = pack_shared_prefix(
                     items, pad_token_id=pad, device=device, dtype=dtype, groups=groups

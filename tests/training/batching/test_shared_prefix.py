@@ -17,6 +17,7 @@ from ludic.training.batching.shared_prefix import (
     prompt_groups,
     shared_layout_tokens,
     supports_shared_prefix,
+    worth_sharing,
 )
 from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
@@ -33,12 +34,12 @@ def tiny_model(attn: str = "sdpa", seed: int = 0) -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(cfg)
 
 
-def grpo_items(groups: int = 3, group_size: int = 4, seed: int = 0) -> list[SAWItem]:
+def grpo_items(groups: int = 3, group_size: int = 4, seed: int = 0, prompt_len: int = 6) -> list[SAWItem]:
     """Shuffled GRPO-style items: prompts of different lengths, completions of different lengths."""
     rng = random.Random(seed)
     items = []
     for g in range(groups):
-        prompt = [rng.randrange(2, 64) for _ in range(6 + 3 * g)]
+        prompt = [rng.randrange(2, 64) for _ in range(prompt_len + 3 * g)]
         for k in range(group_size):
             completion = [rng.randrange(2, 64) for _ in range(rng.randrange(1, 9))]
             n = len(prompt) + len(completion)
@@ -150,11 +151,32 @@ def one_step(items: list[SAWItem], share: bool) -> tuple[dict[str, float], dict[
 
 
 def test_trainer_step_with_shared_prompts_equals_the_plain_step_and_computes_fewer_positions():
-    items = grpo_items(groups=3, group_size=4, seed=2)
+    items = grpo_items(groups=3, group_size=4, seed=2, prompt_len=20)
     plain_stats, plain_weights = one_step(items, share=False)
     shared_stats, shared_weights = one_step(items, share=True)
     for name, weight in plain_weights.items():
         torch.testing.assert_close(shared_weights[name], weight, atol=1e-5, rtol=1e-4, msg=name)
     assert shared_stats["train/loss"] == pytest.approx(plain_stats["train/loss"], abs=1e-5)
     assert shared_stats["perf/real_tokens"] == plain_stats["perf/real_tokens"]
-    assert shared_stats["perf/padded_tokens"] < 0.7 * plain_stats["perf/padded_tokens"]
+    assert shared_stats["perf/padded_tokens"] <= 0.5 * plain_stats["perf/padded_tokens"]
+
+
+def test_sharing_is_chosen_only_when_it_at_least_halves_the_positions():
+    def group(prompt_len: int, tail_lens: list[int]) -> list[SAWItem]:
+        prompt = list(range(2, 2 + prompt_len))
+        return [
+            SAWItem(
+                input_ids=prompt + [7] * n,
+                attention_mask=[1] * (prompt_len + n),
+                action_mask=[0] * prompt_len + [1] * n,
+                weight=1.0,
+            )
+            for n in tail_lens
+        ]
+
+    long_prompt = group(40, [4, 6, 8, 5])  # 1 row of 39 + 27 vs 4 x 48: shared
+    long_replies = group(4, [40, 30, 35, 38])  # 1 row of 3 + 147 vs 4 x 44: no gain
+    assert worth_sharing(long_prompt, prompt_groups(long_prompt))
+    assert not worth_sharing(long_replies, prompt_groups(long_replies))
+    alone = grpo_items(groups=3, group_size=1)
+    assert not worth_sharing(alone, prompt_groups(alone))

@@ -29,6 +29,15 @@ from ludic.training.types import SAWItem
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 """HF attention kernels that honour an arbitrary 4D additive mask (flash-attention kernels do not)."""
 
+MAX_COST_RATIO = 0.5
+"""Share only when the packed rows run at most this fraction of the plain padded positions.
+
+Why not any saving: a packed row is long (prompt + all of its group's tails) and its dense mask
+keeps sdpa off the flash kernel. On an H100 (bf16, 200M params) a layout at 0.29x the positions
+ran 1.56x faster, but one at 0.52x (short prompt, 512-token replies) ran 0.66x as fast
+(``bench/bench_shared_prefix.py``).
+"""
+
 
 @dataclass
 class SharedPrefixBatch:
@@ -79,6 +88,13 @@ def plain_padded_tokens(items: list[SAWItem]) -> int:
 def shared_layout_tokens(items: list[SAWItem], groups: list[list[int]]) -> int:
     """Positions the packed layout runs: rows * longest row."""
     return len(groups) * max(_row_length(items, g) for g in groups)
+
+
+def worth_sharing(items: list[SAWItem], groups: list[list[int]]) -> bool:
+    """True when some prompt is shared and the packed layout runs <= MAX_COST_RATIO of the positions."""
+    if len(groups) == len(items):
+        return False
+    return shared_layout_tokens(items, groups) <= MAX_COST_RATIO * plain_padded_tokens(items)
 
 
 def pack_shared_prefix(
