@@ -40,6 +40,10 @@ def sample_tokens(logits: torch.Tensor, params: torch.Tensor, uniforms: torch.Te
     greedy = temperature == 0
     scaled = logits.float() / torch.where(greedy, 1.0, temperature)[:, None]
     probs = torch.softmax(scaled, dim=-1)
+    if bool((top_p >= 1.0).all()):  # no nucleus to cut: skip the vocabulary sort
+        cdf = torch.cumsum(probs, dim=-1)
+        pick = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1)).clamp(max=cdf.shape[-1] - 1)
+        return torch.where(greedy, torch.argmax(logits, dim=-1), pick.squeeze(-1))
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > top_p[:, None]
     sorted_probs = sorted_probs.masked_fill(drop, 0.0)
