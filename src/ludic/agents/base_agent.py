@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ludic.agents.prompt_ids import chat_template_ids
 from ludic.context.base import ContextStrategy
 from ludic.inference.client import ChatClient
 from ludic.inference.request import ChatCompletionRequest
@@ -101,10 +102,7 @@ class Agent:
         validate_messages(messages)
         prompt_ids = None
         if self.tokenizer is not None:
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            prompt_ids = [int(t) for t in ids]
+            prompt_ids = chat_template_ids(self.tokenizer, messages)
         return ChatCompletionRequest(
             model=self.model, messages=messages, sampling=sampling, prompt_token_ids=prompt_ids
         )
