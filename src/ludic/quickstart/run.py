@@ -105,6 +105,7 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
     """GRPO (or the chosen preset) with weights pushed to the embedded engine every step."""
     from ludic.distributed import ClientPublisher
     from ludic.registry import get_algorithm
+    from ludic.training._setup import make_adamw
     from ludic.training.batching import RolloutBatchSource
     from ludic.training.config import CheckpointConfig
     from ludic.training.trainer import Trainer
@@ -120,7 +121,7 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
         concurrency=cfg.group_size * cfg.prompts_per_step,
     )
     logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live)
-    optimizer = torch.optim.AdamW(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    optimizer = make_adamw(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_then_linear_decay(cfg.warmup_steps, cfg.steps)
     )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,9 +30,15 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 def build_optimizer(model: nn.Module, cfg: TrainerConfig) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters (LoRA adapters only, for a peft model)."""
-    return torch.optim.AdamW(
-        trainable_parameters(model), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas
-    )
+    return make_adamw(trainable_parameters(model), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
+
+
+def make_adamw(params: Iterable[nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
+    """AdamW, with the fused kernel (one op for all tensors) where torch has it for these parameters."""
+    params = list(params)
+    devices = {p.device.type for p in params}
+    fused = devices <= {"cpu", "cuda"} and len(devices) == 1 and all(p.is_floating_point() for p in params)
+    return torch.optim.AdamW(params, fused=fused or None, **kwargs)
 
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:
