@@ -244,3 +244,19 @@ async def test_tokenizer_without_chat_template_is_a_clear_error():
     client = TransformersChatClient(tiny_model_path(), tokenizer)
     with pytest.raises(ValueError, match="has no chat_template"):
         await client.complete(_req())
+
+
+async def test_generate_in_thread_false_decodes_on_the_loop_thread_with_the_same_results():
+    import threading
+
+    inline = TransformersChatClient(tiny_model_path(), generate_in_thread=False)
+    threaded = TransformersChatClient(tiny_model_path())
+    threads: set[int] = set()
+    hook = inline.model.register_forward_pre_hook(lambda *_: threads.add(threading.get_ident()))
+    try:
+        got = await asyncio.gather(*[inline.complete(_req(f"t{i}", max_tokens=8, seed=i)) for i in range(4)])
+    finally:
+        hook.remove()
+    want = await asyncio.gather(*[threaded.complete(_req(f"t{i}", max_tokens=8, seed=i)) for i in range(4)])
+    assert threads == {threading.get_ident()}
+    assert [r.completion_token_ids for r, _ in got] == [r.completion_token_ids for r, _ in want]
