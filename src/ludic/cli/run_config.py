@@ -17,13 +17,8 @@ from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 def make_client(cfg: RunConfig) -> Any:
     """The inference backend named by ``[inference]``."""
     if cfg.inference.backend == "server":
-        try:
-            from ludic.inference import VLLMChatClient  # type: ignore[attr-defined]
-        except ImportError as exc:
-            raise NotImplementedError(
-                f"{cfg.source}: [inference].backend = 'server' needs ludic.inference.VLLMChatClient, which is "
-                "not built yet; use backend = 'embedded' for now"
-            ) from exc
+        from ludic.inference import VLLMChatClient
+
         return VLLMChatClient(base_url=cfg.inference.server_url, enable_weight_updates=True)
     from ludic.inference import TransformersChatClient
 
@@ -42,7 +37,7 @@ def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
 
     harness = get_harness(cfg.harness.name)
     protocol = get_protocol(cfg.protocol.name)
-    tokenizer = getattr(client, "tokenizer", None)
+    tokenizer = getattr(client, "tokenizer", None) or _tokenizer(cfg)  # token-in for server backends too
 
     def make_protocol(**protocol_kwargs: Any) -> Any:
         agent = harness(

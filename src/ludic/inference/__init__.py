@@ -4,6 +4,7 @@ from ludic.inference.client import ChatClient, VersionedClient
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
 from ludic.inference.transformers_client import TransformersChatClient
+from ludic.inference.vllm_client import VLLMChatClient
 
 __all__ = [
     "ChatClient",
@@ -11,5 +12,6 @@ __all__ = [
     "InferenceSpec",
     "SamplingConfig",
     "TransformersChatClient",
+    "VLLMChatClient",
     "VersionedClient",
 ]

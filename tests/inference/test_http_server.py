@@ -1,0 +1,191 @@
+"""The HTTP inference server in a real subprocess on loopback, driven by VLLMChatClient."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ludic.distributed import create_vllm_publisher
+from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
+from ludic.testing import build_tiny_model
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("served"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "ludic.inference.server", str(model_dir), "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as reply:
+                assert json.loads(reply.read())["status"] == "ok"
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"server did not start: {proc.stdout.read().decode()[-2000:]}") from None
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def request(content: str = "hello", prompt_ids: list[int] | None = None, **sampling) -> ChatCompletionRequest:
+    return ChatCompletionRequest(
+        model="tiny",
+        messages=[{"role": "user", "content": content}],
+        sampling=SamplingConfig(**sampling),
+        prompt_token_ids=prompt_ids,
+    )
+
+
+def forward_logps(model: torch.nn.Module, prompt: list[int], completion: list[int]) -> list[float]:
+    with torch.no_grad():
+        logps = torch.log_softmax(model(torch.tensor([prompt + completion])).logits.float(), dim=-1)
+    return [float(logps[0, len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+async def test_completions_carry_exact_ids_and_logprobs_of_the_served_model(server, model_dir):
+    from transformers import AutoTokenizer
+
+    client = VLLMChatClient(base_url=server)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    response, info = await client.complete(request("say hi", max_tokens=12, seed=3))
+    want_prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "say hi"}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert response.prompt_token_ids == list(want_prompt)
+    text_ids = [t for t in response.completion_token_ids if t != tok.eos_token_id]
+    assert tok.decode(text_ids) == response.text
+    assert forward_logps(model, response.prompt_token_ids, response.completion_token_ids) == pytest.approx(
+        response.completion_logprobs, abs=1e-4
+    )
+    assert info["policy_version"] == response.policy_version == 0
+    token_in, _ = await client.complete(request("ignored", prompt_ids=[5, 6, 7], max_tokens=4, seed=1))
+    assert token_in.prompt_token_ids == [5, 6, 7]
+    await client.aclose()
+
+
+async def test_same_seed_same_completion_and_concurrent_requests_are_all_answered(server):
+    client = VLLMChatClient(base_url=server)
+    results = await asyncio.gather(
+        *[client.complete(request(f"q{i % 4}", max_tokens=8, seed=i)) for i in range(16)]
+    )
+    again, _ = await client.complete(request("q1", max_tokens=8, seed=5))
+    assert len(results) == 16
+    assert again.completion_token_ids == results[5][0].completion_token_ids
+    await client.aclose()
+
+
+async def test_bad_sampling_field_is_a_400_naming_it(server):
+    client = VLLMChatClient(base_url=server)
+    bad = VLLMChatClient.request_body(request("x", max_tokens=4)) | {"top_p": 1.5}
+    with pytest.raises(ValueError, match="top_p"):
+        await client._post_json("/v1/chat/completions", bad)
+    with pytest.raises(ValueError, match="n=2"):
+        await client._post_json("/v1/chat/completions", bad | {"top_p": 1.0, "n": 2})
+    await client.aclose()
+
+
+async def test_weight_updates_change_the_served_policy_all_or_nothing(server, model_dir, tmp_path):
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    probe = request("probe", max_tokens=6, temperature=0.0)
+    before, _ = await client.complete(probe)
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "other", seed=7))
+    state = other.state_dict()
+
+    wrong_shape = dict(state) | {"lm_head.weight": torch.zeros(3, 3)}
+    with pytest.raises(ValueError, match=r"lm_head\.weight"):
+        client.sync_weights(wrong_shape, version=5)
+    with pytest.raises(ValueError, match="nope"):
+        client.sync_weights({"nope": torch.zeros(1)}, version=5)
+    nan = dict(state) | {"model.norm.weight": torch.full_like(state["model.norm.weight"], float("nan"))}
+    with pytest.raises(ValueError):
+        client.sync_weights(nan, version=5)
+    unchanged, _ = await client.complete(probe)
+    assert unchanged.completion_logprobs == pytest.approx(before.completion_logprobs, abs=1e-6)
+    assert await client.get_policy_version() == 0
+
+    publisher = create_vllm_publisher(client, rank0_only=False)
+    publisher.publish(state, version=3)
+    after, _ = await client.complete(probe)
+    assert await client.get_policy_version() == 3 and after.policy_version == 3
+    assert forward_logps(other, after.prompt_token_ids, after.completion_token_ids) == pytest.approx(
+        after.completion_logprobs, abs=1e-4
+    )
+    await client.aclose()
+
+
+def test_weight_updates_need_to_be_enabled(server):
+    with pytest.raises(RuntimeError, match="enable_weight_updates"):
+        VLLMChatClient(base_url=server).sync_weights({}, version=1)
+
+
+def test_a_response_without_token_ids_is_a_clear_error():
+    plain_openai = {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}]}
+    with pytest.raises(RuntimeError, match="return_token_ids"):
+        VLLMChatClient.parse_response(plain_openai)
+
+
+def test_ludic_train_with_a_server_backend(server, model_dir, tmp_path):
+    from ludic.cli import main
+
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f"""
+steps = 2
+[model]
+path = "{model_dir}"
+[env]
+name = "letter_repeat"
+kwargs = {{ count = 2, letters = "ab" }}
+[rollout]
+prompts_per_step = 2
+group_size = 2
+sampling = {{ temperature = 1.0, max_tokens = 4 }}
+[inference]
+backend = "server"
+server_url = "{server}"
+[trainer]
+lr = 1e-4
+max_seq_len = 128
+micro_token_budget = 1024
+[logging]
+output_dir = "{tmp_path / "out"}"
+rich = false
+"""
+    )
+    assert main(["train", str(config)]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    with urllib.request.urlopen(server + "/policy_version") as reply:  # the trainer published each step
+        assert json.loads(reply.read())["policy_version"] == 2
