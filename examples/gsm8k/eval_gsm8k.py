@@ -1,7 +1,7 @@
 """Evaluate a model on the local GSM8K-style test split (greedy), through ``ludic.eval.Evaluator``.
 
 python examples/gsm8k/eval_gsm8k.py --model runs/gsm8k/final_model
-python examples/gsm8k/eval_gsm8k.py --model M --server-url http://127.0.0.1:8000  # needs the vLLM client
+python examples/gsm8k/eval_gsm8k.py --model M --server-url http://127.0.0.1:8000  # python -m ludic.inference.server M, or vLLM
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python examples/gsm8k/train_gsm8k.py --steps 20                      # tiny model, CPU
     python examples/gsm8k/train_gsm8k.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
-    python examples/gsm8k/train_gsm8k.py --model M --server-url http://127.0.0.1:8000  # needs the vLLM client
+    python examples/gsm8k/train_gsm8k.py --model M --server-url http://127.0.0.1:8000  # python -m ludic.inference.server M, or vLLM
 
 The same run as a config file: see ``examples/configs/``; ``ludic train`` reads those.
 """
@@ -26,7 +26,7 @@ from ludic.config import parse_config
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model directory or hub name (default: build a tiny model)")
-    p.add_argument("--server-url", default=None, help="vLLM server URL (needs ludic's vLLM client)")
+    p.add_argument("--server-url", default=None, help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--output-dir", default="runs/gsm8k")
     p.add_argument("--data", default=None, help="directory with train.jsonl/test.jsonl (default: generate)")

@@ -2,7 +2,7 @@
 
     python examples/tic_tac_toe/train_tic_tac_toe.py --steps 30              # tiny model, CPU
     python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
-    python examples/tic_tac_toe/train_tic_tac_toe.py --model M --server-url http://127.0.0.1:8000  # needs the vLLM client
+    python examples/tic_tac_toe/train_tic_tac_toe.py --model M --server-url http://127.0.0.1:8000  # python -m ludic.inference.server M, or vLLM
 
 Wiring is by name through Ludic's registries (env ``tic_tac_toe``, harness ``xml_move``,
 protocol ``single_agent``, algorithm ``grpo``) and the run-config API that ``ludic train`` uses.
@@ -37,7 +37,7 @@ REDUCERS = {
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model directory or hub name (default: build a tiny model)")
-    p.add_argument("--server-url", default=None, help="vLLM server URL (needs ludic's vLLM client)")
+    p.add_argument("--server-url", default=None, help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--output-dir", default="runs/tic_tac_toe")
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
