@@ -70,21 +70,20 @@ def test_eval_reports_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "nope.toml: no such file" in capsys.readouterr().err
 
 
-def test_server_backend_without_vllm_client_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ludic.inference
+def test_server_backend_builds_a_weight_pushing_http_client() -> None:
     from ludic.cli.run_config import make_client
     from ludic.config import parse_config
+    from ludic.inference import VLLMChatClient
 
-    monkeypatch.delattr(ludic.inference, "VLLMChatClient", raising=False)
     cfg = parse_config(
         {
             "model": {"path": "m"},
             "env": {"name": "letter_repeat"},
-            "inference": {"backend": "server", "server_url": "http://127.0.0.1:8000"},
+            "inference": {"backend": "server", "server_url": "http://127.0.0.1:8123/"},
         },
         file="c.toml",
     )
-    with pytest.raises(
-        NotImplementedError, match=r"needs ludic\.inference\.VLLMChatClient, which is not built yet"
-    ):
-        make_client(cfg)
+    client = make_client(cfg)
+    assert isinstance(client, VLLMChatClient)
+    assert client.base_url == "http://127.0.0.1:8123" and client.port == 8123
+    assert client.enable_weight_updates
