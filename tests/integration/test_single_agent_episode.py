@@ -60,7 +60,7 @@ def _dialog(answer: str = "ok") -> list[dict[str, str]]:
     return msgs
 
 
-def _teach_ok(model, tokenizer, max_steps: int = 300) -> None:
+def _teach_ok(model, tokenizer, max_steps: int = 800) -> None:
     """Memorise the 'ok' dialog (LM loss on the whole sequence): ~150 AdamW steps, ~3 s on CPU."""
     ids = tokenizer.apply_chat_template(_dialog(), tokenize=True, return_dict=False)
     x = torch.tensor([list(ids)])
