@@ -1,5 +1,9 @@
 """The offline tiny model loads like a real checkpoint and its tokenizer round-trips text."""
 
+import json
+import subprocess
+import sys
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -36,3 +40,25 @@ def test_same_seed_builds_identical_weights(tmp_path):
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(pa, pb), name
     assert not torch.equal(a.model.embed_tokens.weight, c.model.embed_tokens.weight)
+
+
+def test_byte_ids_follow_byte_order():
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path())
+    for text in ("a", "\n", " ", "é"):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert ids == [3 + b for b in text.encode("utf-8")], text
+
+
+def test_tokenizer_ids_are_the_same_in_another_process(tmp_path):
+    """The vocabulary must not depend on per-process hash order: a seed has to name one model."""
+    script = (
+        "import json, sys; from ludic.testing import build_tiny_model;"
+        "from transformers import AutoTokenizer;"
+        "p = build_tiny_model(sys.argv[1], num_layers=1);"
+        "print(json.dumps(AutoTokenizer.from_pretrained(p).get_vocab()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "other")], capture_output=True, text=True, check=True
+    )
+    here = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "here", num_layers=1)).get_vocab()
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == here

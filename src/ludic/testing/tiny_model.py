@@ -24,14 +24,35 @@ CHATML_TEMPLATE = (
 _CACHE: dict[tuple, Path] = {}
 
 
+def byte_level_symbols() -> list[str]:
+    """The byte-level alphabet in byte order: entry b is the printable stand-in for byte value b.
+
+    GPT-2's scheme: printable Latin-1 bytes stand for themselves; the other 68 bytes map, in
+    order, to chr(256), chr(257), ... Building the vocabulary from this list (not from
+    ``ByteLevel.alphabet()``, whose order changes from process to process) gives every run the
+    same token ids, so a seed names the same model.
+    """
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    symbols, extra = [], 0
+    for byte in range(256):
+        if byte in printable:
+            symbols.append(chr(byte))
+        else:
+            symbols.append(chr(256 + extra))
+            extra += 1
+    return symbols
+
+
 def _build_tokenizer():
-    """A byte-level Qwen2Tokenizer with an empty merge list (transformers 5 reloads qwen2 dirs as this class)."""
-    from tokenizers.pre_tokenizers import ByteLevel
+    """A byte-level Qwen2Tokenizer with an empty merge list (transformers 5 reloads qwen2 dirs as this class).
+
+    Ids: the three specials, then byte b at id ``len(SPECIAL_TOKENS) + b``.
+    """
     from transformers import Qwen2Tokenizer
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for symbol in ByteLevel.alphabet():
-        vocab.setdefault(symbol, len(vocab))
+    for symbol in byte_level_symbols():
+        vocab[symbol] = len(vocab)
     tokenizer = Qwen2Tokenizer(
         vocab=vocab,
         merges=[],
