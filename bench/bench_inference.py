@@ -93,7 +93,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="depth of the random-init Qwen2")
     args = parser.parse_args()
     torch.manual_seed(0)
-    path = tiny_model_path(hidden_size=args.hidden_size, num_layers=args.layers, intermediate_size=3 * args.hidden_size)
+    path = tiny_model_path(
+        hidden_size=args.hidden_size, num_layers=args.layers, intermediate_size=3 * args.hidden_size
+    )
     client = TransformersChatClient(path, device=args.device)
     params = sum(p.numel() for p in client.model.parameters()) / 1e6
     reqs = _requests(args.requests, args.new_tokens)
