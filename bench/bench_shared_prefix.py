@@ -25,9 +25,10 @@ from transformers import AutoModelForCausalLM
 from ludic.testing import tiny_model_path
 from ludic.training._setup import forward_logits
 from ludic.training.batching.micro_batching import collate_saw_items
+from ludic.training.batching.saw_builder import prompt_completion_item
 from ludic.training.batching.shared_prefix import forward_shared_prefix_logits, pack_shared_prefix
 from ludic.training.presets import make_grpo
-from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
+from ludic.training.types import SAWItem
 
 
 def grpo_items(
@@ -42,14 +43,9 @@ def grpo_items(
             completion = [
                 rng.randrange(3, vocab) for _ in range(rng.randint(completion_len // 4, completion_len))
             ]
-            n = len(prompt) + len(completion)
             items.append(
-                SAWItem(
-                    input_ids=prompt + completion,
-                    attention_mask=[1] * n,
-                    action_mask=[0] * len(prompt) + [1] * len(completion),
-                    weight=rng.uniform(-1, 1),
-                    attachments=SampleAttachments(ActorTokenLogps([-1.0] * len(completion))),
+                prompt_completion_item(
+                    prompt, completion, weight=rng.uniform(-1, 1), actor_logps=[-1.0] * len(completion)
                 )
             )
     return items

@@ -26,7 +26,11 @@ from ludic.config import parse_config
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model directory or hub name (default: build a tiny model)")
-    p.add_argument("--server-url", default=None, help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)")
+    p.add_argument(
+        "--server-url",
+        default=None,
+        help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--output-dir", default="runs/gsm8k")
     p.add_argument("--data", default=None, help="directory with train.jsonl/test.jsonl (default: generate)")

@@ -10,8 +10,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ludic.agents.prompt_ids import chat_template_ids
 from ludic.envs import TicTacToeEnv
 from ludic.envs.tic_tac_toe_board import bot_move
+from ludic.training.batching.saw_builder import prompt_completion_item
 from ludic.training.types import SAWItem
 
 
@@ -38,19 +40,11 @@ def demonstration_items(
     eos = int(tokenizer.eos_token_id)
     for seed in seeds:
         for i, (messages, reply) in enumerate(game_turns(seed, opponent=opponent)):
-            prompt = list(
-                tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=True, return_dict=False
-                )
-            )
+            prompt = chat_template_ids(tokenizer, messages)
             answer = [*tokenizer.encode(reply, add_special_tokens=False), eos]
             items.append(
-                SAWItem(
-                    input_ids=prompt + answer,
-                    attention_mask=[1] * (len(prompt) + len(answer)),
-                    action_mask=[0] * len(prompt) + [1] * len(answer),
-                    weight=1.0,
-                    meta={"rollout_id": f"demo-{seed}", "step_index": i},
+                prompt_completion_item(
+                    prompt, answer, weight=1.0, meta={"rollout_id": f"demo-{seed}", "step_index": i}
                 )
             )
     return items

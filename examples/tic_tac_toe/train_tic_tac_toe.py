@@ -37,7 +37,11 @@ REDUCERS = {
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model directory or hub name (default: build a tiny model)")
-    p.add_argument("--server-url", default=None, help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)")
+    p.add_argument(
+        "--server-url",
+        default=None,
+        help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--output-dir", default="runs/tic_tac_toe")
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])

@@ -48,20 +48,12 @@ def test_shared_prompt_prefix_matches_the_plain_forward_on_cuda():
 
     from ludic.training._setup import forward_logits
     from ludic.training.batching.micro_batching import collate_saw_items
+    from ludic.training.batching.saw_builder import prompt_completion_item
     from ludic.training.batching.shared_prefix import forward_shared_prefix_logits, pack_shared_prefix
-    from ludic.training.types import SAWItem
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path()).to("cuda")
     prompt = list(range(10, 40))
-    items = [
-        SAWItem(
-            input_ids=prompt + list(range(50, 50 + n)),
-            attention_mask=[1] * (len(prompt) + n),
-            action_mask=[0] * len(prompt) + [1] * n,
-            weight=1.0,
-        )
-        for n in (3, 7, 12, 5)
-    ]
+    items = [prompt_completion_item(prompt, list(range(50, 50 + n)), weight=1.0) for n in (3, 7, 12, 5)]
     plain = forward_logits(model, collate_saw_items(items, pad_token_id=0, device="cuda"))
     packed = pack_shared_prefix(items, pad_token_id=0, device="cuda")
     shared = forward_shared_prefix_logits(model, packed)

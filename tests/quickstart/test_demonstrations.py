@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ludic.quickstart.demonstrations import chat_prompt_ids, demonstration_item
+from ludic.agents.prompt_ids import chat_template_ids
+from ludic.quickstart.demonstrations import demonstration_item
 from ludic.quickstart.task import letter_for_seed
 
 
@@ -23,7 +24,7 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory):
 def test_item_is_prompt_then_answer_then_end_of_turn(tokenizer) -> None:
     item = demonstration_item(tokenizer, seed=3, count=4, letters="abcdefgh")
     letter = letter_for_seed(3, "abcdefgh")
-    prompt = chat_prompt_ids(tokenizer, [{"role": "user", "content": f"Repeat {letter} 4 times."}])
+    prompt = chat_template_ids(tokenizer, [{"role": "user", "content": f"Repeat {letter} 4 times."}])
     n = len(prompt)
     assert item.input_ids[:n] == prompt
     assert tokenizer.decode(item.input_ids[n:-1]) == letter * 4  # byte-level: one token per letter

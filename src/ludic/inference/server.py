@@ -123,9 +123,7 @@ async def chat_completions(request: web.Request) -> web.Response:
         body = await request.json()
         chat = parse_chat_request(body, engine.model_name)
         response, _ = await engine.complete(chat)
-    except BadRequest as exc:
-        return _error(400, str(exc))
-    except ValueError as exc:  # e.g. prompt too long, ids outside the vocabulary
+    except ValueError as exc:  # BadRequest, or the engine's: prompt too long, ids outside the vocabulary
         return _error(400, str(exc))
     return web.json_response(chat_response_json(body, response, engine.model_name))
 

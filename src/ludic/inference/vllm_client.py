@@ -123,13 +123,9 @@ class VLLMChatClient:
         try:
             conn.request("POST", path, body=blob, headers={"Content-Type": "application/octet-stream"})
             reply = conn.getresponse()
-            payload = json.loads(reply.read() or b"{}")
+            payload = _checked(reply.status, json.loads(reply.read() or b"{}"), path)
         finally:
             conn.close()
-        if reply.status == 400:
-            raise ValueError(payload.get("error", {}).get("message", "weights rejected"))
-        if reply.status != 200:
-            raise ServerError(f"POST {path} -> HTTP {reply.status}: {payload}")
         return str(payload.get("status"))
 
     # ---- HTTP -------------------------------------------------------------------------------
@@ -154,18 +150,22 @@ class VLLMChatClient:
 
     @staticmethod
     async def _json(reply: Any, path: str) -> dict[str, Any]:
-        payload = await reply.json(content_type=None)
-        if reply.status == 400:
-            raise ValueError(f"{path}: {payload.get('error', {}).get('message', payload)}")
-        if reply.status != 200:
-            raise ServerError(f"{path} -> HTTP {reply.status}: {payload}")
-        return payload
+        return _checked(reply.status, await reply.json(content_type=None), path)
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP session."""
         session = self._sessions.pop(asyncio.get_running_loop(), None)
         if session is not None:
             await session.close()
+
+
+def _checked(status: int, payload: dict[str, Any], path: str) -> dict[str, Any]:
+    """``payload`` of a 200; a 400 (the request was refused) is a ValueError, anything else a ServerError."""
+    if status == 400:
+        raise ValueError(f"{path}: {payload.get('error', {}).get('message', payload)}")
+    if status != 200:
+        raise ServerError(f"{path} -> HTTP {status}: {payload}")
+    return payload
 
 
 def _unshared_cpu(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

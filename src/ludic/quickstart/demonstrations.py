@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ludic.agents.prompt_ids import chat_template_ids
 from ludic.quickstart.task import LETTERS, letter_for_seed, prompt_for, target_for
+from ludic.training.batching.saw_builder import prompt_completion_item
 from ludic.training.types import SAWItem
-
-
-def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of ``messages`` with the generation prompt, exactly as the Agent builds them."""
-    ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    return list(ids)
 
 
 def end_of_turn_id(tokenizer: Any) -> int:
@@ -36,14 +30,12 @@ def demonstration_item(
     messages = [{"role": "user", "content": prompt_for(letter, count)}]
     if system_prompt:
         messages.insert(0, {"role": "system", "content": system_prompt})
-    prompt_ids = chat_prompt_ids(tokenizer, messages)
+    prompt_ids = chat_template_ids(tokenizer, messages)  # exactly as the Agent builds them
     answer_ids = list(tokenizer.encode(target_for(letter, count), add_special_tokens=False))
     answer_ids.append(end_of_turn_id(tokenizer))
-    input_ids = prompt_ids + answer_ids
-    return SAWItem(
-        input_ids=input_ids,
-        attention_mask=[1] * len(input_ids),
-        action_mask=[0] * len(prompt_ids) + [1] * len(answer_ids),
+    return prompt_completion_item(
+        prompt_ids,
+        answer_ids,
         weight=1.0,
         meta={
             "rollout_id": f"demo-{seed}",

@@ -32,7 +32,11 @@ def byte_level_symbols() -> list[str]:
     ``ByteLevel.alphabet()``, whose order changes from process to process) gives every run the
     same token ids, so a seed names the same model.
     """
-    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    printable = {
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    }
     symbols, extra = [], 0
     for byte in range(256):
         if byte in printable:

@@ -10,6 +10,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training._setup import forward_logits
 from ludic.training.batching.micro_batching import collate_saw_items
+from ludic.training.batching.saw_builder import prompt_completion_item
 from ludic.training.batching.shared_prefix import (
     forward_shared_prefix_logits,
     pack_shared_prefix,
@@ -22,7 +23,7 @@ from ludic.training.batching.shared_prefix import (
 from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
 from ludic.training.trainer import Trainer
-from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
+from ludic.training.types import SAWBatch, SAWItem
 
 
 def tiny_model(attn: str = "sdpa", seed: int = 0) -> Qwen2ForCausalLM:
@@ -42,17 +43,13 @@ def grpo_items(groups: int = 3, group_size: int = 4, seed: int = 0, prompt_len: 
         prompt = [rng.randrange(2, 64) for _ in range(prompt_len + 3 * g)]
         for k in range(group_size):
             completion = [rng.randrange(2, 64) for _ in range(rng.randrange(1, 9))]
-            n = len(prompt) + len(completion)
             items.append(
-                SAWItem(
-                    input_ids=prompt + completion,
-                    attention_mask=[1] * n,
-                    action_mask=[0] * len(prompt) + [1] * len(completion),
+                prompt_completion_item(
+                    prompt,
+                    completion,
                     weight=rng.uniform(-1, 1),
                     meta={"rollout_id": f"g{g}k{k}"},
-                    attachments=SampleAttachments(
-                        ActorTokenLogps([rng.uniform(-4.0, -0.5) for _ in completion])
-                    ),
+                    actor_logps=[rng.uniform(-4.0, -0.5) for _ in completion],
                 )
             )
     rng.shuffle(items)

@@ -25,7 +25,11 @@ from ludic.training.batching.requests import (
 )
 from ludic.training.batching.rollout_batch_source import RolloutBatchSource
 from ludic.training.batching.rollout_engine import EpisodeFailuresError, RolloutEngine
-from ludic.training.batching.saw_builder import rollouts_to_saw_items, step_to_saw_item
+from ludic.training.batching.saw_builder import (
+    prompt_completion_item,
+    rollouts_to_saw_items,
+    step_to_saw_item,
+)
 
 __all__ = [
     "Curriculum",
@@ -40,6 +44,7 @@ __all__ = [
     "collate_saw_items",
     "derive_seed",
     "iter_jsonl",
+    "prompt_completion_item",
     "request_from_dict",
     "request_to_dict",
     "requests_from_dataset",

@@ -13,6 +13,27 @@ from ludic.training.types import ActorTokenLogps, RolloutStepKey, SampleAttachme
 from ludic.types import Rollout, Step
 
 
+def prompt_completion_item(
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    *,
+    weight: float,
+    meta: dict[str, Any] | None = None,
+    actor_logps: Sequence[float] | None = None,
+) -> SAWItem:
+    """A SAW item whose state is ``prompt`` and whose action is ``completion`` (no padding)."""
+    n_prompt, n_completion = len(prompt), len(completion)
+    actor = None if actor_logps is None else ActorTokenLogps([float(x) for x in actor_logps])
+    return SAWItem(
+        input_ids=[*prompt, *completion],
+        attention_mask=[1] * (n_prompt + n_completion),
+        action_mask=[0] * n_prompt + [1] * n_completion,
+        weight=float(weight),
+        meta={} if meta is None else meta,
+        attachments=SampleAttachments(actor_logps=actor),
+    )
+
+
 def step_to_saw_item(rollout: Rollout, step: Step, weight: float) -> SAWItem:
     """One SAW item for one agent step; raises if the step carries no token trace."""
     trace = step.trace
@@ -45,16 +66,8 @@ def step_to_saw_item(rollout: Rollout, step: Step, weight: float) -> SAWItem:
     }
     # env/step info keys (e.g. "all_passed", "result") sit at the top level so reducers can name them
     meta = {**_json_safe(step.info), **meta}
-    actor = None
-    if trace.completion_logprobs is not None:
-        actor = ActorTokenLogps([float(x) for x in trace.completion_logprobs])
-    return SAWItem(
-        input_ids=prompt + completion,
-        attention_mask=[1] * (len(prompt) + len(completion)),
-        action_mask=[0] * len(prompt) + [1] * len(completion),
-        weight=float(weight),
-        meta=meta,
-        attachments=SampleAttachments(actor_logps=actor),
+    return prompt_completion_item(
+        prompt, completion, weight=weight, meta=meta, actor_logps=trace.completion_logprobs
     )
 
 

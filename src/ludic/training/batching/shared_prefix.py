@@ -56,8 +56,6 @@ class SharedPrefixBatch:
     view: dict[str, Tensor]
     real_tokens: int
     """Tokens of the original items (what a plain forward would cover without padding)."""
-    packed_real_tokens: int
-    """Non-padding positions of the packed rows (what the model actually computes, padding aside)."""
 
     @property
     def computed_tokens(self) -> int:
@@ -111,8 +109,9 @@ def pack_shared_prefix(
     groups = groups if groups is not None else prompt_groups(items)
     starts = [0] * len(items)
     for group in groups:
+        s = _view_start(items[group[0]])
         for i in group:
-            starts[i] = _view_start(items[group[0]])
+            starts[i] = s
     views = [_view(item, s) for item, s in zip(items, starts, strict=True)]
     view = collate_saw_items(views, pad_token_id=pad_token_id, device=device)
 
@@ -122,7 +121,6 @@ def pack_shared_prefix(
     allowed = torch.zeros((R, L, L), dtype=torch.bool)
     B, Tv = view["input_ids"].shape
     gather = torch.zeros((B, Tv), dtype=torch.long)
-    packed_real = 0
     for r, group in enumerate(groups):
         s = starts[group[0]]
         prefix = items[group[0]].input_ids[:s]
@@ -139,7 +137,6 @@ def pack_shared_prefix(
             allowed[r, col : col + n, col : col + n] = torch.ones(n, n, dtype=torch.bool).tril()
             gather[i, :n] = r * L + torch.arange(col, col + n)
             col += n
-        packed_real += col
         pad = torch.arange(col, L)
         allowed[r, pad, pad] = True  # padding attends to itself only: finite logits, no NaN gradients
     mask = torch.zeros((R, 1, L, L), dtype=dtype)
@@ -151,7 +148,6 @@ def pack_shared_prefix(
         gather_index=gather.to(device),
         view=view,
         real_tokens=sum(len(it.input_ids) for it in items),
-        packed_real_tokens=packed_real,
     )
 
 
