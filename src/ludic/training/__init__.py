@@ -4,8 +4,10 @@ from ludic.training.algorithm import RLAlgorithm, validate_actor_logps
 from ludic.training.batching import (
     GRPORequestStrategy,
     OfflineBatchSource,
+    PipelineBatchSource,
     RolloutBatchSource,
     RolloutEngine,
+    run_pipeline_actor,
 )
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
@@ -76,6 +78,7 @@ __all__ = [
     "MonteCarloReturn",
     "OfflineBatchSource",
     "PerStepReward",
+    "PipelineBatchSource",
     "PrintLogger",
     "ProtocolSpec",
     "RLAlgorithm",
@@ -105,5 +108,6 @@ __all__ = [
     "make_reinforce_baseline",
     "make_scalerl",
     "make_sft",
+    "run_pipeline_actor",
     "validate_actor_logps",
 ]

@@ -135,7 +135,7 @@ class Trainer:
         stats["perf/step_seconds"] = perf_counter() - t0
         stats["perf/tokens_per_second"] = token_stats["real_tokens"] / max(train_seconds, 1e-9)  # excl. eval
         stats.update({f"perf/{k}": v for k, v in token_stats.items()})
-        self._maybe_checkpoint(stats)
+        await self._maybe_checkpoint(stats)
         return self._log(stats)
 
     def _log(self, stats: dict[str, float]) -> dict[str, float]:
@@ -266,13 +266,24 @@ class Trainer:
             result = await result
         return {_eval_key(k): float(v) for k, v in result.items()}
 
-    def _maybe_checkpoint(self, stats: Mapping[str, float]) -> None:
+    async def _maybe_checkpoint(self, stats: Mapping[str, float]) -> None:
+        """Save when due; a batch source with ``state_dict`` (a stream cursor) is saved alongside, and
+        told once the checkpoint is on disk (``on_checkpoint_saved``: e.g. trim what it covers)."""
         if self.checkpointer is None:
             return
-        self.checkpointer.maybe_save(
+        source_state = _source_state(self.batch_source)
+        metadata: dict[str, Any] = {"stats": dict(stats)}
+        if source_state is not None:
+            metadata["batch_source"] = source_state
+        saved = self.checkpointer.maybe_save(
             self.model, self.optimizer, step=self.step, scheduler=self.lr_scheduler,
-            metadata={"stats": dict(stats)}, config=asdict(self.cfg),
+            metadata=metadata, config=asdict(self.cfg),
         )  # fmt: skip
+        on_saved = getattr(self.batch_source, "on_checkpoint_saved", None)
+        if saved is not None and source_state is not None and on_saved is not None:
+            result = on_saved(source_state)
+            if inspect.isawaitable(result):
+                await result
 
     # ---- checkpoints and sync wrappers ----------------------------------------------------------
     def save_checkpoint(self) -> Any:
@@ -281,9 +292,12 @@ class Trainer:
             raise ValueError(
                 "save_checkpoint needs Trainer(checkpoint_config=CheckpointConfig(output_dir=...))"
             )
+        source_state = _source_state(self.batch_source)
+        metadata = {} if source_state is None else {"batch_source": source_state}
         return self.checkpointer.save(
-            self.model, self.optimizer, step=self.step, scheduler=self.lr_scheduler, config=asdict(self.cfg)
-        )
+            self.model, self.optimizer, step=self.step, scheduler=self.lr_scheduler,
+            metadata=metadata, config=asdict(self.cfg),
+        )  # fmt: skip
 
     def load_checkpoint(self, *, step: int | None = None, path: Any = None) -> dict[str, Any]:
         """Restore model, optimizer, scheduler, RNG and step (latest checkpoint by default)."""
@@ -295,6 +309,9 @@ class Trainer:
             self.model, self.optimizer, step=step, path=path, scheduler=self.lr_scheduler
         )
         self.step = int(state["step"])
+        source_state = state.get("metadata", {}).get("batch_source")
+        if source_state is not None and hasattr(self.batch_source, "load_state_dict"):
+            self.batch_source.load_state_dict(source_state)  # e.g. the stream cursor: no repeat, no skip
         return state
 
     def _run(self, coro: Any) -> Any:
@@ -321,6 +338,11 @@ class Trainer:
         """Close the private event loop used by the sync wrappers."""
         if self._loop is not None and not self._loop.is_closed():
             self._loop.close()
+
+
+def _source_state(source: BatchSource) -> dict[str, Any] | None:
+    state_dict = getattr(source, "state_dict", None)
+    return dict(state_dict()) if callable(state_dict) else None
 
 
 def _eval_key(key: str) -> str:

@@ -9,6 +9,11 @@ from ludic.training.batching.jsonl import (
 )
 from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.batching.offline_batch_source import OfflineBatchSource
+from ludic.training.batching.pipeline_actor import ActorStats, run_pipeline_actor
+from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
+from ludic.training.batching.pipeline_codec import BadEntry, decode_entry, encode_item
+from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.batching.pipeline_version import PipelineVersionPublisher
 from ludic.training.batching.request_sources import (
     Curriculum,
     DatasetRequests,
@@ -32,17 +37,24 @@ from ludic.training.batching.saw_builder import (
 )
 
 __all__ = [
+    "ActorStats",
+    "BadEntry",
     "Curriculum",
     "DatasetRequests",
     "EpisodeFailuresError",
     "GRPORequestStrategy",
     "IdentityRequestStrategy",
     "OfflineBatchSource",
+    "PipelineBatchSource",
+    "PipelineStream",
+    "PipelineVersionPublisher",
     "RequestStrategy",
     "RolloutBatchSource",
     "RolloutEngine",
     "collate_saw_items",
+    "decode_entry",
     "derive_seed",
+    "encode_item",
     "iter_jsonl",
     "prompt_completion_item",
     "request_from_dict",
@@ -52,6 +64,7 @@ __all__ = [
     "rollout_from_dict",
     "rollout_to_dict",
     "rollouts_to_saw_items",
+    "run_pipeline_actor",
     "saw_item_from_dict",
     "saw_item_to_dict",
     "split_items_by_token_budget",

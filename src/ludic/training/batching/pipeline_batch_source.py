@@ -1,0 +1,152 @@
+"""The trainer's side of pipeline RL: macro-batches read from the run's Redis stream.
+
+Delivery: the source reads the stream in id order from a cursor (the id of the last entry it consumed).
+The cursor, the consumed count and the ids of recently trained items go into every trainer checkpoint
+(``state_dict``); a resumed trainer reads on from the checkpoint's cursor, so an item trained in a step
+the checkpoint covers is never read again, and one trained only in steps lost with a crash is read
+again (the model those steps produced was lost too). Entries are trimmed (``XTRIM MINID``) only in
+``on_checkpoint_saved``, after the checkpoint covering them is on disk. Actors may write an item twice
+(a retried XADD whose reply was lost): the copy is recognised by its item id and skipped.
+
+Skipped entries are counted by reason in ``counters`` (``pipeline/skipped_<reason>``) and logged once
+each with the reason; items more than ``max_staleness`` policy versions behind the trainer are dropped
+and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ludic.training.batching.pipeline_codec import BadEntry, DecodedEntry, decode_entry
+from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.types import SAWBatch, SAWItem
+
+log = logging.getLogger(__name__)
+START = "0-0"
+RECENT_IDS_KEPT = 4096
+"""Item ids remembered (and checkpointed) for duplicate detection."""
+
+
+class PipelineBatchSource:
+    """``next_batch()`` -> the next ``batch_size`` fresh, well-formed items from the stream.
+
+    ``version_fn`` gives the trainer's current policy version (sync or async); by default the version
+    last published to the stream by ``PipelineVersionPublisher``. ``max_staleness=0`` trains only on
+    items sampled by the current policy (synchronous training).
+    """
+
+    def __init__(
+        self,
+        *,
+        redis_url: str,
+        run_id: str,
+        batch_size: int,
+        max_staleness: int = 1,
+        version_fn: Callable[[], int | Awaitable[int]] | None = None,
+        block_ms: int = 1000,
+        reconnect_timeout_s: float = 60.0,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0 (0 = synchronous), got {max_staleness!r}")
+        self.stream = PipelineStream(redis_url, run_id, reconnect_timeout_s=reconnect_timeout_s)
+        self.batch_size = batch_size
+        self.max_staleness = max_staleness
+        self.version_fn = version_fn
+        self.block_ms = block_ms
+        self.last_id = START
+        self.consumed = 0
+        self.counters: dict[str, int] = {"pipeline/dropped_stale": 0}
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self.wait_seconds = 0.0
+
+    async def _trainer_version(self) -> int:
+        if self.version_fn is None:
+            return await self.stream.version()
+        value = self.version_fn()
+        return int(await value) if inspect.isawaitable(value) else int(value)
+
+    async def next_batch(self) -> SAWBatch:
+        version = await self._trainer_version()
+        items: list[SAWItem] = []
+        versions: list[int] = []
+        while len(items) < self.batch_size:
+            entries = await self.stream.read(
+                self.last_id, count=self.batch_size - len(items), block_ms=self.block_ms
+            )
+            for entry_id, fields in entries:
+                kept = self._accept(entry_id, fields, version)
+                if kept is not None:
+                    items.append(kept.item)
+                    versions.append(kept.policy_version if kept.policy_version is not None else version)
+        await self.stream.set_consumed(self.consumed)
+        meta: dict[str, Any] = {k: float(v) for k, v in self.counters.items()}
+        meta["pipeline/trainer_version"] = float(version)
+        meta["pipeline/mean_staleness"] = sum(version - v for v in versions) / len(versions)
+        meta["pipeline/last_id"] = self.last_id
+        return SAWBatch(items=items, meta=meta)
+
+    def _accept(self, entry_id: str, fields: dict[bytes, bytes], version: int) -> DecodedEntry | None:
+        """Advance the cursor past one entry; the decoded entry if it is to be trained on."""
+        self.last_id = entry_id
+        self.consumed += 1
+        try:
+            decoded = decode_entry(fields, run_id=self.stream.run_id)
+        except BadEntry as exc:
+            self._count(f"pipeline/skipped_{exc.reason}")
+            log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)
+            return None
+        if decoded.item_id in self._recent:
+            self._count("pipeline/skipped_duplicate")
+            log.warning("pipeline: skipped stream entry %s (duplicate of item %s)", entry_id, decoded.item_id)
+            return None
+        self._remember(decoded.item_id)
+        if decoded.policy_version is not None and version - decoded.policy_version > self.max_staleness:
+            self._count("pipeline/dropped_stale")
+            return None
+        decoded.item.meta["pipeline_entry_id"] = entry_id
+        decoded.item.meta["pipeline_item_id"] = decoded.item_id
+        return decoded
+
+    def _count(self, key: str) -> None:
+        self.counters[key] = self.counters.get(key, 0) + 1
+
+    def _remember(self, item_id: str) -> None:
+        self._recent[item_id] = None
+        while len(self._recent) > RECENT_IDS_KEPT:
+            self._recent.popitem(last=False)
+
+    # ---- checkpoint protocol (the Trainer saves/restores any batch source that has these) --------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "last_id": self.last_id,
+            "consumed": self.consumed,
+            "recent_ids": list(self._recent),
+            "counters": dict(self.counters),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.last_id = str(state["last_id"])
+        self.consumed = int(state["consumed"])
+        self._recent = OrderedDict((str(i), None) for i in state.get("recent_ids", []))
+        self.counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
+
+    async def close(self) -> None:
+        await self.stream.close()
+
+    async def on_checkpoint_saved(self, state: dict[str, Any]) -> None:
+        """A checkpoint holding ``state`` is on disk: its cursor entry and all before it can go."""
+        if state["last_id"] != START:
+            await self.stream.trim_before(_next_id(state["last_id"]))
+
+
+def _next_id(entry_id: str) -> str:
+    """The smallest stream id after ``entry_id`` (``ms-seq`` -> ``ms-(seq+1)``)."""
+    ms, seq = entry_id.split("-")
+    return f"{ms}-{int(seq) + 1}"
+

@@ -1,0 +1,147 @@
+"""SAW items as Redis stream entries, without pickle.
+
+A compromised queue must not be able to run code in the trainer, so an entry is plain data: three
+stream fields, ``v`` (schema version), ``run`` (the run id) and ``data``, a msgpack map whose token
+ids, masks and log-probs are little-endian arrays (int32 / uint8 / float32) and whose ``meta`` is
+msgpack's own maps, lists, strings and numbers. Decoding checks every field's type and length and
+raises ``BadEntry`` with a reason the batch source counts: ``malformed``, ``unknown_schema``,
+``foreign``, ``truncated`` or ``invalid``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ludic.distributed.redis_server import REDIS_EXTRA_HINT
+from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
+
+SCHEMA_VERSION = 1
+
+
+class BadEntry(ValueError):
+    """A stream entry the trainer refuses; ``reason`` is the counter it goes under."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class DecodedEntry:
+    """One good entry: its producer-assigned id, the policy version that sampled it, the item."""
+
+    item_id: str
+    policy_version: int | None
+    item: SAWItem
+
+
+def _msgpack() -> Any:
+    try:
+        import msgpack
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(f"pipeline RL needs msgpack; {REDIS_EXTRA_HINT}") from exc
+    return msgpack
+
+
+def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]:
+    """Stream fields for one item; ``meta`` must hold only msgpack types (TypeError names the key)."""
+    version = item.meta.get("policy_version")
+    actor = item.attachments.actor_logps
+    body = {
+        "id": item_id,
+        "policy_version": version if isinstance(version, int) else None,
+        "input_ids": np.asarray(item.input_ids, dtype="<i4").tobytes(),
+        "attention_mask": np.asarray(item.attention_mask, dtype="u1").tobytes(),
+        "action_mask": np.asarray(item.action_mask, dtype="u1").tobytes(),
+        "actor_logps": None if actor is None else np.asarray(actor.token_logps, dtype="<f4").tobytes(),
+        "weight": float(item.weight),
+        "meta": item.meta,
+    }
+    try:
+        data = _msgpack().packb(body, use_bin_type=True)
+    except TypeError as exc:
+        bad = [k for k, v in item.meta.items() if not _packable(v)]
+        raise TypeError(f"SAWItem.meta keys {bad} hold values msgpack cannot encode ({exc})") from exc
+    return {"v": str(SCHEMA_VERSION).encode(), "run": run_id.encode(), "data": data}
+
+
+def _packable(value: Any) -> bool:
+    try:
+        _msgpack().packb(value, use_bin_type=True)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def decode_entry(fields: dict[bytes, bytes], *, run_id: str) -> DecodedEntry:
+    """The item in one stream entry, or BadEntry saying why not."""
+    for key in (b"v", b"run", b"data"):
+        if key not in fields:
+            raise BadEntry("malformed", f"no {key.decode()!r} field (fields: {sorted(fields)[:5]})")
+    if fields[b"v"] != str(SCHEMA_VERSION).encode():
+        raise BadEntry("unknown_schema", f"schema {fields[b'v'][:20]!r}, this trainer reads {SCHEMA_VERSION}")
+    if fields[b"run"] != run_id.encode():
+        raise BadEntry("foreign", f"entry of run {fields[b'run'][:64]!r}, this run is {run_id!r}")
+    body = _unpack(fields[b"data"])
+    item_id, version = body.get("id"), body.get("policy_version")
+    if not isinstance(item_id, str) or not (version is None or isinstance(version, int)):
+        raise BadEntry("malformed", f"id {item_id!r:.40} / policy_version {version!r:.40}")
+    return DecodedEntry(item_id=item_id, policy_version=version, item=_item(body))
+
+
+def _unpack(data: bytes) -> dict[str, Any]:
+    msgpack = _msgpack()
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except msgpack.ExtraData as exc:
+        raise BadEntry("malformed", f"trailing bytes after the msgpack body ({exc})") from exc
+    except ValueError as exc:  # msgpack raises ValueError("Unpack failed: incomplete input") on a cut
+        reason = "truncated" if "incomplete" in str(exc) else "malformed"
+        raise BadEntry(reason, f"msgpack: {exc}") from exc
+    except Exception as exc:  # FormatError, StackError, ...: anything else undecodable
+        raise BadEntry("malformed", f"msgpack: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadEntry("malformed", f"body is a {type(body).__name__}, expected a map")
+    return body
+
+
+def _array(body: dict[str, Any], key: str, dtype: str) -> list[Any]:
+    raw = body.get(key)
+    if not isinstance(raw, bytes):
+        raise BadEntry("malformed", f"{key} is {type(raw).__name__}, expected bytes")
+    size = np.dtype(dtype).itemsize
+    if len(raw) % size:
+        raise BadEntry("truncated", f"{key} has {len(raw)} bytes, not a multiple of {size}")
+    return np.frombuffer(raw, dtype=dtype).tolist()
+
+
+def _item(body: dict[str, Any]) -> SAWItem:
+    input_ids = _array(body, "input_ids", "<i4")
+    attention_mask = _array(body, "attention_mask", "u1")
+    action_mask = _array(body, "action_mask", "u1")
+    actor = None
+    if body.get("actor_logps") is not None:
+        logps = _array(body, "actor_logps", "<f4")
+        if not all(math.isfinite(x) for x in logps):
+            raise BadEntry("invalid", "actor_logps holds NaN or inf")
+        actor = ActorTokenLogps(logps)
+    weight, meta = body.get("weight"), body.get("meta")
+    if not isinstance(weight, float) or not isinstance(meta, dict):
+        raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__}")
+    if any(x not in (0, 1) for x in (*attention_mask, *action_mask)):
+        raise BadEntry("invalid", "a mask holds values other than 0 and 1")
+    try:
+        return SAWItem(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            action_mask=action_mask,
+            weight=weight,
+            meta=meta,
+            attachments=SampleAttachments(actor_logps=actor),
+        )
+    except (TypeError, ValueError) as exc:  # lengths disagree, weight not finite, ...
+        raise BadEntry("invalid", str(exc)) from exc

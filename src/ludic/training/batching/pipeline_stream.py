@@ -1,0 +1,144 @@
+"""One Redis stream per pipeline run, and the few keys actors and trainer share beside it.
+
+Keys (``run_id`` names the run)::
+
+    ludic:pipeline:{run_id}:items     STREAM  one entry per SAW item (XADD by actors, XREAD by the trainer)
+    ludic:pipeline:{run_id}:pushed    INT     entries actors have added (INCRBY in the XADD transaction)
+    ludic:pipeline:{run_id}:consumed  INT     entries the trainer has consumed (set after each batch)
+    ludic:pipeline:{run_id}:version   INT     the policy version the trainer last published
+
+Every call retries through a lost connection (a Redis restart, a network blip) for up to
+``reconnect_timeout_s`` seconds, logging each retry, and then raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from ludic.distributed.redis_server import REDIS_EXTRA_HINT
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _redis_asyncio() -> Any:
+    try:
+        import redis.asyncio as aioredis
+    except ImportError as exc:
+        raise ImportError(f"pipeline RL needs the redis client; {REDIS_EXTRA_HINT}") from exc
+    return aioredis
+
+
+class PipelineStream:
+    """Async access to one run's stream and counters over a real Redis connection."""
+
+    def __init__(self, redis_url: str, run_id: str, *, reconnect_timeout_s: float = 60.0) -> None:
+        if not run_id or ":" in run_id:
+            raise ValueError(f"run_id must be a non-empty string without ':', got {run_id!r}")
+        self.redis_url = redis_url
+        self.run_id = run_id
+        self.reconnect_timeout_s = reconnect_timeout_s
+        prefix = f"ludic:pipeline:{run_id}"
+        self.items_key, self.pushed_key = f"{prefix}:items", f"{prefix}:pushed"
+        self.consumed_key, self.version_key = f"{prefix}:consumed", f"{prefix}:version"
+        self.reconnects = 0
+        self._client: Any = None
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            self._client = _redis_asyncio().Redis.from_url(
+                self.redis_url, socket_connect_timeout=2.0, health_check_interval=0
+            )
+        return self._client
+
+    async def _call(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        import redis
+
+        deadline = time.monotonic() + self.reconnect_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return await fn(self._redis())
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError) as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"Redis at {self._safe_url()} unreachable for {self.reconnect_timeout_s} s "
+                        f"during {what}: {exc}"
+                    ) from exc
+                self.reconnects += 1
+                log.warning("pipeline: Redis %s failed (%s); reconnecting in %.2f s", what, exc, delay)
+                await self._drop_connection()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _safe_url(self) -> str:
+        return self.redis_url.split("@")[-1]
+
+    async def _drop_connection(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await client.aclose()
+            except Exception:  # closing a dead connection may fail; the next call opens a new one
+                log.debug("pipeline: closing a dead Redis connection failed", exc_info=True)
+
+    # ---- writing (actors) ---------------------------------------------------------------------
+    async def push(self, entries: Sequence[dict[str, bytes]]) -> list[bytes]:
+        """XADD all ``entries`` and count them in one MULTI/EXEC: all land or none do."""
+
+        async def go(r: Any) -> list[bytes]:
+            async with r.pipeline(transaction=True) as pipe:
+                for fields in entries:
+                    pipe.xadd(self.items_key, fields)
+                pipe.incrby(self.pushed_key, len(entries))
+                return list((await pipe.execute())[:-1])
+
+        return await self._call("XADD", go)
+
+    async def push_raw(self, fields: dict[str, bytes]) -> bytes:
+        """XADD one entry as given (tests and tools; actors use ``push``)."""
+        return await self._call("XADD", lambda r: r.xadd(self.items_key, fields))
+
+    # ---- reading (the trainer's rank 0) -------------------------------------------------------
+    async def read(self, after: str, *, count: int, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
+        """Up to ``count`` entries with ids after ``after``, waiting up to ``block_ms`` for the first."""
+
+        async def go(r: Any) -> list[tuple[str, dict[bytes, bytes]]]:
+            reply = await r.xread({self.items_key: after}, count=count, block=block_ms)
+            if not reply:
+                return []
+            return [(eid.decode(), fields) for eid, fields in reply[0][1]]
+
+        return await self._call("XREAD", go)
+
+    async def trim_before(self, entry_id: str) -> int:
+        """XTRIM MINID: drop entries older than ``entry_id`` (call only once a checkpoint covers them)."""
+        return int(await self._call("XTRIM", lambda r: r.xtrim(self.items_key, minid=entry_id, approximate=False)))
+
+    # ---- shared counters ----------------------------------------------------------------------
+    async def length(self) -> int:
+        return int(await self._call("XLEN", lambda r: r.xlen(self.items_key)))
+
+    async def _get_int(self, key: str) -> int:
+        value = await self._call("GET", lambda r: r.get(key))
+        return int(value) if value is not None else 0
+
+    async def pending(self) -> int:
+        """Entries pushed but not yet consumed by the trainer."""
+        return await self._get_int(self.pushed_key) - await self._get_int(self.consumed_key)
+
+    async def set_consumed(self, n: int) -> None:
+        await self._call("SET", lambda r: r.set(self.consumed_key, int(n)))
+
+    async def version(self) -> int:
+        return await self._get_int(self.version_key)
+
+    async def set_version(self, version: int) -> None:
+        await self._call("SET", lambda r: r.set(self.version_key, int(version)))
+
+    async def close(self) -> None:
+        await self._drop_connection()

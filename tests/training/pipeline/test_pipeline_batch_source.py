@@ -1,0 +1,138 @@
+"""PipelineBatchSource over a real Redis server: order, bad entries, staleness, cursor, trimming."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
+from ludic.training.batching.pipeline_codec import encode_item
+from ludic.training.batching.pipeline_stream import PipelineStream
+
+
+async def _push(url: str, run_id: str, items, *, ids=None) -> list[str]:
+    stream = PipelineStream(url, run_id)
+    try:
+        entries = [encode_item(it, run_id=run_id, item_id=ids[i] if ids else f"item-{it.meta['n']}")
+                   for i, it in enumerate(items)]  # fmt: skip
+        return [i.decode() for i in await stream.push(entries)]
+    finally:
+        await stream.close()
+
+
+def _source(server, run_id, **kw) -> PipelineBatchSource:
+    kw.setdefault("version_fn", lambda: 0)
+    return PipelineBatchSource(redis_url=server.url, run_id=run_id, block_ms=50, **kw)
+
+
+async def test_batches_come_in_stream_order_and_count_consumed(redis_server, run_id, make_item):
+    await _push(redis_server.url, run_id, [make_item(n) for n in range(6)])
+    source = _source(redis_server, run_id, batch_size=4)
+    first, second_src = await source.next_batch(), None
+    assert [it.meta["n"] for it in first.items] == [0, 1, 2, 3]
+    assert first.items[0].attachments.actor_logps.token_logps == [-0.5, -0.25]
+    assert await source.stream.pending() == 2
+    await _push(redis_server.url, run_id, [make_item(n) for n in range(6, 8)])
+    second_src = await source.next_batch()
+    assert [it.meta["n"] for it in second_src.items] == [4, 5, 6, 7]
+    assert await source.stream.pending() == 0
+    await source.close()
+
+
+async def test_bad_entries_are_skipped_counted_and_logged(redis_server, run_id, make_item, caplog):
+    url = redis_server.url
+    await _push(url, run_id, [make_item(0)])
+    stream = PipelineStream(url, run_id)
+    good = encode_item(make_item(1), run_id=run_id, item_id="item-1")
+    await stream.push_raw(dict(good))
+    await stream.push_raw(dict(good))  # duplicate (a retried XADD)
+    await stream.push_raw({**good, "data": good["data"][:40]})  # truncated
+    await stream.push_raw(encode_item(make_item(2), run_id="other-run", item_id="z"))  # foreign
+    await stream.push_raw({**good, "v": b"7"})  # unknown schema
+    await stream.push_raw({"hello": b"world"})  # malformed
+    await stream.close()
+    await _push(url, run_id, [make_item(3)])
+    source = _source(redis_server, run_id, batch_size=3)
+    with caplog.at_level(logging.WARNING, logger="ludic.training.batching.pipeline_batch_source"):
+        batch = await source.next_batch()
+    assert [it.meta["n"] for it in batch.items] == [0, 1, 3]
+    for reason in ("duplicate", "truncated", "foreign", "unknown_schema", "malformed"):
+        assert source.counters[f"pipeline/skipped_{reason}"] == 1, reason
+        assert batch.meta[f"pipeline/skipped_{reason}"] == 1.0
+        assert any(reason in r.getMessage() for r in caplog.records), reason
+    assert source.consumed == 8
+    await source.close()
+
+
+async def test_items_more_than_max_staleness_behind_are_dropped(redis_server, run_id, make_item):
+    versions = [0, 1, 2, 3, 3, 1]
+    await _push(redis_server.url, run_id, [make_item(n, version=v) for n, v in enumerate(versions)])
+    source = _source(redis_server, run_id, batch_size=3, max_staleness=1, version_fn=lambda: 3)
+    batch = await source.next_batch()
+    assert [it.meta["policy_version"] for it in batch.items] == [2, 3, 3]
+    assert batch.meta["pipeline/dropped_stale"] == 2.0  # versions 0 and 1; the late 1 is not read yet
+    assert batch.meta["pipeline/trainer_version"] == 3.0
+    assert batch.meta["pipeline/mean_staleness"] == pytest.approx(1 / 3)
+    await source.close()
+
+
+async def test_max_staleness_zero_keeps_only_current_policy_and_reads_published_version(
+    redis_server, run_id, make_item
+):
+    await _push(redis_server.url, run_id, [make_item(n, version=v) for n, v in enumerate([4, 5, 5])])
+    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=2, max_staleness=0)
+    await source.stream.set_version(5)  # what PipelineVersionPublisher announces
+    batch = await source.next_batch()
+    assert [it.meta["n"] for it in batch.items] == [1, 2]
+    assert source.counters["pipeline/dropped_stale"] == 1
+    await source.close()
+
+
+async def test_state_dict_resumes_after_the_cursor_without_repeat_or_skip(redis_server, run_id, make_item):
+    await _push(redis_server.url, run_id, [make_item(n) for n in range(5)])
+    first = _source(redis_server, run_id, batch_size=2)
+    await first.next_batch()
+    state = first.state_dict()
+    await first.next_batch()  # trained after the checkpoint, then the trainer "crashed"
+    await first.close()
+    resumed = _source(redis_server, run_id, batch_size=3)
+    resumed.load_state_dict(state)
+    batch = await resumed.next_batch()
+    assert [it.meta["n"] for it in batch.items] == [2, 3, 4]
+    assert resumed.consumed == 5
+    await resumed.close()
+
+
+async def test_duplicates_are_recognised_across_a_resume(redis_server, run_id, make_item):
+    await _push(redis_server.url, run_id, [make_item(0)], ids=["same"])
+    first = _source(redis_server, run_id, batch_size=1)
+    await first.next_batch()
+    state = first.state_dict()
+    await first.close()
+    await _push(redis_server.url, run_id, [make_item(0), make_item(1)], ids=["same", "new"])
+    resumed = _source(redis_server, run_id, batch_size=1)
+    resumed.load_state_dict(state)
+    batch = await resumed.next_batch()
+    assert [it.meta["pipeline_item_id"] for it in batch.items] == ["new"]
+    assert resumed.counters["pipeline/skipped_duplicate"] == 1
+    await resumed.close()
+
+
+async def test_entries_are_trimmed_only_when_a_checkpoint_is_saved(redis_server, run_id, make_item):
+    ids = await _push(redis_server.url, run_id, [make_item(n) for n in range(6)])
+    source = _source(redis_server, run_id, batch_size=4)
+    await source.next_batch()
+    assert await source.stream.length() == 6  # read but not checkpointed: kept
+    await source.on_checkpoint_saved(source.state_dict())
+    assert await source.stream.length() == 2  # everything up to the cursor (ids[3]) is gone
+    remaining = await source.stream.read("0-0", count=10, block_ms=10)
+    assert [eid for eid, _ in remaining] == ids[4:]
+    await source.close()
+
+
+def test_invalid_arguments_are_refused(redis_server):
+    with pytest.raises(ValueError, match="max_staleness must be >= 0"):
+        PipelineBatchSource(redis_url=redis_server.url, run_id="r", batch_size=1, max_staleness=-1)
+    with pytest.raises(ValueError, match="run_id"):
+        PipelineBatchSource(redis_url=redis_server.url, run_id="a:b", batch_size=1)
