@@ -155,3 +155,48 @@ def test_trainer_config_value_errors_name_the_table(tmp_path: Path) -> None:
     assert errors[0].startswith(
         "config.toml: [trainer]: TrainerConfig.micro_token_budget (32) must be >= max_seq_len"
     )
+
+
+def test_optional_field_errors_collapse_into_one_line(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[trainer]\nmax_grad_norm = 'x'\n")
+    assert errors == ["config.toml: [trainer].max_grad_norm: expected float | None, got str 'x'"]
+
+
+def test_strings_are_never_coerced_to_numbers(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL.replace("steps = 3", 'steps = "3"'))
+    assert errors == ["config.toml: steps: expected int, got str '3'"]
+
+
+def test_scalar_where_a_table_is_expected(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "c.yaml", "model: {path: m}\nenv: {name: e}\nrollout: 3\n")
+    assert errors == ["c.yaml: rollout: expected table (RolloutSection), got int 3"]
+
+
+def test_unknown_trainer_key_lists_trainer_config_fields(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[trainer]\nlrr = 0.1\n")
+    assert len(errors) == 1
+    assert errors[0].startswith("config.toml: [trainer].lrr: unknown key; known keys: betas, eval_concurrency,")
+
+
+def test_lists_become_tuples_for_tuple_fields(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, "run.toml", MINIMAL + "[trainer]\nbetas = [0.8, 0.9]\n"))
+    assert cfg.trainer.betas == (0.8, 0.9)
+
+
+def test_toml_dates_are_refused_with_their_key(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + "[logging]\noutput_dir = 2024-01-02\n")
+    assert errors == [
+        "config.toml: [logging].output_dir: date values are not supported; quote it ('2024-01-02')"
+    ]
+
+
+def test_every_schema_field_is_documented() -> None:
+    from ludic.config import RunConfig, Section
+
+    sections = [RunConfig] + [
+        f.annotation for f in RunConfig.model_fields.values() if isinstance(f.annotation, type)
+    ]
+    for section in sections:
+        if isinstance(section, type) and issubclass(section, Section):
+            for name, f in section.model_fields.items():
+                assert f.description, f"{section.__name__}.{name} has no docstring"

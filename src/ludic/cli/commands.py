@@ -75,11 +75,7 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def _print_config(cfg: Any) -> None:
-    from dataclasses import asdict, is_dataclass
-
-    data = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-    data = {k: (asdict(v) if is_dataclass(v) else v) for k, v in data.items()}
-    print(json.dumps(data, indent=2, default=str))
+    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
 
 
 def _run_train(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """Run configs for ``ludic train`` / ``ludic eval``: schema, loading and validation."""
 
+from ludic.config.errors import ConfigError
 from ludic.config.load import load_config, parse_config, read_config_file
 from ludic.config.schema import (
     AlgorithmSection,
@@ -13,8 +14,8 @@ from ludic.config.schema import (
     RolloutSection,
     RunConfig,
     SamplingSection,
+    Section,
 )
-from ludic.config.validate import ConfigError, build_dataclass
 
 __all__ = [
     "AlgorithmSection",
@@ -29,7 +30,7 @@ __all__ = [
     "RolloutSection",
     "RunConfig",
     "SamplingSection",
-    "build_dataclass",
+    "Section",
     "load_config",
     "parse_config",
     "read_config_file",

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
+import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ludic.config.schema import RunConfig
-from ludic.config.validate import ConfigError, build_dataclass
+from pydantic import ValidationError
 
-# Tables checked against the component's own config dataclass: table -> "module:Class".
-COMPONENT_CONFIGS = {
-    "trainer": "ludic.training.config:TrainerConfig",
-    "checkpoint": "ludic.training.config:CheckpointConfig",
-}
+from ludic.config.errors import ConfigError, format_errors, key_path
+from ludic.config.schema import RunConfig
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -46,38 +42,54 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return dict(data)
 
 
-def _component_class(target: str) -> type:
-    module, attr = target.split(":")
-    return getattr(importlib.import_module(module), attr)
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _unsupported(data: Any, keys: tuple[str, ...] = ()) -> list[str]:
+    """``[a.b].c: ...`` for every value JSON cannot hold (TOML/YAML dates and times)."""
+    if isinstance(data, Mapping):
+        return [line for k, v in data.items() for line in _unsupported(v, (*keys, str(k)))]
+    if isinstance(data, (list, tuple)):
+        return [line for v in data for line in _unsupported(v, keys)]
+    if isinstance(data, _PLAIN):
+        return []
+    where = key_path(".".join(keys[:-1]), keys[-1]) if keys else "top level"
+    return [f"{where}: {type(data).__name__} values are not supported; quote it ({str(data)!r})"]
+
+
+def _as_json(data: Mapping[str, Any], file: str) -> str:
+    """Config data as JSON text: pydantic's strict JSON mode reads lists as tuples and strings as paths."""
+    bad = _unsupported(data)
+    if bad:
+        raise ConfigError([f"{file}: {line}" for line in bad])
+    try:
+        return json.dumps(data)
+    except (TypeError, ValueError) as exc:  # e.g. a YAML key that is itself a list
+        raise ConfigError([f"{file}: {exc}"]) from exc
+
+
+def _checkpoint_dir_default(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``[checkpoint].output_dir`` defaults to ``<logging.output_dir>/checkpoints``."""
+    ckpt = data.get("checkpoint")
+    if not isinstance(ckpt, Mapping) or "output_dir" in ckpt:
+        return data
+    logging = data.get("logging")
+    out = logging.get("output_dir") if isinstance(logging, Mapping) else None
+    out = out if isinstance(out, str) else "runs/ludic"
+    return {**data, "checkpoint": {"output_dir": str(Path(out) / "checkpoints"), **ckpt}}
 
 
 def parse_config(data: Mapping[str, Any], *, file: str = "<config>") -> RunConfig:
-    """Validate plain data into a :class:`RunConfig` (``trainer``/``checkpoint`` built too)."""
-    data = dict(data)
-    errors: list[str] = []
-    built: dict[str, Any] = {}
-    for table, target in COMPONENT_CONFIGS.items():
-        raw = data.pop(table, None)
-        if raw is None and table == "checkpoint":
-            continue
-        raw = {} if raw is None else raw
-        if table == "checkpoint" and isinstance(raw, Mapping) and "output_dir" not in raw:
-            out = data.get("logging", {}).get("output_dir", "runs/ludic")
-            raw = {"output_dir": str(Path(out) / "checkpoints"), **raw}
-        try:
-            built[table] = build_dataclass(_component_class(target), raw, file=file, section=table)
-        except ConfigError as exc:
-            errors.extend(exc.errors)
+    """Validate plain data into a :class:`RunConfig` (``trainer``/``checkpoint`` built too).
+
+    Validation runs in pydantic's strict JSON mode (no model validator may run ``mode="before"``:
+    that would switch nested tables to Python mode, where a list is no longer a tuple).
+    """
     try:
-        cfg = build_dataclass(RunConfig, data, file=file)
-    except ConfigError as exc:
-        errors.extend(exc.errors)
-        cfg = None
-    if errors or cfg is None:
-        raise ConfigError(errors)
-    cfg.trainer = built["trainer"]
-    cfg.checkpoint = built.get("checkpoint")
-    cfg.source = file
+        cfg = RunConfig.model_validate_json(_as_json(_checkpoint_dir_default(data), file), strict=True)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, RunConfig, file=file)) from None
+    cfg._source = file
     return cfg
 
 

@@ -1,173 +1,195 @@
-"""The run-config schema read by ``ludic train`` / ``ludic eval``: one dataclass per table.
+"""The run-config schema read by ``ludic train`` / ``ludic eval``: one pydantic model per table.
 
-Each field's docstring line is its documentation. ``[trainer]`` and ``[checkpoint]`` tables
-are checked against ``TrainerConfig`` / ``CheckpointConfig`` themselves (see ``load.py``), so
-every trainer knob is configurable without being repeated here.
+Each field is documented once, by the docstring under it (``use_attribute_docstrings``: it is the
+field's ``description``). ``[trainer]`` and ``[checkpoint]`` are ``TrainerConfig`` /
+``CheckpointConfig`` themselves, so every trainer knob is configurable without being repeated here.
+
+Adding a table: write a ``Section`` subclass (fields + docstrings, value checks in a
+``model_validator(mode="after")``) and add one field to :class:`RunConfig`. ``parse_config``
+validates in pydantic's strict JSON mode: a string is never turned into a number, an int is
+accepted where a float is expected, a list where a tuple is. Avoid ``mode="before"`` validators:
+they hand nested tables to Python-mode validation, where a list is no longer a tuple.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
 from ludic.inference.sampling import SamplingConfig
+from ludic.training.config import CheckpointConfig, TrainerConfig
 
 
-@dataclass
-class ModelSection:
-    """path: local model directory (or hub name) loaded with ``from_pretrained``.
-    tokenizer: tokenizer directory if different from ``path``.
-    device: torch device for the trainer and the embedded engine.
-    dtype: parameter dtype.
-    """
+class Section(BaseModel):
+    """Base of every table: unknown keys are errors; field docstrings are their documentation."""
 
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
+
+
+class ModelSection(Section):
     path: str
+    """Local model directory (or hub name) loaded with ``from_pretrained``."""
     tokenizer: str | None = None
+    """Tokenizer directory if different from ``path``."""
     device: str = "cpu"
+    """Torch device for the trainer and the embedded engine."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype of the trained model (and of the SFT warm start)."""
 
 
-@dataclass
-class ComponentSection:
-    """name: registry name (``ludic list`` shows them). kwargs: passed to the registered factory."""
-
+class ComponentSection(Section):
     name: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Registry name (``ludic list`` shows them)."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the registered factory."""
 
 
-@dataclass
 class HarnessSection(ComponentSection):
     name: str = "plain"
+    """Registry name of the harness (the agent built per episode)."""
 
 
-@dataclass
 class ProtocolSection(ComponentSection):
     name: str = "single_agent"
+    """Registry name of the interaction protocol."""
 
 
-@dataclass
 class AlgorithmSection(ComponentSection):
     name: str = "grpo"
+    """Registry name of the algorithm preset."""
 
 
-@dataclass
-class SamplingSection:
-    """temperature: 0 means greedy. top_p: nucleus mass. max_tokens: completion cap. stop: stop strings."""
-
+class SamplingSection(Section):
     temperature: float = 1.0
+    """0 means greedy."""
     top_p: float = 1.0
+    """Nucleus mass."""
     max_tokens: int = 64
-    stop: list[str] = field(default_factory=list)
+    """Completion cap in tokens."""
+    stop: list[str] = Field(default_factory=list)
+    """Stop strings."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> SamplingSection:
         self.to_sampling()  # SamplingConfig's own checks, with its messages
+        return self
 
     def to_sampling(self, seed: int | None = None) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_p, self.max_tokens, tuple(self.stop), seed)
 
 
-@dataclass
-class InferenceSection:
-    """backend: "embedded" (in-process TransformersChatClient) or "server" (a vLLM OpenAI server).
-    server_url: the server's base URL (backend "server" only).
-    max_batch_size: the embedded engine's largest generation batch.
-    """
+def _at_least(section: BaseModel, minimum: int, *names: str) -> None:
+    for name in names:
+        if getattr(section, name) < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {getattr(section, name)}")
 
+
+class InferenceSection(Section):
     backend: Literal["embedded", "server"] = "embedded"
+    """"embedded" (in-process TransformersChatClient) or "server" (a vLLM OpenAI server)."""
     server_url: str | None = None
+    """The server's base URL (backend "server" only)."""
     max_batch_size: int = 64
+    """The embedded engine's largest generation batch."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> InferenceSection:
         if self.backend == "server" and not self.server_url:
             raise ValueError("backend 'server' needs server_url (e.g. 'http://127.0.0.1:8000')")
         if self.backend == "embedded" and self.server_url:
             raise ValueError(f"server_url={self.server_url!r} is set but backend is 'embedded'")
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        _at_least(self, 1, "max_batch_size")
+        return self
 
 
-@dataclass
-class RolloutSection:
-    """prompts_per_step: distinct env seeds per training step.
-    group_size: completions per prompt (GRPO group).
-    max_steps: env steps per episode.
-    concurrency: episodes run at once.
-    seed: first training env seed (seeds count up from here).
-    sampling: decoding for training rollouts.
-    """
-
+class RolloutSection(Section):
     prompts_per_step: int = 4
+    """Distinct env seeds per training step."""
     group_size: int = 8
+    """Completions per prompt (GRPO group)."""
     max_steps: int = 1
+    """Env steps per episode."""
     concurrency: int = 64
+    """Episodes run at once."""
     seed: int = 0
-    sampling: SamplingSection = field(default_factory=SamplingSection)
+    """First training env seed (seeds count up from here)."""
+    sampling: SamplingSection = Field(default_factory=SamplingSection)
+    """Decoding for training rollouts."""
 
-    def __post_init__(self) -> None:
-        for name in ("prompts_per_step", "group_size", "max_steps", "concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    @model_validator(mode="after")
+    def _check(self) -> RolloutSection:
+        _at_least(self, 1, "prompts_per_step", "group_size", "max_steps", "concurrency")
+        return self
 
 
-@dataclass
-class EvalSection:
-    """num_episodes: held-out episodes per evaluation.
-    seed_offset: held-out env seeds are seed_offset, seed_offset + 1, ...
-    concurrency: episodes run at once.
-    every_n_steps: evaluate during training every N steps (0: only before and after).
-    sampling: decoding for evaluation (temperature 0 = greedy).
-    env_kwargs: overrides of ``[env].kwargs`` for evaluation (e.g. a held-out test file).
-    """
-
+class EvalSection(Section):
     num_episodes: int = 32
+    """Held-out episodes per evaluation."""
     seed_offset: int = 1_000_000
+    """Held-out env seeds are seed_offset, seed_offset + 1, ..."""
     concurrency: int = 32
+    """Episodes run at once."""
     every_n_steps: int = 0
-    sampling: SamplingSection = field(default_factory=lambda: SamplingSection(temperature=0.0))
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Evaluate during training every N steps (0: only before and after)."""
+    sampling: SamplingSection = Field(default_factory=lambda: SamplingSection(temperature=0.0))
+    """Decoding for evaluation (temperature 0 = greedy)."""
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of ``[env].kwargs`` for evaluation (e.g. a held-out test file)."""
 
-    def __post_init__(self) -> None:
-        if self.num_episodes < 1:
-            raise ValueError(f"num_episodes must be >= 1, got {self.num_episodes}")
-        if self.every_n_steps < 0:
-            raise ValueError(f"every_n_steps must be >= 0, got {self.every_n_steps}")
+    @model_validator(mode="after")
+    def _check(self) -> EvalSection:
+        _at_least(self, 1, "num_episodes", "concurrency")
+        _at_least(self, 0, "every_n_steps")
+        return self
 
 
-@dataclass
-class LoggingSection:
-    """output_dir: where metrics.jsonl, the plot, eval results and checkpoints go.
-    rich: live terminal dashboard. plot: write reward/loss PNG at the end.
-    """
-
+class LoggingSection(Section):
     output_dir: str = "runs/ludic"
+    """Where metrics.jsonl, the plot, eval results and checkpoints go."""
     rich: bool = True
+    """Live terminal dashboard."""
     plot: bool = True
+    """Write the reward/loss PNG at the end."""
 
 
-@dataclass
-class RunConfig:
+class RunConfig(Section):
     """A whole run, described by names and keyword arguments."""
 
     model: ModelSection
+    """The policy model."""
     env: ComponentSection
-    harness: HarnessSection = field(default_factory=HarnessSection)
-    protocol: ProtocolSection = field(default_factory=ProtocolSection)
-    algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
-    inference: InferenceSection = field(default_factory=InferenceSection)
-    rollout: RolloutSection = field(default_factory=RolloutSection)
-    eval: EvalSection = field(default_factory=EvalSection)
-    logging: LoggingSection = field(default_factory=LoggingSection)
-    trainer: Any = field(default_factory=dict)
-    """Keyword arguments of ``TrainerConfig`` (checked against it); a ``TrainerConfig`` once loaded."""
-    checkpoint: Any = None
+    """The environment (registry name + kwargs)."""
+    harness: HarnessSection = Field(default_factory=HarnessSection)
+    """The agent harness."""
+    protocol: ProtocolSection = Field(default_factory=ProtocolSection)
+    """The interaction protocol."""
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    """The algorithm preset; ``group_size`` defaults to ``[rollout].group_size``."""
+    inference: InferenceSection = Field(default_factory=InferenceSection)
+    """Where rollouts are generated."""
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    """How training rollouts are requested."""
+    eval: EvalSection = Field(default_factory=EvalSection)
+    """Held-out evaluation."""
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+    """Outputs."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """Keyword arguments of ``TrainerConfig`` (checked against it)."""
+    checkpoint: CheckpointConfig | None = None
     """Keyword arguments of ``CheckpointConfig``; ``output_dir`` defaults to ``<logging.output_dir>/checkpoints``."""
     steps: int = 100
     """Training steps for ``ludic train``."""
     seed: int = 0
-    """torch seed."""
-    source: str = field(default="<config>", init=False)
-    """The file this config came from (set by the loader; not a config key)."""
+    """Torch seed."""
+    _source: str = PrivateAttr(default="<config>")
 
-    def __post_init__(self) -> None:
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        _at_least(self, 0, "steps")
+        return self
+
+    @property
+    def source(self) -> str:
+        """The file this config came from (set by the loader; not a config key)."""
+        return self._source
