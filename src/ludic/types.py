@@ -78,6 +78,8 @@ class ChatResponse:
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
     policy_version: int | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    """Structured tool calls when the server parsed them (OpenAI shape), else None."""
 
     def to_trace(self) -> TokenTrace | None:
         """The token trace of this response, or ``None`` if the backend returned no token ids."""
@@ -110,7 +112,9 @@ class Step:
 
     ``action`` is the raw model text; the parsed action is ``info["parsed_action"]``.
     ``reward`` is the env reward plus the parser's format reward. Terminal and truncated
-    last steps have ``next_obs=None``.
+    last steps have ``next_obs=None``. ``tool_traces`` are the token traces of the model
+    calls of this turn that came before the final reply (tool-call replies, in order); they
+    are trained with the turn's credit like ``trace``.
     """
 
     index: int
@@ -122,6 +126,7 @@ class Step:
     terminated: bool
     info: Info = field(default_factory=dict)
     trace: TokenTrace | None = None
+    tool_traces: list[TokenTrace | None] = field(default_factory=list)
 
 
 def _new_rollout_id() -> str:

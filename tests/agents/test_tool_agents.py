@@ -46,12 +46,22 @@ async def test_tool_call_runs_and_its_result_is_a_tool_message_before_the_final_
     parse, info = await agent.act()
     assert parse.action == "5"
     assert info["tool_calls"] == [
-        {"name": "add", "arguments": {"a": 2, "b": 3}, "output": "5", "error": False}
+        {"id": "call_0", "name": "add", "arguments": {"a": 2, "b": 3}, "output": "5", "error": False}
     ]
     assert info["raw_text"] == "<answer>5</answer>"
     assert len(info["tool_traces"]) == 1
     assert info["trace"].completion_token_ids == list(b"<answer>5</answer>")
-    assert client.requests[1].messages[-1] == {"role": "tool", "name": "add", "content": "5"}
+    assert client.requests[1].messages[-2:] == [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "5"},
+    ]
+    assert client.requests[0].tools[0]["function"]["name"] == "add"
     assert agent.ctx.messages[-1] == {"role": "assistant", "content": "<answer>5</answer>"}
 
 
@@ -141,3 +151,75 @@ def test_bad_tool_config_is_rejected():
             tools=[add],
             max_react_steps=0,
         )
+
+
+async def test_several_calls_in_one_reply_run_in_order_with_their_ids():
+    reply = _call("add", {"a": 1, "b": 1}) + _call("mul", {}) + _call("add", {"a": 2, "b": 2})
+    agent, client = _tool_agent([reply, "<answer>4</answer>"])
+    _, info = await agent.act()
+    assert [(c["id"], c["output"][:6]) for c in info["tool_calls"]] == [
+        ("call_0", "2"),
+        ("call_1", "Error:"),
+        ("call_2", "4"),
+    ]
+    tool_msgs = client.requests[1].messages[-3:]
+    assert [(m["role"], m["tool_call_id"], m["name"]) for m in tool_msgs] == [
+        ("tool", "call_0", "add"),
+        ("tool", "call_1", "mul"),
+        ("tool", "call_2", "add"),
+    ]
+
+
+async def test_structured_tool_calls_from_the_server_are_used_when_present():
+    from ludic.types import ChatResponse
+
+    class StructuredClient(ScriptedChatClient):
+        async def complete(self, request):
+            response, info = await super().complete(request)
+            if len(self.requests) == 1:
+                entry = {"id": "srv-1", "type": "function", "function": {"name": "add", "arguments": '{"a": 4, "b": 5}'}}
+                response = ChatResponse(**{**vars(response), "tool_calls": [entry]})
+            return response, info
+
+    client = StructuredClient(["calling", "<answer>9</answer>"])
+    agent = ToolAgent(client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[add])
+    agent.on_env_reset("q", {})
+    parse, info = await agent.act()
+    assert parse.action == "9"
+    assert info["tool_calls"][0] == {"id": "srv-1", "name": "add", "arguments": {"a": 4, "b": 5}, "output": "9", "error": False}
+    assert client.requests[1].messages[-2]["content"] == "calling"
+    assert client.requests[1].messages[-1]["tool_call_id"] == "srv-1"
+
+
+async def test_calls_run_concurrently_only_when_every_tool_allows_it():
+    import asyncio
+
+    from ludic.agents.tools import Tool
+
+    started = {"ping": asyncio.Event(), "pong": asyncio.Event()}
+
+    async def ping() -> str:
+        started["ping"].set()
+        await asyncio.wait_for(started["pong"].wait(), 2)  # needs pong running at the same time
+        return "ping"
+
+    async def pong() -> str:
+        started["pong"].set()
+        await asyncio.wait_for(started["ping"].wait(), 2)
+        return "pong"
+
+    tools = [Tool.from_callable(ping, concurrent=True), Tool.from_callable(pong, concurrent=True)]
+    client = ScriptedChatClient([_call("ping", {}) + _call("pong", {}), "<answer>x</answer>"])
+    agent = ToolAgent(client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=tools)
+    agent.on_env_reset("q", {})
+    _, info = await agent.act()
+    assert [c["output"] for c in info["tool_calls"]] == ["ping", "pong"]
+
+    for e in started.values():
+        e.clear()
+    sequential = [Tool.from_callable(ping), Tool.from_callable(pong, concurrent=True)]
+    client = ScriptedChatClient([_call("ping", {}) + _call("pong", {}), "<answer>x</answer>"])
+    agent = ToolAgent(client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=sequential)
+    agent.on_env_reset("q", {})
+    _, info = await agent.act()
+    assert info["tool_calls"][0]["output"].startswith("Error: tool 'ping' raised TimeoutError")

@@ -98,14 +98,24 @@ class Agent:
         return await asyncio.wait_for(self.client.complete(request), timeout=timeout_s)
 
     def build_request(self, messages: list[Message], sampling: SamplingConfig) -> ChatCompletionRequest:
-        """Validate the messages and, with a tokenizer, tokenise them with its chat template."""
-        validate_messages(messages)
+        """Validate the messages and, with a tokenizer, tokenise them with its chat template
+        (with ``tools=`` when the agent has tools)."""
+        messages = self.prepare_messages(validate_messages(messages))
+        tools = self.tool_schemas()
         prompt_ids = None
         if self.tokenizer is not None:
-            prompt_ids = chat_template_ids(self.tokenizer, messages)
+            prompt_ids = chat_template_ids(self.tokenizer, messages, tools=tools)
         return ChatCompletionRequest(
-            model=self.model, messages=messages, sampling=sampling, prompt_token_ids=prompt_ids
+            model=self.model, messages=messages, sampling=sampling, prompt_token_ids=prompt_ids, tools=tools
         )
+
+    def prepare_messages(self, messages: list[Message]) -> list[Message]:
+        """Hook: the messages actually sent (e.g. with tool instructions); the history is unchanged."""
+        return messages
+
+    def tool_schemas(self) -> list[dict[str, Any]] | None:
+        """Hook: JSON-schema tool descriptions passed as ``tools=`` (None: no tools)."""
+        return None
 
     def parse_reply(self, response: ChatResponse) -> ParseResult:
         """Parse the reply; a reply cut at the token limit is always a failure."""

@@ -21,19 +21,21 @@ MAX_ENTRIES = 4096
 _CACHES: weakref.WeakKeyDictionary[Any, OrderedDict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 
 
-def chat_template_ids(tokenizer: Any, messages: list[Message]) -> list[int]:
-    """``tokenizer.apply_chat_template(messages, add_generation_prompt=True)`` as a list of ids."""
+def chat_template_ids(
+    tokenizer: Any, messages: list[Message], *, tools: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """``tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True)`` as ids."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or "strftime" in template:
-        return _render(tokenizer, messages)
-    key = template + "\x00" + json.dumps(messages, sort_keys=True, default=str)
+        return _render(tokenizer, messages, tools)
+    key = template + "\x00" + json.dumps([messages, tools], sort_keys=True, default=str)
     try:
         cache = _CACHES.setdefault(tokenizer, OrderedDict())
     except TypeError:  # not weak-referenceable: no cache
-        return _render(tokenizer, messages)
+        return _render(tokenizer, messages, tools)
     ids = cache.get(key)
     if ids is None:
-        ids = tuple(_render(tokenizer, messages))
+        ids = tuple(_render(tokenizer, messages, tools))
         cache[key] = ids
         if len(cache) > MAX_ENTRIES:
             cache.popitem(last=False)
@@ -42,8 +44,9 @@ def chat_template_ids(tokenizer: Any, messages: list[Message]) -> list[int]:
     return list(ids)
 
 
-def _render(tokenizer: Any, messages: list[Message]) -> list[int]:
+def _render(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
+    extra = {} if tools is None else {"tools": tools}
     ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False, **extra
     )
     return [int(t) for t in ids]

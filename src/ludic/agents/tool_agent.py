@@ -1,116 +1,142 @@
 """An Agent that can call Python functions as tools before answering.
 
-Tool-call format (documented to the model in the system message it sends):
+Tools are described by JSON schema (``ludic.agents.tools.Tool``, built from typed callables)
+and passed to the chat template as ``tools=`` and to the server as ``"tools"``. When the
+tokenizer's chat template does not render ``tools`` (or there is no tokenizer), the tools and
+the Hermes/Qwen call format are also described in the system message that is sent:
 
     <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>
 
-A reply with one or more tool calls is not an action: the calls run, each result is
-recorded in the context as a ``{"role": "tool", "name": ..., "content": ...}`` message,
-and the model is asked again. A reply without tool calls is the final reply and goes to
-the parser. Missing tools, invalid JSON arguments and tool exceptions become tool
-messages saying what went wrong, and the loop continues (seed behaviour note).
+Calls are read from the server's structured ``tool_calls`` when it returns them, else parsed
+from the reply text (``ludic.agents.tool_calls``). A reply with calls is not an action: it is
+kept in the context as an assistant message with ``tool_calls``, the calls run (in order, or
+concurrently when every tool called says it may), each result becomes a ``{"role": "tool",
+"tool_call_id", "name", "content"}`` message, and the model is asked again. A missing tool,
+invalid JSON arguments or a tool that raises becomes a tool message saying what went wrong and
+the loop goes on (seed behaviour note). Every model call of the turn is trainable: the tool-call
+replies' traces go to ``info["tool_traces"]`` and from there to ``Step.tool_traces``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ludic.agents.base_agent import Agent
-from ludic.inference.request import ChatCompletionRequest
+from ludic.agents.tool_calls import CALL_FORMAT, ToolCall, parse_text_tool_calls, structured_tool_calls
+from ludic.agents.tools import Tool, as_tools
 from ludic.inference.sampling import SamplingConfig
 from ludic.parsers import ParseResult
-from ludic.types import ChatResponse, Message
+from ludic.types import ChatResponse, Message, TokenTrace
 
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-CALL_FORMAT = '<tool_call>{"name": "<tool name>", "arguments": {<keyword arguments as JSON>}}</tool_call>'
-
-
-def parse_tool_calls(text: str) -> list[str]:
-    """The raw JSON bodies of every ``<tool_call>`` block, in order."""
-    return [m.strip() for m in TOOL_CALL.findall(text)]
+ToolsArg = Sequence[Callable[..., Any] | Tool] | Mapping[str, Callable[..., Any] | Tool]
 
 
-def describe_tool(name: str, fn: Callable[..., Any]) -> str:
-    """One line: ``name(signature): first docstring line``."""
-    doc = (inspect.getdoc(fn) or "").split("\n")[0]
-    return f"- {name}{inspect.signature(fn)}: {doc}".rstrip(": ")
+def describe_tool(tool: Tool) -> str:
+    """One line: ``name(signature): description``."""
+    return f"- {tool.name}{inspect.signature(tool.fn)}: {tool.description}".rstrip(": ")
 
 
 class ToolAgent(Agent):
-    """Agent + tools. ``tools``: callables (named by ``__name__``) or a name → callable mapping.
+    """Agent + tools. ``tools``: callables / ``Tool``s (named by ``__name__``) or a name -> callable map.
 
-    max_tool_rounds: how many tool-call replies one ``act`` may execute before the next
-    reply is taken as final whatever it contains. Tool messages are kept in the context.
-    ``act`` info adds ``tool_calls`` (name, arguments, output, error per call) and
-    ``tool_traces`` (token traces of the tool-call replies; the step's ``trace`` is the
-    final reply's, which is the action).
+    max_tool_rounds: how many tool-call replies one ``act`` may execute before the next reply is
+        taken as final whatever it contains.
+    tools_in_system_prompt: describe the tools in the sent system message; None (default) does so
+        unless the tokenizer's chat template renders ``tools`` itself.
+    ``act`` info adds ``tool_calls`` (id, name, arguments, output, error per call) and
+    ``tool_traces`` (token traces of the tool-call replies; ``trace`` is the final reply's).
     """
 
     def __init__(
         self,
         *,
-        tools: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
+        tools: ToolsArg,
         max_tool_rounds: int = 1,
+        tools_in_system_prompt: bool | None = None,
         **agent_kwargs: Any,
     ) -> None:
         super().__init__(**agent_kwargs)
-        if isinstance(tools, Mapping):
-            self.tools = dict(tools)
-        else:
-            self.tools = {fn.__name__: fn for fn in tools}
-        for name, fn in self.tools.items():
-            if not callable(fn):
-                raise TypeError(f"tool {name!r} is not callable: {fn!r}")
+        self.tools: dict[str, Tool] = as_tools(tools)
         if not isinstance(max_tool_rounds, int) or max_tool_rounds < 0:
             raise ValueError(f"max_tool_rounds must be an int >= 0, got {max_tool_rounds!r}")
         self.max_tool_rounds = max_tool_rounds
+        if tools_in_system_prompt is None:
+            template = getattr(self.tokenizer, "chat_template", None) or ""
+            tools_in_system_prompt = "tools" not in template
+        self.tools_in_system_prompt = tools_in_system_prompt
+        self._calls_made = 0
+
+    def reset(self, system_prompt: str | None = None) -> None:
+        super().reset(system_prompt)
+        self._calls_made = 0
 
     # --- prompt --------------------------------------------------------------------------
+    def tool_schemas(self) -> list[dict[str, Any]] | None:
+        return [t.schema for t in self.tools.values()]
+
     def tool_instructions(self) -> str:
-        lines = "\n".join(describe_tool(n, fn) for n, fn in self.tools.items())
+        lines = "\n".join(describe_tool(t) for t in self.tools.values())
         return (
             f"You can call these tools:\n{lines}\nTo call a tool, reply with {CALL_FORMAT}. "
             "Tool results come back as tool messages. Reply without a tool call to answer."
         )
 
-    def build_request(self, messages: list[Message], sampling: SamplingConfig) -> ChatCompletionRequest:
+    def prepare_messages(self, messages: list[Message]) -> list[Message]:
         """Add the tool instructions to the system message of what is sent (not to the history)."""
+        if not self.tools_in_system_prompt:
+            return messages
         msgs = [dict(m) for m in messages]
         if msgs and msgs[0].get("role") == "system":
             msgs[0]["content"] = f"{msgs[0]['content']}\n\n{self.tool_instructions()}"
         else:
             msgs.insert(0, {"role": "system", "content": self.tool_instructions()})
-        return super().build_request(msgs, sampling)  # type: ignore[arg-type]
+        return msgs  # type: ignore[return-value]
 
     # --- acting --------------------------------------------------------------------------
     async def act(
         self, *, sampling: SamplingConfig | None = None, timeout_s: float | None = None
     ) -> tuple[ParseResult, dict[str, Any]]:
         calls_log: list[dict[str, Any]] = []
-        tool_traces = []
+        tool_traces: list[TokenTrace | None] = []
         rounds = 0
         while True:
             response, client_info = await self.complete_once(sampling=sampling, timeout_s=timeout_s)
-            self.ctx.on_after_act(response)
-            bodies = parse_tool_calls(response.text)
-            if not bodies or response.finish_reason == "length" or rounds >= self.max_tool_rounds:
-                if bodies and rounds >= self.max_tool_rounds:
+            content, calls = self.read_tool_calls(response)
+            if not calls or response.finish_reason == "length" or rounds >= self.max_tool_rounds:
+                self.ctx.on_after_act(response)
+                if calls and response.finish_reason != "length":
                     final = await self.on_tool_budget_exhausted(sampling=sampling, timeout_s=timeout_s)
                     if final is not None:
                         tool_traces.append(response.to_trace())
                         response, client_info = final
                 break
+            self.ctx.append_message(
+                {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": [c.as_message_entry() for c in calls if c.error is None],
+                }
+            )
             tool_traces.append(response.to_trace())
-            for body in bodies:
-                calls_log.append(await self.run_tool_call(body))
+            calls_log.extend(await self.run_tool_calls(calls))
             rounds += 1
         info = self.reply_info(response, client_info)
         info.update(tool_calls=calls_log, tool_traces=tool_traces)
         return self.parse_reply(response), info
+
+    def read_tool_calls(self, response: ChatResponse) -> tuple[str, list[ToolCall]]:
+        """(content, calls): the server's structured calls if any, else those in the text."""
+        if response.tool_calls:
+            calls = structured_tool_calls(response.tool_calls, first_id=self._calls_made)
+            content = response.text
+        else:
+            content, calls = parse_text_tool_calls(response.text, first_id=self._calls_made)
+        self._calls_made += len(calls)
+        return content, calls
 
     async def on_tool_budget_exhausted(
         self, *, sampling: SamplingConfig | None, timeout_s: float | None
@@ -118,30 +144,40 @@ class ToolAgent(Agent):
         """Hook when the last allowed reply still calls tools; None keeps that reply as final."""
         return None
 
-    async def run_tool_call(self, body: str) -> dict[str, Any]:
-        """Run one call; its result (or what went wrong) is recorded as a tool message."""
-        name, args, output, error = None, None, "", True
-        try:
-            call = json.loads(body)
-        except json.JSONDecodeError as exc:
-            output = f"Error: invalid JSON in tool call ({exc.msg}). Expected {CALL_FORMAT}"
+    async def run_tool_calls(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
+        """Run one reply's calls (concurrently when every tool called allows it), recording each
+        result as a tool message in call order."""
+        parallel = len(calls) > 1 and all(
+            c.error is None and c.name in self.tools and self.tools[c.name].concurrent for c in calls
+        )
+        if parallel:
+            outputs = await asyncio.gather(*(self._run_one(c, in_thread=True) for c in calls))
         else:
-            name = call.get("name") if isinstance(call, dict) else None
-            args = call.get("arguments", {}) if isinstance(call, dict) else None
-            if name not in self.tools:
-                output = f"Error: unknown tool {name!r}. Available tools: {sorted(self.tools)}"
-            elif not isinstance(args, dict):
-                output = f"Error: 'arguments' must be a JSON object, got {args!r}. Expected {CALL_FORMAT}"
-            else:
-                output, error = await self._invoke(name, args)
-        self.ctx.append_message({"role": "tool", "name": str(name), "content": output})
-        return {"name": name, "arguments": args, "output": output, "error": error}
+            outputs = [await self._run_one(c, in_thread=False) for c in calls]
+        log = []
+        for call, (output, error) in zip(calls, outputs, strict=True):
+            self.ctx.append_message(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name or "unknown", "content": output}
+            )
+            log.append(
+                {"id": call.id, "name": call.name, "arguments": call.arguments, "output": output, "error": error}
+            )
+        return log
 
-    async def _invoke(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
+    async def _run_one(self, call: ToolCall, *, in_thread: bool) -> tuple[str, bool]:
+        if call.error is not None:
+            return f"Error: {call.error}", True
+        tool = self.tools.get(call.name or "")
+        if tool is None:
+            return f"Error: unknown tool {call.name!r}. Available tools: {sorted(self.tools)}", True
+        args = call.arguments or {}
         try:
-            result = self.tools[name](**args)
+            if in_thread and not inspect.iscoroutinefunction(tool.fn):
+                result = await asyncio.to_thread(tool.fn, **args)
+            else:
+                result = tool.fn(**args)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:  # the model sees the failure and may retry; not silent
-            return f"Error: tool {name!r} raised {type(exc).__name__}: {exc}", True
+            return f"Error: tool {tool.name!r} raised {type(exc).__name__}: {exc}", True
         return (result if isinstance(result, str) else json.dumps(result, default=str)), False

@@ -24,6 +24,9 @@ class ChatCompletionRequest:
     prompt_token_ids: list[int] | None = None
     return_logprobs: bool = True
     extras: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
+    """JSON-schema tool descriptions (OpenAI ``tools``); rendered by the chat template when the
+    client templates ``messages`` itself, and sent to servers as ``"tools"``."""
 
     def __post_init__(self) -> None:
         validate_messages(self.messages)

@@ -57,12 +57,16 @@ def parse_chat_request(body: Any, model_name: str) -> ChatCompletionRequest:
         sampling = SamplingConfig(**kwargs)
     except (TypeError, ValueError) as exc:
         raise BadRequest(str(exc)) from exc
+    tools = body.get("tools")
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
+        raise BadRequest(f"tools must be a list of JSON objects, got {tools!r:.80}")
     try:
         return ChatCompletionRequest(
             model=str(body.get("model") or model_name),
             messages=body.get("messages") or [],
             sampling=sampling,
             prompt_token_ids=body.get("prompt_token_ids"),
+            tools=tools,
         )
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"messages/prompt_token_ids: {exc}") from exc

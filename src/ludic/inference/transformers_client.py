@@ -114,7 +114,11 @@ class TransformersChatClient:
             )
         return list(
             self.tokenizer.apply_chat_template(
-                request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
+                request.messages,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **({} if request.tools is None else {"tools": request.tools}),
             )
         )
 

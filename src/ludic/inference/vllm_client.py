@@ -66,7 +66,7 @@ class VLLMChatClient:
         s = request.sampling
         body: dict[str, Any] = {
             "model": request.model,
-            "messages": request.messages,
+            "messages": wire_messages(request.messages),
             "temperature": s.temperature,
             "top_p": s.top_p,
             "max_tokens": s.max_tokens,
@@ -80,6 +80,8 @@ class VLLMChatClient:
             body["stop"] = list(s.stop)
         if request.prompt_token_ids is not None:
             body["prompt_token_ids"] = list(request.prompt_token_ids)
+        if request.tools is not None:
+            body["tools"] = request.tools
         return body
 
     @staticmethod
@@ -100,6 +102,7 @@ class VLLMChatClient:
             completion_token_ids=[int(t) for t in ids],
             completion_logprobs=[float(c["logprob"]) for c in content],
             policy_version=body.get("policy_version"),
+            tool_calls=choice["message"].get("tool_calls") or None,
         )
 
     async def get_policy_version(self) -> int:
@@ -177,3 +180,22 @@ def _unshared_cpu(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]
         out[name] = t.clone() if ptr in seen else t
         seen.add(ptr)
     return out
+
+
+def wire_messages(messages: list[Any]) -> list[Any]:
+    """Messages in the OpenAI wire shape: tool-call ``arguments`` as JSON strings (Ludic keeps
+    them as objects, which is what Hugging Face chat templates render)."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [_wire_call(c) for c in m["tool_calls"]]
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
+
+
+def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function", {})
+    if isinstance(fn.get("arguments"), dict):
+        return {**call, "function": {**fn, "arguments": json.dumps(fn["arguments"])}}
+    return call

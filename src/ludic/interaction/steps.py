@@ -48,6 +48,7 @@ def parse_failure_step(
         terminated=False,
         info=_agent_info(parse, act_info),
         trace=act_info.get("trace"),
+        tool_traces=list(act_info.get("tool_traces", [])),
     )
 
 
@@ -71,6 +72,7 @@ def env_step(
         terminated=outcome.terminated,
         info=info,
         trace=act_info.get("trace"),
+        tool_traces=list(act_info.get("tool_traces", [])),
     )
 
 

@@ -14,12 +14,32 @@ from pathlib import Path
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
+TOOLS_BLOCK = (
+    "{% if tools %}"
+    "{{ '# Tools\nYou may call these functions:\n' }}"
+    "{% for tool in tools %}{{ tool | tojson }}{{ '\n' }}{% endfor %}"
+    "{{ 'Call one with <tool_call>{\"name\": <name>, \"arguments\": <object>}</tool_call>' }}"
+    "{% endif %}"
+)
+"""Hermes/Qwen-style tool description in the system message (rendered only when ``tools=`` is given)."""
+
 CHATML_TEMPLATE = (
+    "{% if tools and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\n' }}" + TOOLS_BLOCK + "{{ '<|im_end|>\n' }}"
+    "{% endif %}"
     "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') }}"
+    "{% if loop.first and tools and message['role'] == 'system' %}{{ '\n\n' }}" + TOOLS_BLOCK + "{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{{ '<tool_call>' + {'name': call['function']['name'], 'arguments': call['function']['arguments']} | tojson"
+    " + '</tool_call>' }}"
+    "{% endfor %}"
+    "{{ '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+"""ChatML; with ``tools=`` it describes them in the system message and renders an assistant
+message's ``tool_calls`` as Hermes ``<tool_call>`` blocks, the same text the model samples."""
 
 _CACHE: dict[tuple, Path] = {}
 

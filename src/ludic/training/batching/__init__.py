@@ -34,6 +34,7 @@ from ludic.training.batching.saw_builder import (
     prompt_completion_item,
     rollouts_to_saw_items,
     step_to_saw_item,
+    step_to_saw_items,
 )
 
 __all__ = [
@@ -69,4 +70,5 @@ __all__ = [
     "saw_item_to_dict",
     "split_items_by_token_budget",
     "step_to_saw_item",
+    "step_to_saw_items",
 ]

@@ -39,6 +39,7 @@ def rollout_to_dict(rollout: Rollout) -> dict[str, Any]:
                         "terminated": s.terminated,
                         "info": s.info,
                         "trace": None if s.trace is None else vars(s.trace),
+                        "tool_traces": [None if t is None else vars(t) for t in s.tool_traces],
                     }
                     for s in rollout.steps
                 ],
@@ -55,6 +56,7 @@ def rollout_from_dict(data: dict[str, Any]) -> Rollout:
             Step(
                 s["index"], s["prev_obs"], s["action"], s["next_obs"], s["reward"],
                 s["truncated"], s["terminated"], s.get("info", {}), trace,
+                [TokenTrace(**t) if t else None for t in s.get("tool_traces", [])],
             )
         )  # fmt: skip
     return Rollout(id=data["id"], steps=steps, meta=data.get("meta", {}))

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ludic.training.types import ActorTokenLogps, RolloutStepKey, SampleAttachments, SAWItem
-from ludic.types import Rollout, Step
+from ludic.types import Rollout, Step, TokenTrace
 
 
 def prompt_completion_item(
@@ -35,20 +35,38 @@ def prompt_completion_item(
 
 
 def step_to_saw_item(rollout: Rollout, step: Step, weight: float) -> SAWItem:
-    """One SAW item for one agent step; raises if the step carries no token trace."""
-    trace = step.trace
+    """The SAW item of a step's final reply (the action); raises if the step has no token trace."""
+    return _call_item(rollout, step, step.trace, weight, call_index=len(step.tool_traces))
+
+
+def step_to_saw_items(rollout: Rollout, step: Step, weight: float) -> list[SAWItem]:
+    """One SAW item per model call of the step, in order: each tool-call reply, then the final
+    reply. All carry the step's credit; tool results are in later calls' prompts, never actions."""
+    items = [
+        _call_item(rollout, step, trace, weight, call_index=i) for i, trace in enumerate(step.tool_traces)
+    ]
+    items.append(step_to_saw_item(rollout, step, weight))
+    return items
+
+
+def _call_item(
+    rollout: Rollout, step: Step, trace: TokenTrace | None, weight: float, *, call_index: int
+) -> SAWItem:
+    where = f"rollout {rollout.id!r} step {step.index}" + (f" call {call_index}" if step.tool_traces else "")
     if trace is None:
         raise ValueError(
-            f"missing rollout-time token trace for rollout {rollout.id!r} step {step.index}: the client "
-            "must return prompt/completion token ids (Ludic never re-tokenises generated text)"
+            f"missing rollout-time token trace for {where}: the client must return prompt/completion "
+            "token ids (Ludic never re-tokenises generated text)"
         )
     prompt, completion = list(trace.prompt_token_ids), list(trace.completion_token_ids)
     if not completion:
-        raise ValueError(f"rollout {rollout.id!r} step {step.index}: empty completion in the token trace")
+        raise ValueError(f"{where}: empty completion in the token trace")
     request_meta = rollout.meta.get("request_meta", {})
     meta: dict[str, Any] = {
         "rollout_id": rollout.id,
         "step_index": step.index,
+        "call_index": call_index,
+        "tool_call": call_index < len(step.tool_traces),
         "agent_id": rollout.meta.get("agent_id"),
         "total_reward": rollout.total_reward,
         "reward": step.reward,
@@ -74,13 +92,14 @@ def step_to_saw_item(rollout: Rollout, step: Step, weight: float) -> SAWItem:
 def rollouts_to_saw_items(
     rollouts: Sequence[Rollout], weights: Mapping[RolloutStepKey, float]
 ) -> list[SAWItem]:
+    """Every model call of every step becomes an item with its step's weight."""
     items = []
     for rollout in rollouts:
         for step in rollout.steps:
             key = (rollout.id, step.index)
             if key not in weights:
                 raise KeyError(f"credit assigner gave no weight for rollout {rollout.id!r} step {step.index}")
-            items.append(step_to_saw_item(rollout, step, weights[key]))
+            items.extend(step_to_saw_items(rollout, step, weights[key]))
     return items
 
 
