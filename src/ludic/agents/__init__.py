@@ -3,5 +3,6 @@
 from ludic.agents.base_agent import Agent
 from ludic.agents.react_agent import ReActAgent
 from ludic.agents.tool_agent import ToolAgent
+from ludic.agents.tools import Tool
 
-__all__ = ["Agent", "ReActAgent", "ToolAgent"]
+__all__ = ["Agent", "ReActAgent", "Tool", "ToolAgent"]
