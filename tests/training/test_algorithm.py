@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from ludic.training.algorithm import (
     drop_zero_variance_groups,
@@ -81,7 +82,7 @@ def test_reinforce_sft_and_scalerl_presets_bundle_the_right_parts():
 
 
 def test_cispo_with_kl_coeff_adds_a_weighted_kl_term():
-    algo = make_cispo(kl_coeff=0.05)
+    algo = make_cispo(kl_coeff=0.05, ref_model=torch.nn.Linear(1, 1))
     assert isinstance(algo.loss, CompositeLoss)
     assert [(t.name, t.weight) for t in algo.loss.terms] == [("cispo", 1.0), ("kl", 0.05)]
 
@@ -107,6 +108,19 @@ def test_drop_zero_weight_drops_items_and_recounts_effective_rollouts():
     assert out is batch
     assert [(it.meta["rollout_id"], it.meta["step_index"]) for it in out.items] == [("a", 1)]
     assert out.meta == {"target_rollouts": 2, "effective_rollouts": 1}
+
+
+def test_presets_drop_zero_weight_items_before_validating_their_logprobs():
+    # a zero-weight item without actor logprobs would be dropped anyway: it must not fail validation
+    batch = SAWBatch([item("a", weight=0.0, logps=False), item("b", weight=1.0)])
+    assert [it.meta["rollout_id"] for it in make_cispo(drop_zero_weight=True).preprocess(batch).items] == ["b"]
+    bad = SAWBatch([item("a", weight=0.5, logps=False), item("b", weight=1.0)])
+    with pytest.raises(ValueError, match=r"rollout_id=.a.*no actor logprobs"):
+        make_cispo(drop_zero_weight=True).preprocess(bad)
+    zvp = [item("a", group=1, reward=1.0, logps=False), item("b", group=1, reward=1.0, logps=False)]
+    kept = [item("c", group=2, reward=0.0), item("d", group=2, reward=1.0)]
+    out = make_scalerl(group_size=2).preprocess(SAWBatch(zvp + kept))
+    assert [it.meta["rollout_id"] for it in out.items] == ["c", "d"]
 
 
 def test_preset_drop_zero_weight_flag_adds_the_filter():

@@ -1,7 +1,10 @@
 """Algorithm presets with the migration guide's keywords and defaults (credit + loss + preprocess).
 
 ``tis_cap`` / ``mis_threshold`` (inference/trainer mismatch guards, see ``loss.mismatch``) are
-additions to the guide's keywords; both default to off.
+additions to the guide's keywords; both default to off. Every RL preset takes ``kl_coeff`` and
+``ref_model``: ``kl_coeff > 0`` adds a KL term to that frozen reference (``training/reference.py``).
+Preprocessing filters first (zero-variance groups, zero weights) and validates what is left, so an
+item that would be dropped anyway never fails validation.
 """
 
 from __future__ import annotations
@@ -23,17 +26,15 @@ from ludic.training.credit_assignment import (
 from ludic.training.loss import (
     CISPOLoss,
     ClippedSurrogateLoss,
-    CompositeLoss,
-    LossTerm,
     MaskedCausalLMCrossEntropyLoss,
     ReinforceLoss,
     TokenClippedSurrogateLoss,
-    TokenKLLoss,
 )
+from ludic.training.reference import RefModel, add_kl_penalty
 
 
 def _ratio_preprocess(drop_zero: bool, *extra):
-    return chain_preprocess(validate_actor_logps, *extra, drop_zero_weight if drop_zero else None)
+    return chain_preprocess(*extra, drop_zero_weight if drop_zero else None, validate_actor_logps)
 
 
 def make_reinforce(
@@ -44,10 +45,13 @@ def make_reinforce(
     length_normalize: bool = False,
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
+    kl_coeff: float = 0.0,
+    ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Monte Carlo returns + REINFORCE with the sequence-level IS correction."""
     loss = ReinforceLoss(length_normalize=length_normalize, tis_cap=tis_cap, mis_threshold=mis_threshold)
-    return RLAlgorithm(name, MonteCarloReturn(gamma=gamma), loss, _ratio_preprocess(drop_zero_weight))
+    algo = RLAlgorithm(name, MonteCarloReturn(gamma=gamma), loss, _ratio_preprocess(drop_zero_weight))
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
 
 
 def make_reinforce_baseline(
@@ -59,6 +63,8 @@ def make_reinforce_baseline(
     length_normalize: bool = False,
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
+    kl_coeff: float = 0.0,
+    ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Monte Carlo returns minus the macro-batch mean (``/ std`` if ``normalize_adv``) + REINFORCE.
 
@@ -67,7 +73,8 @@ def make_reinforce_baseline(
     """
     loss = ReinforceLoss(length_normalize=length_normalize, tis_cap=tis_cap, mis_threshold=mis_threshold)
     preprocess = _ratio_preprocess(drop_zero_weight, center_weights(normalize=normalize_adv))
-    return RLAlgorithm(name, MonteCarloReturn(gamma=gamma), loss, preprocess)
+    algo = RLAlgorithm(name, MonteCarloReturn(gamma=gamma), loss, preprocess)
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
 
 
 def make_grpo(
@@ -83,6 +90,8 @@ def make_grpo(
     *,
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
+    kl_coeff: float = 0.0,
+    ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Group-normalised returns + token-level PPO clipping."""
     credit = GroupNormalizedReturn(group_size, normalize_adv=group_normalize_adv, positive_only=positive_only)
@@ -94,7 +103,8 @@ def make_grpo(
         tis_cap=tis_cap,
         mis_threshold=mis_threshold,
     )
-    return RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
+    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
 
 
 def make_gspo(
@@ -110,6 +120,8 @@ def make_gspo(
     *,
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
+    kl_coeff: float = 0.0,
+    ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Group-normalised returns + sequence-level clipping with a geometric-mean ratio."""
     credit = GroupNormalizedReturn(group_size, normalize_adv=group_normalize_adv, positive_only=positive_only)
@@ -121,31 +133,24 @@ def make_gspo(
         tis_cap=tis_cap,
         mis_threshold=mis_threshold,
     )
-    return RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
+    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
 
 
 def _cispo_loss(
     clip_eps_low: float,
     clip_eps_high: float,
     length_normalize: bool,
-    kl_coeff: float,
     tis_cap: float | None,
     mis_threshold: float | None,
-):
-    cispo = CISPOLoss(
+) -> CISPOLoss:
+    return CISPOLoss(
         clip_eps_low=clip_eps_low,
         clip_eps_high=clip_eps_high,
         length_normalize=length_normalize,
         tis_cap=tis_cap,
         mis_threshold=mis_threshold,
     )
-    if kl_coeff < 0:
-        raise ValueError(f"kl_coeff must be >= 0, got {kl_coeff!r}")
-    if kl_coeff == 0:
-        return cispo
-    # No reference model travels with the batch: the KL term pulls towards the sampling policy.
-    kl = TokenKLLoss(ref_logps_key="actor_logps", length_normalize=length_normalize)
-    return CompositeLoss(terms=[LossTerm("cispo", cispo, 1.0), LossTerm("kl", kl, kl_coeff)])
 
 
 def make_cispo(
@@ -161,11 +166,13 @@ def make_cispo(
     *,
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
+    ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
-    """Group-normalised returns + CISPO; ``kl_coeff > 0`` adds a k3 KL term to the actor's logprobs."""
+    """Group-normalised returns + CISPO; ``kl_coeff > 0`` adds a KL term to ``ref_model``."""
     credit = GroupNormalizedReturn(group_size, normalize_adv=group_normalize_adv, positive_only=positive_only)
-    loss = _cispo_loss(clip_eps_low, clip_eps_high, length_normalize, kl_coeff, tis_cap, mis_threshold)
-    return RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
+    loss = _cispo_loss(clip_eps_low, clip_eps_high, length_normalize, tis_cap, mis_threshold)
+    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
 
 
 def make_scalerl(
@@ -180,12 +187,15 @@ def make_scalerl(
     *,
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
+    kl_coeff: float = 0.0,
+    ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """ScaleRL: group-mean / batch-std advantages + CISPO; ``filter_zvp`` drops zero-variance prompts."""
     credit = HybridNormalizedReturn(group_size, positive_only=positive_only)
-    loss = _cispo_loss(clip_eps_low, clip_eps_high, length_normalize, 0.0, tis_cap, mis_threshold)
+    loss = _cispo_loss(clip_eps_low, clip_eps_high, length_normalize, tis_cap, mis_threshold)
     zvp = drop_zero_variance_groups if filter_zvp else None
-    return RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight, zvp))
+    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight, zvp))
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
 
 
 def make_sft(length_normalize: bool = False, name: str = "sft") -> RLAlgorithm:

@@ -31,9 +31,15 @@ class ActorTokenLogps:
 
 @dataclass
 class SampleAttachments:
-    """Optional per-sample tensors-to-be that ride along with a SAWItem."""
+    """Optional per-sample tensors-to-be that ride along with a SAWItem.
+
+    ``frozen_logps`` holds, by batch key (``"ref_logps"``, ``"teacher_logps"``), the log-probs a frozen
+    model gave each action token (``ludic.training.scoring.FrozenModelScorer``); collation turns
+    each key into a ``[B, T]`` tensor aligned like ``actor_logps``.
+    """
 
     actor_logps: ActorTokenLogps | None = None
+    frozen_logps: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,6 +78,12 @@ class SAWItem:
                 raise ValueError(
                     f"{where}: actor_logps has {len(actor.token_logps)} entries, "
                     f"action_mask marks {n_action} action tokens"
+                )
+        for key, values in self.attachments.frozen_logps.items():
+            if len(values) != sum(self.action_mask):
+                raise ValueError(
+                    f"{where}: frozen_logps[{key!r}] has {len(values)} entries, "
+                    f"action_mask marks {sum(self.action_mask)} action tokens"
                 )
 
     @property

@@ -199,6 +199,14 @@ async def test_filters_drop_parse_errors_and_length_cut_completions():
     batch = await engine.generate_batch([_request(num_episodes=1)], algo, keep, max_steps=2)
     # episode: "?" (parse error step) then "a" (success); the parse-error step is filtered out
     assert [it.meta["parse_error"] for it in batch.items] == [False]
+    assert batch.meta["num_samples_before_filter"] == 2.0
+    assert batch.meta["num_samples_filtered"] == 1.0
+    assert batch.meta["num_samples"] == 1.0
+
+
+async def test_without_a_filter_nothing_is_counted_as_filtered():
+    batch = await _engine(["a", "b"]).generate_batch([_request(num_episodes=2)], _Algo(EpisodicReturn()), max_steps=1)
+    assert (batch.meta["num_samples_before_filter"], batch.meta["num_samples_filtered"]) == (2.0, 0.0)
 
 
 async def test_rollout_batch_source_expands_groups_and_sets_group_ids():

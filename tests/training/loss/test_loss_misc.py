@@ -28,7 +28,7 @@ def test_sft_is_weighted_masked_nll(batch_and_logits, ref_logps):
 
 def test_token_kl_is_k3_against_batch_reference(batch_and_logits, ref_logps):
     batch, logits = batch_and_logits
-    loss, stats = TokenKLLoss(ref_logps_key="actor_logps").compute(logits, batch)
+    loss, stats = TokenKLLoss(ref_logps_key="actor_logps", estimator="k3").compute(logits, batch)
     logp, mask = ref_logps(logits, batch["input_ids"]), batch["action_mask"].double()
     d = (batch["actor_logps"] - logp) * mask
     want = ((torch.exp(d) - 1 - d) * mask).sum(-1).mean()

@@ -74,6 +74,7 @@ def saw_item_to_dict(item: SAWItem) -> dict[str, Any]:
                 "weight": item.weight,
                 "meta": item.meta,
                 "actor_logps": None if actor is None else actor.token_logps,
+                "frozen_logps": item.attachments.frozen_logps,
             }
         )
     )
@@ -90,7 +91,10 @@ def saw_item_from_dict(data: dict[str, Any]) -> SAWItem:
         action_mask=list(data["action_mask"]),
         weight=float(data.get("weight", 1.0)),
         meta=dict(data.get("meta") or {}),
-        attachments=SampleAttachments(ActorTokenLogps(list(actor)) if actor is not None else None),
+        attachments=SampleAttachments(
+            ActorTokenLogps(list(actor)) if actor is not None else None,
+            {str(k): [float(x) for x in v] for k, v in (data.get("frozen_logps") or {}).items()},
+        ),
     )
 
 

@@ -41,10 +41,13 @@ def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
         return replace(item, meta=meta)
     action_mask = list(item.action_mask[:keep])
     attachments = item.attachments
+    n_action = int(sum(action_mask))
     if attachments.actor_logps is not None:
-        n_action = int(sum(action_mask))
         kept_logps = list(attachments.actor_logps.token_logps[:n_action])
         attachments = replace(attachments, actor_logps=ActorTokenLogps(token_logps=kept_logps))
+    if attachments.frozen_logps:
+        frozen = {key: list(values[:n_action]) for key, values in attachments.frozen_logps.items()}
+        attachments = replace(attachments, frozen_logps=frozen)
     return SAWItem(
         input_ids=list(item.input_ids[:keep]),
         attention_mask=list(item.attention_mask[:keep]),
@@ -111,7 +114,8 @@ def collate_saw_items(
 
     Keys: ``input_ids``/``attention_mask``/``action_mask`` [B, T] (long), ``weight`` [B] (float32),
     and, when every item carries actor logprobs, ``old_logp_action`` [B] (their sum over the action)
-    and ``actor_logps`` [B, T] (each actor logprob at its action position, 0 elsewhere).
+    and ``actor_logps`` [B, T] (each actor logprob at its action position, 0 elsewhere); likewise one
+    [B, T] tensor per key of ``attachments.frozen_logps`` (``ref_logps``, ``teacher_logps``).
     """
     if not items:
         raise ValueError("collate_saw_items got an empty list of items")
@@ -140,10 +144,30 @@ def collate_saw_items(
         "weight": torch.tensor([float(it.weight) for it in items], dtype=torch.float32),
     }
     if all(with_logps):
-        actor_logps = torch.zeros((B, T), dtype=torch.float32)
-        for i, it in enumerate(items):
-            values = torch.tensor(it.attachments.actor_logps.token_logps, dtype=torch.float32)  # type: ignore[union-attr]
-            actor_logps[i][action_mask[i].bool()] = values
+        actor_logps = _at_action_positions([it.attachments.actor_logps.token_logps for it in items], action_mask)  # type: ignore[union-attr]
         out["actor_logps"] = actor_logps
         out["old_logp_action"] = actor_logps.sum(dim=1)
+    for key in _frozen_keys(items):
+        out[key] = _at_action_positions([it.attachments.frozen_logps[key] for it in items], action_mask)
     return {k: v.to(device) for k, v in out.items()}
+
+
+def _at_action_positions(values: list[list[float]], action_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` float32: row i holds ``values[i]`` at its action positions, 0 elsewhere."""
+    out = torch.zeros(action_mask.shape, dtype=torch.float32)
+    for i, row in enumerate(values):
+        out[i][action_mask[i].bool()] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
+def _frozen_keys(items: list[SAWItem]) -> list[str]:
+    """Keys of ``attachments.frozen_logps`` (``ref_logps``, ...) that every item has; some-but-not-all raises."""
+    keys = sorted({key for it in items for key in it.attachments.frozen_logps})
+    for key in keys:
+        missing = [i for i, it in enumerate(items) if key not in it.attachments.frozen_logps]
+        if missing:
+            raise ValueError(
+                f"{_where(items[missing[0]], missing[0])} has no frozen_logps[{key!r}] while "
+                f"{len(items) - len(missing)} of {len(items)} items do; score every item of the batch"
+            )
+    return keys

@@ -141,6 +141,8 @@ class RolloutEngine:
     ) -> SAWBatch:
         """Rollouts -> credit (``algorithm.credit_assigner``) -> SAW items -> filter.
 
+        Batch meta counts what the filter removed: ``num_samples_before_filter``, ``num_samples_filtered``.
+
         ``algorithm.preprocess`` is NOT applied here: the Trainer applies it to every batch.
         A failed episode takes its whole GRPO group (same ``group_id``) out of the batch, since
         group normalisation needs complete groups.
@@ -157,6 +159,7 @@ class RolloutEngine:
         usable = [r for r in rollouts if not r.meta.get("failed") and _group_id(r) not in broken_groups]
         weights = algorithm.credit_assigner.compute(usable)
         items = rollouts_to_saw_items(usable, weights)
+        num_before_filter = len(items)
         if sample_filter is not None:
             items = [item for item in items if sample_filter(item)]
         meta: dict[str, Any] = batch_meta(
@@ -166,6 +169,8 @@ class RolloutEngine:
             failed=len(failed),
         )
         meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(usable))
+        meta["num_samples_before_filter"] = float(num_before_filter)
+        meta["num_samples_filtered"] = float(num_before_filter - len(items))
         return SAWBatch(items=items, meta=meta)
 
     # ---- helpers ----------------------------------------------------------------------------

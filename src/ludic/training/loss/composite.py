@@ -31,11 +31,13 @@ class LossTerm:
 class CompositeLoss:
     """``L = sum_k weight_k * L_k``; a mean over sequences whenever every term is.
 
-    Stats: ``loss`` (the total), and per term ``<name>/loss``, ``<name>/weight``, ``<name>/<stat>``.
+    Stats: ``loss`` (the total), and per term ``<name>/loss``, ``<name>/weight``, ``<name>/<stat>``;
+    a term stat named in ``promote`` (``"kl_ref"``) is reported under its bare name too.
     Terms that are ``TokenLogpLoss`` share one ``compute_token_logps`` call; others get the logits.
     """
 
     terms: list[LossTerm] = field(default_factory=list)
+    promote: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.terms:
@@ -59,5 +61,6 @@ class CompositeLoss:
             stats[f"{term.name}/loss"] = term_loss.detach()
             stats[f"{term.name}/weight"] = torch.tensor(float(term.weight), device=logits.device)
             stats.update({f"{term.name}/{k}": v for k, v in term_stats.items() if k != "loss"})
+            stats.update({k: v for k, v in term_stats.items() if k in self.promote})
         stats["loss"] = total.detach()
         return total, stats
