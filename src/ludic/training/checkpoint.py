@@ -14,8 +14,8 @@ which no loader looks at and the next save removes.
 from __future__ import annotations
 
 import json
+import logging
 import os
-import random
 import re
 import shutil
 import time
@@ -24,39 +24,36 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from ludic.training._model_io import assert_finite_weights, load_model_weights, save_model_weights
+from ludic.training._checkpoint_io import (
+    CheckpointLoadError,
+    capture_rng,
+    check_optimizer_state,
+    load_plain,
+    parse_rng,
+)
+from ludic.training._checkpoint_io import restore_rng as restore_rng_state
+from ludic.training._model_io import (
+    apply_model_state,
+    assert_finite_weights,
+    check_model_state,
+    is_peft_model,
+    read_adapter_state,
+    read_model_state,
+    save_model_weights,
+)
 from ludic.training.config import CheckpointConfig
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _LATEST = "latest.json"
 _STATE = "trainer_state.json"
+_log = logging.getLogger(__name__)
 
 
 def _step_dirname(step: int) -> str:
     return f"step_{step:06d}"
-
-
-def _capture_rng() -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _restore_rng(state: Mapping[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
@@ -108,7 +105,7 @@ class CheckpointManager:
                 torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
             if scheduler is not None and self.cfg.save_optimizer:
                 torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-            torch.save(_capture_rng(), tmp / "rng_state.pt")
+            torch.save(capture_rng(), tmp / "rng_state.pt")
             state = {"step": step, "time": time.time(), "metadata": dict(metadata or {})}
             state["config"] = dict(config or {})
             _write_json_atomic(tmp / _STATE, state)
@@ -117,7 +114,7 @@ class CheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         _write_json_atomic(self.output_dir / _LATEST, {"step": step, "path": final.name})
-        self._prune()
+        self._prune(keep_also=final)
         return final
 
     def _publish_dir(self, tmp: Path, final: Path) -> None:
@@ -135,11 +132,24 @@ class CheckpointManager:
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
 
-    def _prune(self) -> None:
+    def _prune(self, keep_also: Path) -> None:
+        """Delete all but the ``max_to_keep`` most recently written checkpoints.
+
+        Recency is the write time in ``trainer_state.json``, not the step number, so folders an
+        older run left with higher steps never push out this run's; the checkpoint just written
+        (``keep_also``) and the one ``latest.json`` names are never deleted.
+        """
         keep = self.cfg.max_to_keep
         if keep is None:
             return
-        for _step, path in self.list_checkpoints()[:-keep]:
+        protected = {keep_also.resolve()}
+        latest = self.latest_path()
+        if latest is not None:
+            protected.add(latest.resolve())
+        by_age = sorted(self.list_checkpoints(), key=lambda sp: (_written_at(sp[1]), sp[0]))
+        others = [path for _, path in by_age if path.resolve() not in protected]
+        n_delete = len(others) + len(protected) - keep
+        for path in others[: max(n_delete, 0)]:
             shutil.rmtree(path, ignore_errors=True)
 
     # ---- finding and loading ------------------------------------------------------------------
@@ -183,18 +193,76 @@ class CheckpointManager:
         *,
         scheduler: Any = None,
         restore_rng: bool = True,
+        fallback: bool = False,
     ) -> dict[str, Any]:
-        """Restore a checkpoint (latest by default) in place; returns its ``trainer_state.json``."""
+        """Restore a checkpoint (latest by default) in place; returns its ``trainer_state.json``.
+
+        All files are read and checked against ``model``/``optimizer`` before anything changes: a
+        checkpoint that fails to load raises :class:`CheckpointLoadError` naming the file and leaves
+        both untouched. ``fallback=True`` then tries the previous complete checkpoints, newest first.
+        """
         folder = self._resolve(step, path)
-        state = json.loads((folder / _STATE).read_text(encoding="utf-8"))
-        load_model_weights(model, folder)
+        try:
+            return self._load_folder(folder, model, optimizer, scheduler, restore_rng)
+        except CheckpointLoadError as exc:
+            if not fallback:
+                raise
+            for _, older in reversed(self.list_checkpoints()):
+                if older.resolve() == folder.resolve():
+                    continue
+                _log.warning("checkpoint %s failed to load (%s); falling back to %s", folder, exc, older)
+                try:
+                    return self._load_folder(older, model, optimizer, scheduler, restore_rng)
+                except CheckpointLoadError as older_exc:
+                    exc = older_exc
+            raise
+
+    def _load_folder(
+        self, folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, restore_rng: bool
+    ) -> dict[str, Any]:
+        files = _read_checkpoint(folder, model, optimizer, scheduler, restore_rng)
+        apply_model_state(model, files["model"], folder)  # everything read and checked: now apply
         if optimizer is not None:
-            if not (folder / "optimizer.pt").is_file():
-                raise FileNotFoundError(f"{folder} has no optimizer.pt (saved with save_optimizer=False?)")
-            optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
-        if scheduler is not None and (folder / "scheduler.pt").is_file():
-            scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=False))
-        if restore_rng and (folder / "rng_state.pt").is_file():
-            _restore_rng(torch.load(folder / "rng_state.pt", weights_only=False))
+            optimizer.load_state_dict(files["optimizer"])
+        if files.get("scheduler") is not None:
+            scheduler.load_state_dict(files["scheduler"])
+        if files.get("rng") is not None:
+            restore_rng_state(files["rng"])
+        state = files["state"]
         state["path"] = str(folder)
         return state
+
+
+
+def _written_at(folder: Path) -> float:
+    try:
+        return float(json.loads((folder / _STATE).read_text(encoding="utf-8")).get("time", 0.0))
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+
+
+def _read_checkpoint(
+    folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, rng: bool
+) -> dict[str, Any]:
+    """Every file the load needs, read (without running code) and checked; changes nothing."""
+    try:
+        state = json.loads((folder / _STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointLoadError(f"{folder / _STATE}: cannot be read: {exc}") from exc
+    if is_peft_model(model):
+        weights = read_adapter_state(folder)
+    else:
+        weights = read_model_state(folder)
+        check_model_state(model, weights, folder)
+    files: dict[str, Any] = {"state": state, "model": weights}
+    if optimizer is not None:
+        opt_file = folder / "optimizer.pt"
+        if not opt_file.is_file():
+            raise CheckpointLoadError(f"{folder} has no optimizer.pt (saved with save_optimizer=False?)")
+        files["optimizer"] = load_plain(opt_file)
+        check_optimizer_state(optimizer, files["optimizer"], file=opt_file)
+    if scheduler is not None and (folder / "scheduler.pt").is_file():
+        files["scheduler"] = load_plain(folder / "scheduler.pt")
+    if rng and (folder / "rng_state.pt").is_file():
+        files["rng"] = parse_rng(load_plain(folder / "rng_state.pt"), file=folder / "rng_state.pt")
+    return files
