@@ -52,6 +52,12 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("config", help="path to a .toml/.yaml run config (see examples/configs/)")
     p.add_argument("--steps", type=int, default=None, help="override the config's steps")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print it; start nothing")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: remove this run's metrics, checkpoints, eval results and final model (listed "
+        "first) instead of resuming from the latest checkpoint",
+    )
     p.set_defaults(run=_run_train)
 
 
@@ -85,7 +91,7 @@ def _run_train(args: argparse.Namespace) -> int:
         return 0
     from ludic.cli.run_config import train_from_config
 
-    train_from_config(cfg)
+    train_from_config(cfg, fresh=args.fresh)
     return 0
 
 

@@ -121,6 +121,14 @@ class GroupedRequests:
         self.next_seed += n
         return list(self.strategy.expand(base))
 
+    def state_dict(self) -> dict[str, Any]:
+        """The data position: the next env seed and the group counter (saved in checkpoints)."""
+        return {"next_seed": self.next_seed, "strategy": self.strategy.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.next_seed = int(state["next_seed"])
+        self.strategy.load_state_dict(state["strategy"])
+
 
 @dataclass
 class TrainRun:
@@ -130,14 +138,51 @@ class TrainRun:
     out_dir: Path
 
 
-def build_train_run(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> TrainRun:
-    """Everything ``ludic train`` needs, built in dependency order."""
+def output_paths(cfg: RunConfig) -> list[Path]:
+    """What a run writes (and ``--fresh`` removes): metrics, checkpoints, eval results, final model, plot."""
+    out = Path(cfg.logging.output_dir)
+    paths = [out / "metrics.jsonl", out / "eval", out / "final_model", out / "training_curve.png"]
+    return paths + ([Path(cfg.checkpoint.output_dir)] if cfg.checkpoint is not None else [])
+
+
+def plan_start(cfg: RunConfig, *, fresh: bool) -> bool:
+    """Decide, before anything loads, whether this run resumes (True) or starts from step 0.
+
+    ``fresh`` removes an earlier run's outputs (saying which); without it a run resumes from its
+    latest checkpoint, and earlier outputs with no checkpoint to resume from are an error.
+    """
+    from ludic.training.checkpoint import CheckpointManager
+    from ludic.training.resume import ResumeError, describe_outputs, remove_outputs
+
+    existing = describe_outputs(output_paths(cfg))
+    if fresh:
+        if existing:
+            print("ludic train --fresh: starting over; removing\n  " + "\n  ".join(existing), flush=True)
+            remove_outputs(output_paths(cfg))
+        return False
+    if cfg.checkpoint is not None and CheckpointManager(cfg.checkpoint).latest_path() is not None:
+        return True
+    metrics = Path(cfg.logging.output_dir) / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        raise ResumeError(
+            f"{metrics} holds an earlier run's metrics and there is no checkpoint to resume from "
+            f"({'no [checkpoint] table' if cfg.checkpoint is None else cfg.checkpoint.output_dir}); "
+            "pass --fresh to start over (it removes: " + "; ".join(existing) + ")"
+        )
+    return False
+
+
+def build_train_run(
+    cfg: RunConfig, reducers: dict[str, Any] | None = None, *, resume: bool = False
+) -> TrainRun:
+    """Everything ``ludic train`` needs, built in dependency order; ``resume`` loads the latest checkpoint."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from ludic.distributed import ClientPublisher
     from ludic.quickstart.dashboard import make_train_logger
     from ludic.training.batching import RolloutBatchSource
+    from ludic.training.resume import drop_records_after, resume_latest
     from ludic.training.trainer import Trainer
 
     torch.manual_seed(cfg.seed)
@@ -158,34 +203,43 @@ def build_train_run(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> T
         max_steps=cfg.rollout.max_steps,
         concurrency=cfg.rollout.concurrency,
     )
-    logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich)
     trainer = Trainer(
         model=model,
         algo=algo,
         batch_source=source,
         publisher=ClientPublisher(client),
         cfg=cfg.trainer,
-        train_logger=logger,
         checkpoint_config=cfg.checkpoint,
         evaluator=evaluator,
     )
-    return TrainRun(trainer=trainer, evaluator=evaluator, logger=logger, out_dir=out)
+    if resume:  # before the metrics file is opened: records after the checkpoint are dropped
+        step = resume_latest(trainer)
+        dropped = drop_records_after(out / "metrics.jsonl", step)
+        print(f"ludic train: resuming at step {step} of {cfg.steps} from {trainer.checkpointer.output_dir} "
+              f"({dropped} metrics records after it dropped)", flush=True)  # fmt: skip
+    trainer.train_logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich)
+    return TrainRun(trainer=trainer, evaluator=evaluator, logger=trainer.train_logger, out_dir=out)
 
 
-def train_from_config(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> dict[str, float]:
-    """``ludic train``: train ``cfg.steps`` steps, evaluate, plot; returns the final eval stats.
+def train_from_config(
+    cfg: RunConfig, reducers: dict[str, Any] | None = None, *, fresh: bool = False
+) -> dict[str, float]:
+    """``ludic train``: train up to ``cfg.steps`` steps, evaluate, plot; returns the final eval stats.
 
+    Resumes from the latest checkpoint unless ``fresh`` (see :func:`plan_start`).
     reducers: extra ``eval/`` statistics (``{name: Reducer}``) for the evaluations.
     """
-    return asyncio.run(_train(cfg, reducers))
+    return asyncio.run(_train(cfg, reducers, fresh))
 
 
-async def _train(cfg: RunConfig, reducers: dict[str, Any] | None) -> dict[str, float]:
+async def _train(cfg: RunConfig, reducers: dict[str, Any] | None, fresh: bool) -> dict[str, float]:
     from ludic.quickstart.plot import plot_metrics
 
-    run = build_train_run(cfg, reducers)
+    run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
     with run.logger:
-        await run.trainer.train(cfg.steps)
+        await run.trainer.train(max(cfg.steps - run.trainer.step, 0))
+    if run.trainer.checkpointer is not None:
+        run.trainer.save_checkpoint()  # the end is resumable too (run again with more steps)
     stats = await run.evaluator.evaluate(step=cfg.steps)
     if cfg.logging.plot:
         plot_metrics(run.out_dir / "metrics.jsonl", run.out_dir / "training_curve.png", title=cfg.source)

@@ -299,14 +299,20 @@ class Trainer:
             metadata=metadata, config=asdict(self.cfg),
         )  # fmt: skip
 
-    def load_checkpoint(self, *, step: int | None = None, path: Any = None) -> dict[str, Any]:
-        """Restore model, optimizer, scheduler, RNG and step (latest checkpoint by default)."""
+    def load_checkpoint(
+        self, *, step: int | None = None, path: Any = None, fallback: bool = False
+    ) -> dict[str, Any]:
+        """Restore model, optimizer, scheduler, RNG, step and batch source position (latest by default).
+
+        Atomic: a checkpoint that fails to load changes nothing; ``fallback=True`` then loads the
+        previous complete one (``CheckpointManager.load``).
+        """
         if self.checkpointer is None:
             raise ValueError(
                 "load_checkpoint needs Trainer(checkpoint_config=CheckpointConfig(output_dir=...))"
             )
         state = self.checkpointer.load(
-            self.model, self.optimizer, step=step, path=path, scheduler=self.lr_scheduler
+            self.model, self.optimizer, step=step, path=path, scheduler=self.lr_scheduler, fallback=fallback
         )
         self.step = int(state["step"])
         source_state = state.get("metadata", {}).get("batch_source")

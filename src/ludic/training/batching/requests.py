@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,7 +104,8 @@ class GRPORequestStrategy:
             raise ValueError(f"GRPORequestStrategy.group_size must be an int >= 1, got {group_size!r}")
         self.group_size = group_size
         self.seed = seed
-        self._counter = itertools.count()
+        self.groups_made = 0
+        """Requests expanded so far: the next group's index (saved in checkpoints)."""
 
     def expand(self, requests: Sequence[RolloutRequest]) -> list[RolloutRequest]:
         out: list[RolloutRequest] = []
@@ -115,7 +115,8 @@ class GRPORequestStrategy:
                     f"GRPORequestStrategy expands requests with num_episodes=1, got {request.num_episodes} "
                     f"(env kind {request.env.kind!r}); the group size sets how many episodes are played"
                 )
-            index = next(self._counter)
+            index = self.groups_made
+            self.groups_made += 1
             group_id = request.meta.get("group_id", f"g{self.seed}-{index}")
             env_seed = request.env_seed
             if env_seed is None:  # the group must share one env instance
@@ -132,3 +133,9 @@ class GRPORequestStrategy:
                     )
                 )
         return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"groups_made": self.groups_made}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.groups_made = int(state["groups_made"])

@@ -15,7 +15,9 @@ from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
 class RolloutBatchSource:
     """``request_fn()`` -> (``request_strategy.expand``) -> ``engine.generate_batch`` -> SAWBatch.
 
-    ``request_fn`` may be sync or async and returns the requests for one macro-batch.
+    ``request_fn`` may be sync or async and returns the requests for one macro-batch. Where it
+    (or ``request_strategy``) has ``state_dict``/``load_state_dict`` (a data position, a seed
+    counter), :meth:`state_dict` gathers them so a Trainer checkpoint resumes the data exactly.
     """
 
     def __init__(
@@ -58,3 +60,19 @@ class RolloutBatchSource:
             timeout_s=self.timeout_s,
             concurrency=self.concurrency,
         )
+
+    def _stateful(self) -> dict[str, Any]:
+        parts = {"request_fn": self.request_fn, "request_strategy": self.request_strategy}
+        return {k: v for k, v in parts.items() if callable(getattr(v, "state_dict", None))}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (JSON) for the Trainer's checkpoint; ``{}`` when nothing here keeps state."""
+        return {name: part.state_dict() for name, part in self._stateful().items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        parts = self._stateful()
+        unknown = sorted(set(state) - set(parts))
+        if unknown:
+            raise ValueError(f"RolloutBatchSource state has {unknown} but this source has no such state")
+        for name, part_state in state.items():
+            parts[name].load_state_dict(part_state)

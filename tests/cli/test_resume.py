@@ -1,0 +1,148 @@
+"""``ludic train`` resumes from its latest checkpoint exactly; ``--fresh`` starts over and says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from ludic.cli import main
+from ludic.cli.run_config import train_from_config
+from ludic.config import load_config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ludic.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+def _config(folder: Path, model: Path, *, steps: int, every: int = 5) -> Path:
+    text = f"""
+steps = {steps}
+[model]
+path = "{model}"
+[env]
+name = "letter_repeat"
+kwargs = {{ count = 2, letters = "ab" }}
+[rollout]
+prompts_per_step = 2
+group_size = 2
+sampling = {{ temperature = 1.0, max_tokens = 4 }}
+[eval]
+num_episodes = 1
+sampling = {{ temperature = 0.0, max_tokens = 4 }}
+[trainer]
+lr = 3e-3
+max_seq_len = 128
+micro_token_budget = 1024
+[checkpoint]
+every_n_steps = {every}
+max_to_keep = 2
+[logging]
+output_dir = "{folder / "out"}"
+rich = false
+plot = false
+"""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def _final_weights(folder: Path) -> dict:
+    return load_file(str(folder / "out" / "final_model" / "model.safetensors"))
+
+
+def _metric_steps(folder: Path) -> list[int]:
+    lines = (folder / "out" / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines]
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert (a[key] - b[key]).abs().max().item() == 0.0, key
+
+
+def test_ten_plus_ten_resumed_steps_equal_twenty_straight(tmp_path: Path, tiny_model: Path) -> None:
+    train_from_config(load_config(_config(tmp_path / "straight", tiny_model, steps=20)))
+    split = tmp_path / "split"
+    train_from_config(load_config(_config(split, tiny_model, steps=10)))
+    assert _metric_steps(split) == list(range(1, 11))
+    cfg = load_config(_config(split, tiny_model, steps=20))
+    state = json.loads((split / "out" / "checkpoints" / "step_000010" / "trainer_state.json").read_text())
+    assert state["metadata"]["batch_source"]["request_fn"] == {
+        "next_seed": 20,
+        "strategy": {"groups_made": 20},
+    }
+    train_from_config(cfg)
+    assert _metric_steps(split) == list(range(1, 21))
+    _assert_same_weights(_final_weights(tmp_path / "straight"), _final_weights(split))
+
+
+def test_resume_drops_metrics_of_steps_after_the_checkpoint(tmp_path: Path, tiny_model: Path) -> None:
+    cfg_path = _config(tmp_path, tiny_model, steps=4, every=2)
+    train_from_config(load_config(cfg_path))
+    metrics = tmp_path / "out" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(lines) + "\n" + lines[-1].replace('"step": 4', '"step": 5') + '\n{"step": 6, "tr')
+    (tmp_path / "out" / "checkpoints" / "step_000004").rename(tmp_path / "out" / "checkpoints" / "x")
+    (tmp_path / "out" / "checkpoints" / "latest.json").write_text('{"step": 2, "path": "step_000002"}')
+    train_from_config(load_config(_config(tmp_path, tiny_model, steps=5, every=2)))
+    assert _metric_steps(tmp_path) == [1, 2, 3, 4, 5]
+
+
+def test_leftover_metrics_without_a_checkpoint_need_fresh(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg_path = _config(tmp_path, tiny_model, steps=2, every=0)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    assert main(["train", str(cfg_path)]) == 2
+    err = capsys.readouterr().err
+    assert "metrics.jsonl holds an earlier run's metrics and there is no checkpoint to resume from" in err
+    assert "pass --fresh" in err and "metrics.jsonl (2 records)" in err
+
+    assert main(["train", str(cfg_path), "--fresh"]) == 0
+    said = capsys.readouterr().out
+    assert "ludic train --fresh: starting over; removing" in said and "metrics.jsonl (2 records)" in said
+    assert _metric_steps(tmp_path) == [1, 2]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_rerun_gives_the_straight_run(tmp_path: Path, tiny_model: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "ludic.cli", "train"]
+    straight = _config(tmp_path / "straight", tiny_model, steps=12, every=2)
+    subprocess.run([*cmd, str(straight)], check=True, env=env, capture_output=True, timeout=300)
+
+    killed = _config(tmp_path / "killed", tiny_model, steps=12, every=2)
+    proc = subprocess.Popen([*cmd, str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    latest = tmp_path / "killed" / "out" / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if latest.is_file() and json.loads(latest.read_text())["step"] >= 4:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert json.loads(latest.read_text())["step"] < 12
+
+    rerun = subprocess.run([*cmd, str(killed)], env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "ludic train: resuming at step" in rerun.stdout
+    assert _metric_steps(tmp_path / "killed") == list(range(1, 13))
+    _assert_same_weights(_final_weights(tmp_path / "straight"), _final_weights(tmp_path / "killed"))
