@@ -29,7 +29,8 @@ class TrainerConfig:
     eval_concurrency: concurrency passed to ``evaluator.evaluate``.
     max_lag: drop items whose ``meta["policy_version"]`` lags the trainer's step by more than this; None = keep all.
     gradient_checkpointing: trade compute for activation memory (HF ``gradient_checkpointing_enable``).
-    share_prompt_prefix: run each distinct prompt of a micro-batch once (GRPO groups) when that halves the positions computed.
+    pack_sequences: train padding-free, sequences end to end in rows (tested architectures; others pad).
+    share_prompt_prefix: when packing, run each distinct prompt of a micro-batch once (GRPO groups).
     seed: if set, seeds python/numpy/torch when the Trainer is built.
     learning_rate: alias of ``lr`` (the seed's spelling); after construction both hold the same value.
     """
@@ -48,6 +49,7 @@ class TrainerConfig:
     eval_concurrency: int = 32
     max_lag: int | None = None
     gradient_checkpointing: bool = False
+    pack_sequences: bool = True
     share_prompt_prefix: bool = True
     seed: int | None = None
     learning_rate: float | None = None

@@ -19,23 +19,11 @@ from torch import nn
 
 from ludic.distributed.interfaces import PolicyPublisher
 from ludic.training._lora import ParamFilter, publishable_state_dict
-from ludic.training._setup import (
-    build_optimizer,
-    enable_gradient_checkpointing,
-    forward_logits,
-    seed_everything,
-)
+from ludic.training._setup import build_optimizer, enable_gradient_checkpointing, seed_everything
 from ludic.training.algorithm import RLAlgorithm
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
-from ludic.training.batching.shared_prefix import (
-    forward_shared_prefix_logits,
-    pack_shared_prefix,
-    prompt_groups,
-    supports_shared_prefix,
-    worth_sharing,
-)
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
+from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
 from ludic.training.loggers.prefix import GROUPS
 from ludic.training.stats import (
     Reducer,
@@ -120,15 +108,17 @@ class Trainer:
             return self._log(
                 {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}
             )
-        micro_batches = split_items_by_token_budget(
-            items, micro_token_budget=self.cfg.micro_token_budget, max_seq_len=self.cfg.max_seq_len
-        )
+        micro_batches = plan_micro_batches(
+            self.model, items, micro_token_budget=self.cfg.micro_token_budget,
+            max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
+            share_prompt_prefix=self.cfg.share_prompt_prefix,
+        )  # fmt: skip
         loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
         step_stats = self._optimizer_step(loss_sum)
         train_seconds = perf_counter() - t0
         self.step += 1
         stats = {**loss_stats, **drop_stats, **step_stats}
-        stats.update(self._batch_stats(batch, [it for mb in micro_batches for it in mb]))
+        stats.update(self._batch_stats(batch, [it for mb in micro_batches for it in mb.items]))
         stats = {f"train/{k}": v for k, v in stats.items()}
         stats.update(self._maybe_publish())
         stats.update(await self._maybe_evaluate())
@@ -165,7 +155,7 @@ class Trainer:
         return isinstance(version, int) and self.step - version > self.cfg.max_lag  # type: ignore[operator]
 
     def _accumulate_gradients(
-        self, micro_batches: list[list[SAWItem]], *, macro_size: int
+        self, micro_batches: list[MicroBatch], *, macro_size: int
     ) -> tuple[dict[str, float], dict[str, float], torch.Tensor]:
         """Backward every micro-batch, each scaled by ``mb_size / macro_size``.
 
@@ -179,9 +169,11 @@ class Trainer:
         mb_stats_list: list[dict[str, Any]] = []
         weights: list[float] = []
         padded = 0
-        for mb_items in micro_batches:
-            mb, logits, computed = self._forward(mb_items, device)
-            mb_loss, mb_stats = self.algo.loss.compute(logits, mb)
+        for mb in micro_batches:
+            mb_items = mb.items
+            mb_loss, mb_stats, computed = micro_batch_loss(
+                self.model, self.algo.loss, mb, pad_token_id=self.cfg.pad_token_id, device=device
+            )
             mb_scale = len(mb_items) / macro_size
             (mb_loss * mb_scale).backward()
             loss_sum = loss_sum + mb_loss.detach().float() * mb_scale
@@ -189,7 +181,7 @@ class Trainer:
             padded += computed
             mb_stats_list.append({"loss": mb_loss.detach(), **dict(mb_stats)})
             weights.append(float(len(mb_items)))
-            del logits, mb_loss
+            del mb_loss
         loss_stats = aggregate_stats(mb_stats_list, weights)
         n_real = float(real)
         token_stats = {
@@ -199,26 +191,6 @@ class Trainer:
             "num_micro_batches": float(len(micro_batches)),
         }
         return loss_stats, token_stats, loss_sum
-
-    def _forward(
-        self, items: list[SAWItem], device: torch.device
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, int]:
-        """(batch the loss reads, its logits, positions computed) for one micro-batch.
-
-        With ``share_prompt_prefix``, items sharing a prompt are packed so the prompt runs once
-        (``batching/shared_prefix.py``), when that layout computes at most half the positions.
-        """
-        pad = self.cfg.pad_token_id
-        if self.cfg.share_prompt_prefix and supports_shared_prefix(self.model):
-            groups = prompt_groups(items)
-            if worth_sharing(items, groups):
-                dtype = next(self.model.parameters()).dtype
-                packed = pack_shared_prefix(
-                    items, pad_token_id=pad, device=device, dtype=dtype, groups=groups
-                )
-                return packed.view, forward_shared_prefix_logits(self.model, packed), packed.computed_tokens
-        mb = collate_saw_items(items, pad_token_id=pad, device=device)
-        return mb, forward_logits(self.model, mb), int(mb["input_ids"].numel())
 
     def _optimizer_step(self, loss_sum: torch.Tensor) -> dict[str, float]:
         """Clip and step, unless the loss or gradient norm is NaN/inf: then skip (weights stay finite)."""

@@ -14,11 +14,8 @@ from ludic.training.batching.saw_builder import prompt_completion_item
 from ludic.training.batching.shared_prefix import (
     forward_shared_prefix_logits,
     pack_shared_prefix,
-    plain_padded_tokens,
     prompt_groups,
-    shared_layout_tokens,
     supports_shared_prefix,
-    worth_sharing,
 )
 from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
@@ -72,7 +69,7 @@ def test_packed_logits_equal_the_plain_forward_at_every_view_position(attn):
         torch.testing.assert_close(shared[i, :n], plain[i, s : s + n], atol=2e-5, rtol=1e-4)
         assert packed.view["input_ids"][i, :n].tolist() == item.input_ids[s:]
         assert packed.view["action_mask"][i, :n].sum() == sum(item.action_mask)
-    assert packed.computed_tokens < plain_padded_tokens(items)
+    assert packed.computed_tokens < len(items) * max(len(it.input_ids) for it in items)
     assert packed.real_tokens == sum(len(it.input_ids) for it in items)
 
 
@@ -108,20 +105,6 @@ def test_items_group_by_identical_prompt_and_odd_items_stay_alone():
     assert sorted(map(sorted, groups)) == [[0, 1], [2], [3], [4]]
 
 
-def test_layout_cost_counts_each_prompt_once():
-    items = grpo_items(groups=4, group_size=1)
-    groups = prompt_groups(items)
-    assert len(groups) == len(items)  # nothing shared: the packed layout is plain padding
-    assert shared_layout_tokens(items, groups) == plain_padded_tokens(items)
-    grouped = grpo_items(groups=2, group_size=6)
-    rows = prompt_groups(grouped)
-    longest_row = max(
-        view_start(grouped[g[0]]) + sum(len(grouped[i].input_ids) - view_start(grouped[i]) for i in g)
-        for g in rows
-    )
-    assert shared_layout_tokens(grouped, rows) == 2 * longest_row < plain_padded_tokens(grouped)
-
-
 def test_only_models_with_mask_honouring_attention_can_share():
     assert supports_shared_prefix(tiny_model("sdpa"))
     assert supports_shared_prefix(tiny_model("eager"))
@@ -139,8 +122,9 @@ class FixedBatches:
 def one_step(items: list[SAWItem], share: bool) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     model = tiny_model(seed=5)
     cfg = TrainerConfig(
-        lr=1e-2, max_seq_len=64, micro_token_budget=4096, sync_every_steps=0, share_prompt_prefix=share
-    )
+        lr=1e-2, max_seq_len=64, micro_token_budget=4096, sync_every_steps=0, share_prompt_prefix=share,
+        pack_sequences=share,
+    )  # fmt: skip
     trainer = Trainer(model=model, algo=make_grpo(group_size=4), batch_source=FixedBatches(items), cfg=cfg)
     stats = trainer.train_step_sync()
     trainer.close()
@@ -156,24 +140,3 @@ def test_trainer_step_with_shared_prompts_equals_the_plain_step_and_computes_few
     assert shared_stats["train/loss"] == pytest.approx(plain_stats["train/loss"], abs=1e-5)
     assert shared_stats["perf/real_tokens"] == plain_stats["perf/real_tokens"]
     assert shared_stats["perf/padded_tokens"] <= 0.5 * plain_stats["perf/padded_tokens"]
-
-
-def test_sharing_is_chosen_only_when_it_at_least_halves_the_positions():
-    def group(prompt_len: int, tail_lens: list[int]) -> list[SAWItem]:
-        prompt = list(range(2, 2 + prompt_len))
-        return [
-            SAWItem(
-                input_ids=prompt + [7] * n,
-                attention_mask=[1] * (prompt_len + n),
-                action_mask=[0] * prompt_len + [1] * n,
-                weight=1.0,
-            )
-            for n in tail_lens
-        ]
-
-    long_prompt = group(40, [4, 6, 8, 5])  # 1 row of 39 + 27 vs 4 x 48: shared
-    long_replies = group(4, [40, 30, 35, 38])  # 1 row of 3 + 147 vs 4 x 44: no gain
-    assert worth_sharing(long_prompt, prompt_groups(long_prompt))
-    assert not worth_sharing(long_replies, prompt_groups(long_replies))
-    alone = grpo_items(groups=3, group_size=1)
-    assert not worth_sharing(alone, prompt_groups(alone))

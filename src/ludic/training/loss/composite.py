@@ -50,16 +50,31 @@ class CompositeLoss:
         policy_logps: Tensor | None = None
         if any(isinstance(t.loss, TokenLogpLoss) for t in self.terms):
             policy_logps = base.compute_token_logps(logits, require(batch, "input_ids", "CompositeLoss"))
-        total = torch.zeros((), dtype=logits.dtype, device=logits.device)
+        return self._combine(logits, policy_logps, batch)
+
+    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        """The total from token log-probs alone; every term must be a ``TokenLogpLoss``."""
+        others = [t.name for t in self.terms if not isinstance(t.loss, TokenLogpLoss)]
+        if others:
+            raise TypeError(f"CompositeLoss.compute_from_logps: terms {others} need the logits; call compute()")
+        return self._combine(None, policy_logps, batch)
+
+    def _combine(
+        self, logits: Tensor | None, policy_logps: Tensor | None, batch: Mapping[str, Tensor]
+    ) -> tuple[Tensor, Stats]:
+        ref = logits if logits is not None else policy_logps
+        assert ref is not None
+        total = torch.zeros((), dtype=ref.dtype, device=ref.device)
         stats: Stats = {}
         for term in self.terms:
             if isinstance(term.loss, TokenLogpLoss) and policy_logps is not None:
                 term_loss, term_stats = term.loss.compute_from_logps(policy_logps, batch)
             else:
+                assert logits is not None  # compute_from_logps refused terms that need logits
                 term_loss, term_stats = term.loss.compute(logits, batch)
             total = total + term.weight * term_loss
             stats[f"{term.name}/loss"] = term_loss.detach()
-            stats[f"{term.name}/weight"] = torch.tensor(float(term.weight), device=logits.device)
+            stats[f"{term.name}/weight"] = torch.tensor(float(term.weight), device=ref.device)
             stats.update({f"{term.name}/{k}": v for k, v in term_stats.items() if k != "loss"})
             stats.update({k: v for k, v in term_stats.items() if k in self.promote})
         stats["loss"] = total.detach()

@@ -1,0 +1,142 @@
+"""The policy forward for one micro-batch: packed or padded rows in, the loss and its stats out.
+
+Two choices, both made per model and loss, never per algorithm:
+
+* Layout. Models of an architecture whose packed forward a test shows equal to the plain one
+  (``packing.PACKABLE_MODEL_TYPES``, with a mask-honouring attention kernel) train padding-free: sequences
+  end to end in balanced rows, prompts shared inside GRPO groups (``batching/packing.py``). Others
+  get right-padded rows split by token budget (``batching/micro_batching.py``).
+* Log-probs. For losses that read only the policy's token log-probs (``TokenLogpLoss``) and models
+  whose output layer is a plain ``nn.Linear`` after the decoder, the action tokens' log-probs come
+  from the last hidden states through the output layer in chunks (``loss/head_logps.py``): the
+  [B, T, V] logits never exist. Other losses get the logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ludic.training._setup import forward_logits
+from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.batching.packing import (
+    PACKABLE_MODEL_TYPES,
+    PackedBatch,
+    PackPlan,
+    can_pack,
+    pack_plan,
+    plan_packed_micro_batches,
+    supports_packing,
+    truncated,
+)
+from ludic.training.batching.shared_prefix import prompt_groups
+from ludic.training.loss.base import Stats, TokenLogpLoss
+from ludic.training.loss.composite import CompositeLoss
+from ludic.training.loss.head_logps import head_token_logps
+from ludic.training.types import SAWItem
+
+
+@dataclass
+class MicroBatch:
+    """Items trained together, and their packing plan (None: plain right-padded rows)."""
+
+    items: list[SAWItem]
+    plan: PackPlan | None = None
+
+
+def plan_micro_batches(
+    model: nn.Module,
+    items: list[SAWItem],
+    *,
+    micro_token_budget: int,
+    max_seq_len: int,
+    pack: bool = True,
+    share_prompt_prefix: bool = True,
+) -> list[MicroBatch]:
+    """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise."""
+    mbs = split_items_by_token_budget(items, micro_token_budget=micro_token_budget, max_seq_len=max_seq_len)
+    cut = [it for mb in mbs for it in mb]  # truncated, validated
+    if not (pack and can_pack(cut) and supports_packing(model, max(len(it.input_ids) for it in cut))):
+        return [MicroBatch(mb) for mb in mbs]
+    cut = truncated(items, max_seq_len)  # input order: groups keep their members in order
+    groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
+    plans = plan_packed_micro_batches(cut, groups, micro_token_budget=micro_token_budget)
+    return [MicroBatch(plan.items, plan) for plan in plans]
+
+
+def micro_batch_loss(
+    model: nn.Module, loss: Any, mb: MicroBatch, *, pad_token_id: int, device: torch.device
+) -> tuple[Tensor, Stats, int]:
+    """(loss, stats, positions the forward computed) for one micro-batch."""
+    if mb.plan is not None:
+        dtype = next(model.parameters()).dtype
+        packed = pack_plan(mb.plan, pad_token_id=pad_token_id, device=device, dtype=dtype)
+        inputs = {
+            "input_ids": packed.input_ids,
+            "attention_mask": packed.attention_mask,
+            "position_ids": packed.position_ids,
+        }
+        batch, gather, computed = packed.view, packed.gather_index, packed.computed_tokens
+    else:
+        batch = collate_saw_items(mb.items, pad_token_id=pad_token_id, device=device)
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        gather, computed = None, int(batch["input_ids"].numel())
+    head = output_layer(model)
+    if head is not None and takes_token_logps(loss):
+        hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
+        policy_logps = action_token_logps(hidden, head, batch, gather)
+        mb_loss, stats = loss.compute_from_logps(policy_logps, batch)
+        return mb_loss, stats, computed
+    if mb.plan is not None:
+        logits = _packed_logits(model, inputs, packed)
+    else:
+        logits = forward_logits(model, batch)
+    mb_loss, stats = loss.compute(logits, batch)
+    return mb_loss, stats, computed
+
+
+def _packed_logits(model: nn.Module, inputs: dict[str, Tensor], packed: PackedBatch) -> Tensor:
+    out = model(**inputs, use_cache=False)
+    logits = out.logits if hasattr(out, "logits") else out
+    R, L, V = logits.shape
+    return logits.reshape(R * L, V)[packed.gather_index]  # [B, Tv, V]
+
+
+def output_layer(model: nn.Module) -> nn.Linear | None:
+    """The model's output layer when its logits are exactly ``head(decoder(...).last_hidden_state)``."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in PACKABLE_MODEL_TYPES or not hasattr(model, "get_decoder"):
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if type(head) is nn.Linear else None  # a LoRA- or FSDP-wrapped head: use the logits
+
+
+def takes_token_logps(loss: Any) -> bool:
+    """True for losses that read the logits only through the policy's token log-probs."""
+    if isinstance(loss, CompositeLoss):
+        return all(isinstance(term.loss, TokenLogpLoss) for term in loss.terms)
+    return isinstance(loss, TokenLogpLoss)
+
+
+def action_token_logps(
+    hidden: Tensor, head: nn.Linear, batch: dict[str, Tensor], gather: Tensor | None
+) -> Tensor:
+    """``[B, T]`` policy log-probs of ``batch``'s action tokens (0 elsewhere) from hidden states.
+
+    Token ``t`` is scored by the hidden state at ``t - 1``; ``gather`` [B, T] maps each batch
+    position to its row in ``hidden`` flattened (None: the batch is the hidden states' own layout).
+    """
+    ids, action = batch["input_ids"], batch["action_mask"]
+    B, T = ids.shape
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # [R * L, H]
+    where = torch.arange(B * T, device=ids.device).view(B, T)
+    source = where if gather is None else gather
+    scored = action[:, 1:].bool()  # [B, T-1]: positions 1.. that are action tokens
+    values = head_token_logps(
+        flat_hidden[source[:, :-1][scored]], head.weight, head.bias, ids[:, 1:][scored]
+    )  # [N]
+    out = torch.zeros(B * T, dtype=values.dtype, device=values.device)
+    return out.index_put((where[:, 1:][scored],), values).view(B, T)
