@@ -200,3 +200,38 @@ def test_every_schema_field_is_documented() -> None:
         if isinstance(section, type) and issubclass(section, Section):
             for name, f in section.model_fields.items():
                 assert f.description, f"{section.__name__}.{name} has no docstring"
+
+
+def test_non_utf8_file_names_the_byte_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_bytes(MINIMAL.encode() + b"# caf\xe9\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    offset = len(MINIMAL) + len("# caf")
+    assert MINIMAL.count("\n") + 1 == 8
+    assert info.value.errors == [
+        f"run.toml: not UTF-8 text: byte 0xe9 at line 8 (offset {offset}); save the file as UTF-8"
+    ]
+
+
+@pytest.mark.timeout(30)
+def test_yaml_alias_bomb_is_refused_without_expanding_it(tmp_path: Path) -> None:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 12)]  # 10^12 values
+    errors = _errors(tmp_path, "bomb.yaml", "\n".join(lines) + "\n")
+    assert errors == [
+        "bomb.yaml: expands to more than 100000 values through YAML aliases (an alias bomb?); write the values out"
+    ]
+
+
+def test_small_yaml_aliases_still_work(tmp_path: Path) -> None:
+    text = "sampling: &s {temperature: 0.5, max_tokens: 8}\nmodel: {path: m}\nenv: {name: e}\n"
+    text += "rollout: {sampling: *s}\neval: {sampling: *s}\n"
+    errors = _errors(tmp_path, "run.yaml", text)
+    assert errors == ["run.yaml: sampling: unknown key; known keys: algorithm, checkpoint, env, eval, harness, "
+                      "inference, logging, model, protocol, rollout, seed, steps, trainer"]  # fmt: skip
+
+
+def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "big.toml", MINIMAL + "#" * (1 << 20))
+    assert len(errors) == 1 and "is too large for a run config (limit 1048576)" in errors[0]

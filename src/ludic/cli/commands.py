@@ -70,13 +70,17 @@ def add_eval_parser(sub: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from ludic.config import load_config
+    from ludic.cli.preflight import preflight
+    from ludic.config import ConfigError, load_config
 
     cfg = load_config(args.config)  # raises ConfigError before anything starts
     if getattr(args, "steps", None) is not None:
+        if args.steps < 0:
+            raise ConfigError([f"--steps: must be >= 0, got {args.steps}"])
         cfg.steps = args.steps
     if getattr(args, "model", None):
         cfg.model.path = args.model
+    preflight(cfg, train=args.command == "train")  # names, kwargs, sizes: still before any model loads
     return cfg
 
 

@@ -13,29 +13,73 @@ from pydantic import ValidationError
 from ludic.config.errors import ConfigError, format_errors, key_path
 from ludic.config.schema import RunConfig
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A run config is a page of settings; anything larger is refused before parsing."""
+MAX_CONFIG_NODES = 100_000
+"""Values a YAML file may expand to once its aliases are followed (an alias bomb expands to billions)."""
+
+
+def _read_text(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path.name}: {size} bytes is too large for a run config (limit {MAX_CONFIG_BYTES})"])
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            [f"{path.name}: not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line} (offset {exc.start}); "
+             "save the file as UTF-8"]
+        ) from None  # fmt: skip
+
+
+def _yaml_load(text: str, name: str) -> Any:
+    """``yaml.safe_load``, refusing documents whose aliases expand past ``MAX_CONFIG_NODES`` values."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return {}
+        expanded = _expanded_size(node, {})
+        if expanded > MAX_CONFIG_NODES:
+            raise ConfigError(
+                [f"{name}: expands to more than {MAX_CONFIG_NODES} values through YAML aliases "
+                 "(an alias bomb?); write the values out"]
+            )  # fmt: skip
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: Any, memo: dict[int, int]) -> int:
+    """Values in ``node`` with every alias followed; shared nodes are sized once (memo), so this is fast."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 1  # a recursive alias counts once instead of looping
+        value = node.value
+        if isinstance(value, list):
+            children = [c for item in value for c in (item if isinstance(item, tuple) else (item,))]
+            memo[key] = 1 + sum(min(_expanded_size(c, memo), MAX_CONFIG_NODES + 1) for c in children)
+    return memo[key]
+
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse ``path`` as TOML (``.toml``) or YAML (``.yaml``/``.yml``) into plain data."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError([f"{path}: no such file"])
-    text = path.read_text()
     suffix = path.suffix.lower()
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise ConfigError([f"{path.name}: unsupported config format {suffix!r}; use .toml, .yaml or .yml"])
+    text = _read_text(path)
     try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-            data = {} if data is None else data
-        else:
-            raise ConfigError(
-                [f"{path.name}: unsupported config format {suffix!r}; use .toml, .yaml or .yml"]
-            )
+        data = tomllib.loads(text) if suffix == ".toml" else _yaml_load(text, path.name)
     except ConfigError:
         raise
-    except Exception as exc:  # tomllib.TOMLDecodeError, yaml.YAMLError
+    except Exception as exc:  # tomllib.TOMLDecodeError, yaml.YAMLError, RecursionError
         raise ConfigError([f"{path.name}: cannot parse: {exc}"]) from exc
     if not isinstance(data, Mapping):
         raise ConfigError([f"{path.name}: top level must be a table, got {type(data).__name__}"])

@@ -101,3 +101,11 @@ def test_collate_rejects_nan_weight_naming_the_item():
     item.weight = math.nan
     with pytest.raises(ValueError, match=r"rollout_id='nan'.*weight must be a finite number"):
         collate_saw_items([item], pad_token_id=0, device="cpu")
+
+
+def test_a_batch_whose_every_action_is_truncated_away_is_refused() -> None:
+    items = [make_item(6, 3, rid="a"), make_item(8, 2, rid="b")]
+    with pytest.raises(ValueError, match=r"max_seq_len=5 truncates away every action token of all 2 items"):
+        split_items_by_token_budget(items, micro_token_budget=64, max_seq_len=5)
+    kept = split_items_by_token_budget(items, micro_token_budget=64, max_seq_len=7)  # one action survives
+    assert sum(sum(it.action_mask) for mb in kept for it in mb) == 1

@@ -77,6 +77,7 @@ def split_items_by_token_budget(
     if not items:
         raise ValueError("split_items_by_token_budget got an empty list of items; nothing to train on")
     truncated = [truncate_item(it, max_seq_len) for it in items]
+    _refuse_if_every_action_was_cut(items, truncated, max_seq_len)
     ordered = sorted(truncated, key=lambda it: len(it.input_ids))  # stable: ties keep input order
     batches: list[list[SAWItem]] = []
     current: list[SAWItem] = []
@@ -88,6 +89,18 @@ def split_items_by_token_budget(
         current.append(item)
     batches.append(current)
     return batches
+
+
+def _refuse_if_every_action_was_cut(items: list[SAWItem], truncated: list[SAWItem], max_seq_len: int) -> None:
+    """A batch whose action tokens all fell past ``max_seq_len`` would train on nothing, silently."""
+    if any(any(it.action_mask) for it in truncated) or not any(any(it.action_mask) for it in items):
+        return
+    first_action = min(list(it.action_mask).index(1) for it in items if any(it.action_mask))
+    raise ValueError(
+        f"max_seq_len={max_seq_len} truncates away every action token of all {len(items)} items in this "
+        f"batch (the earliest action starts at token {first_action}): nothing would be learned; raise "
+        "TrainerConfig.max_seq_len (trainer.max_seq_len in a run config) above the prompt length"
+    )
 
 
 def _validate_for_collate(item: SAWItem, index: int) -> None:

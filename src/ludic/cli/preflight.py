@@ -1,0 +1,138 @@
+"""Checks a run config against the registries and the tokenizer before any model loads.
+
+``ludic train/eval`` (``--dry-run`` included) call :func:`preflight` after the schema check: names
+that are not registered, keyword arguments a factory does not take, a group size that does not
+fit the batch, and a ``max_seq_len`` that leaves no room for any action token are all reported
+together, each naming the file and key, in seconds rather than after a model load.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ludic.config import ConfigError, RunConfig
+from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
+
+# Arguments ``ludic train`` itself passes (see ludic.registry's call conventions).
+_PASSED_BY_RUN = {"harness": ("client", "model", "tokenizer", "sampling"), "protocol": ("agent",)}
+_REGISTRIES = {
+    "env": ENV_REGISTRY,
+    "harness": HARNESS_REGISTRY,
+    "protocol": PROTOCOL_REGISTRY,
+    "algorithm": ALGORITHM_REGISTRY,
+}
+
+
+def preflight(cfg: RunConfig, *, train: bool) -> None:
+    """Raise :class:`ConfigError` listing every problem found; ``train`` adds the training checks."""
+    factories, errors = _lookup(cfg)
+    for section, factory in factories.items():
+        errors += _kwarg_errors(cfg, section, factory)
+    if train:
+        errors += _group_errors(cfg)
+        if not errors and cfg.steps > 0:
+            errors += _prompt_length_errors(cfg, factories["env"])
+    if errors:
+        raise ConfigError([f"{cfg.source}: {line}" for line in errors])
+
+
+def _lookup(cfg: RunConfig) -> tuple[dict[str, Callable[..., Any]], list[str]]:
+    found: dict[str, Callable[..., Any]] = {}
+    errors: list[str] = []
+    for section, registry in _REGISTRIES.items():
+        name = getattr(cfg, section).name
+        try:
+            found[section] = registry.get(name)
+        except KeyError as exc:
+            errors.append(f"[{section}].name: {exc.args[0]}")
+        except ImportError as exc:
+            errors.append(f"[{section}].name: {registry.kind} {name!r} cannot be imported: {exc}")
+    return found, errors
+
+
+def _call_errors(factory: Callable[..., Any], kwargs: Mapping[str, Any], passed: tuple[str, ...]) -> str | None:
+    """Why ``factory(**passed, **kwargs)`` would fail to bind, or None."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: nothing to check
+    try:
+        signature.bind(**dict.fromkeys(passed), **kwargs)
+    except TypeError as exc:
+        names = [p for p in signature.parameters if p not in passed and p != "self"]
+        return f"{exc} (it takes: {', '.join(names) or 'no keyword arguments'})"
+    return None
+
+
+def _kwarg_errors(cfg: RunConfig, section: str, factory: Callable[..., Any]) -> list[str]:
+    name = getattr(cfg, section).name
+    calls: list[tuple[str, dict[str, Any]]] = [(f"[{section}].kwargs", dict(getattr(cfg, section).kwargs))]
+    if section == "env" and cfg.eval.env_kwargs:
+        calls.append(("[eval].env_kwargs", {**cfg.env.kwargs, **cfg.eval.env_kwargs}))
+    if section == "algorithm" and "group_size" in _parameters(factory):
+        calls[0][1].setdefault("group_size", cfg.rollout.group_size)
+    errors = []
+    for key, kwargs in calls:
+        problem = _call_errors(factory, kwargs, _PASSED_BY_RUN.get(section, ()))
+        if problem:
+            errors.append(f"{key}: {section} {name!r}: {problem}")
+    return errors
+
+
+def _parameters(factory: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _group_errors(cfg: RunConfig) -> list[str]:
+    group = cfg.algorithm.kwargs.get("group_size")
+    if group is None or group == cfg.rollout.group_size:
+        return []
+    return [
+        f"[algorithm].kwargs.group_size: {group!r} does not fit the batch: each step plays "
+        f"[rollout].prompts_per_step = {cfg.rollout.prompts_per_step} groups of [rollout].group_size = "
+        f"{cfg.rollout.group_size} completions; leave it out (it defaults to [rollout].group_size)"
+    ]
+
+
+def _prompt_length_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> list[str]:
+    """The first training prompt, rendered with the chat template, must leave room for an action."""
+    from transformers import AutoTokenizer
+
+    from ludic.agents.prompt_ids import chat_template_ids
+
+    try:
+        env = env_factory(**cfg.env.kwargs)
+        observations = env.reset(seed=cfg.rollout.seed)
+    except Exception as exc:  # the env's own check of its arguments
+        return [f"[env]: building {cfg.env.name!r} with [env].kwargs failed: {type(exc).__name__}: {exc}"]
+    source = cfg.model.tokenizer or cfg.model.path
+    if not Path(source).is_dir():
+        return []  # a hub name: not fetched just for this check
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except Exception as exc:
+        key = "[model].tokenizer" if cfg.model.tokenizer else "[model].path"
+        return [f"{key}: cannot load a tokenizer from {source!r}: {type(exc).__name__}: {exc}"]
+    if not getattr(tokenizer, "chat_template", None):
+        return []  # the harness reports a missing template itself
+    shortest = None
+    for obs, _info in observations.values():
+        messages = [{"role": "user", "content": str(obs)}]
+        system = cfg.harness.kwargs.get("system_prompt")
+        if isinstance(system, str):
+            messages.insert(0, {"role": "system", "content": system})
+        n = len(chat_template_ids(tokenizer, messages))
+        shortest = n if shortest is None else min(shortest, n)
+    if shortest is None or shortest < cfg.trainer.max_seq_len:
+        return []
+    return [
+        f"[trainer].max_seq_len: {cfg.trainer.max_seq_len} leaves no action token: the first prompt of "
+        f"env {cfg.env.name!r} (seed {cfg.rollout.seed}) is already {shortest} tokens, so every completion "
+        "would be truncated away and nothing learned; raise max_seq_len"
+    ]
