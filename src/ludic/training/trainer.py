@@ -18,16 +18,17 @@ import torch
 from torch import nn
 
 from ludic.distributed.interfaces import PolicyPublisher
-from ludic.training._lora import ParamFilter, publishable_state_dict
+from ludic.training._lora import ParamFilter
 from ludic.training._setup import build_optimizer, enable_gradient_checkpointing, seed_everything
 from ludic.training.algorithm import RLAlgorithm
-from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
+from ludic.training.distributed_checkpoint import make_checkpointer
+from ludic.training.distributed_publish import gather_publishable
+from ludic.training.distributed_step import DataParallelGroup
 from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
 from ludic.training.loggers.prefix import GROUPS
 from ludic.training.stats import (
     Reducer,
-    aggregate_stats,
     apply_reducers_to_records,
     batch_summary,
     default_reducers,
@@ -66,7 +67,8 @@ class Trainer:
             )
         if cfg.seed is not None:
             seed_everything(cfg.seed)
-        self.model = model.to(cfg.model_device)
+        self.ranks = DataParallelGroup.for_model(model)  # one process: every hook is the identity
+        self.model = model if self.ranks.active else model.to(cfg.model_device)
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         self.model.train()
@@ -75,7 +77,7 @@ class Trainer:
         self.publisher = publisher
         self.train_logger = train_logger
         self.reducers = dict(reducers) if reducers is not None else default_reducers()
-        self.checkpointer = CheckpointManager(checkpoint_config) if checkpoint_config else None
+        self.checkpointer = make_checkpointer(checkpoint_config, model) if checkpoint_config else None
         self.param_filter = param_filter
         self.evaluator = evaluator
         self.optimizer = optimizer if optimizer is not None else build_optimizer(self.model, cfg)
@@ -108,28 +110,28 @@ class Trainer:
             return self._log(
                 {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}
             )
-        micro_batches = plan_micro_batches(
-            self.model, items, micro_token_budget=self.cfg.micro_token_budget,
+        micro_batches = self.ranks.plan(items, lambda share: plan_micro_batches(
+            self.model, share, micro_token_budget=self.cfg.micro_token_budget,
             max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
             share_prompt_prefix=self.cfg.share_prompt_prefix,
-        )  # fmt: skip
+        ))  # fmt: skip
         loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
         step_stats = self._optimizer_step(loss_sum)
         train_seconds = perf_counter() - t0
         self.step += 1
         stats = {**loss_stats, **drop_stats, **step_stats}
-        stats.update(self._batch_stats(batch, [it for mb in micro_batches for it in mb.items]))
+        used = [it for mb in micro_batches for it in mb.items]
+        stats.update(self._batch_stats(batch, self.ranks.used_items(items, used, self.cfg.max_seq_len)))
         stats = {f"train/{k}": v for k, v in stats.items()}
         stats.update(self._maybe_publish())
         stats.update(await self._maybe_evaluate())
         stats["perf/step_seconds"] = perf_counter() - t0
-        stats["perf/tokens_per_second"] = token_stats["real_tokens"] / max(train_seconds, 1e-9)  # excl. eval
-        stats.update({f"perf/{k}": v for k, v in token_stats.items()})
+        stats.update(self.ranks.perf_stats(token_stats, train_seconds))  # tokens/s excludes eval
         await self._maybe_checkpoint(stats)
         return self._log(stats)
 
     def _log(self, stats: dict[str, float]) -> dict[str, float]:
-        if self.train_logger is not None and self.step % self.cfg.log_every == 0:
+        if self.train_logger is not None and self.ranks.is_main and self.step % self.cfg.log_every == 0:
             self.train_logger.log(self.step, stats)
         return stats
 
@@ -169,20 +171,24 @@ class Trainer:
         mb_stats_list: list[dict[str, Any]] = []
         weights: list[float] = []
         padded = 0
-        for mb in micro_batches:
+        for i, mb in enumerate(micro_batches):
             mb_items = mb.items
-            mb_loss, mb_stats, computed = micro_batch_loss(
-                self.model, self.algo.loss, mb, pad_token_id=self.cfg.pad_token_id, device=device
-            )
-            mb_scale = len(mb_items) / macro_size
-            (mb_loss * mb_scale).backward()
+            with self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1):
+                mb_loss, mb_stats, computed = micro_batch_loss(
+                    self.model, self.algo.loss, mb, pad_token_id=self.cfg.pad_token_id, device=device
+                )
+                mb_scale = self.ranks.share_of(mb, len(mb_items), macro_size)
+                (mb_loss * (mb_scale * self.ranks.grad_scale)).backward()
+            if not mb_scale:  # a zero-weight repeat keeping ranks in step: no stats
+                continue
             loss_sum = loss_sum + mb_loss.detach().float() * mb_scale
             real += sum(sum(it.attention_mask) for it in mb_items)
             padded += computed
             mb_stats_list.append({"loss": mb_loss.detach(), **dict(mb_stats)})
             weights.append(float(len(mb_items)))
             del mb_loss
-        loss_stats = aggregate_stats(mb_stats_list, weights)
+        loss_stats = self.ranks.aggregate(mb_stats_list, weights)
+        loss_sum = self.ranks.sum(loss_sum)
         n_real = float(real)
         token_stats = {
             "real_tokens": n_real,
@@ -195,7 +201,7 @@ class Trainer:
     def _optimizer_step(self, loss_sum: torch.Tensor) -> dict[str, float]:
         """Clip and step, unless the loss or gradient norm is NaN/inf: then skip (weights stay finite)."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        grad_norm = self.ranks.total_norm(grads)
         loss_ok, norm_ok = torch.isfinite(torch.stack([loss_sum.cpu(), grad_norm.float().cpu()])).tolist()
         stats = {"grad_norm": float(grad_norm), "lr": float(self.optimizer.param_groups[0]["lr"])}
         if not (loss_ok and norm_ok):
@@ -226,7 +232,9 @@ class Trainer:
         if self.publisher is None or every <= 0 or self.step % every != 0:
             return {}
         t0 = perf_counter()
-        self.publisher.publish(publishable_state_dict(self.model, self.param_filter), version=self.step)
+        state = gather_publishable(self.model, self.param_filter)  # sharded: layer by layer, {} off rank 0
+        if self.ranks.is_main:
+            self.publisher.publish(state, version=self.step)
         return {"perf/publish_seconds": perf_counter() - t0}
 
     async def _maybe_evaluate(self) -> dict[str, float]:
