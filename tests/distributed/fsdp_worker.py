@@ -90,7 +90,7 @@ def main() -> None:
             VLLMChatClient(base_url=args.server_url, enable_weight_updates=True), rank0_only=True
         )
     cfg = TrainerConfig(
-        lr=1e-2, max_seq_len=24, micro_token_budget=48, max_grad_norm=0.5, pad_token_id=0,
+        lr=1e-2, max_seq_len=24, micro_token_budget=48, max_grad_norm=1e-3, pad_token_id=0,
         sync_every_steps=1 if publisher else 0, share_prompt_prefix=False,
     )  # fmt: skip
     ckpt = CheckpointConfig(output_dir=args.ckpt_dir) if args.ckpt_dir else None
