@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -110,12 +111,12 @@ class DistributedCheckpointer(CheckpointManager):
         if self.rank == 0:
             if scheduler is not None and self.cfg.save_optimizer:
                 _write_json_atomic(tmp / "scheduler.json", _scheduler_state(scheduler))
-            payload = {"step": step, "world_size": dist.get_world_size(), "format": "dcp",
+            payload = {"step": step, "time": time.time(), "world_size": dist.get_world_size(), "format": "dcp",
                        "metadata": dict(metadata or {}), "config": dict(config or {})}  # fmt: skip
             _write_json_atomic(tmp / _STATE, payload)
             self._publish_dir(tmp, final)
             _write_json_atomic(self.output_dir / "latest.json", {"step": step, "path": final.name})
-            self._prune()
+            self._prune(keep_also=final)
         dist.barrier()
         return final
 
@@ -128,8 +129,30 @@ class DistributedCheckpointer(CheckpointManager):
         *,
         scheduler: Any = None,
         restore_rng: bool = True,
+        fallback: bool = False,
     ) -> dict[str, Any]:
-        """Collective: restore model and optimizer shards (any world size), scheduler, RNG and step."""
+        """Collective: restore model and optimizer shards (any world size), scheduler, RNG and step.
+
+        ``fallback=True``: if this checkpoint fails to load, load the previous complete ones, newest
+        first (each load overwrites every shard, so a half-read one leaves nothing behind).
+        """
+        folder = self._resolve(step, path)
+        try:
+            return self._load_dcp(folder, model, optimizer, scheduler, restore_rng)
+        except Exception:
+            if not fallback:
+                raise
+            older = [p for _, p in reversed(self.list_checkpoints()) if p.resolve() != folder.resolve()]
+            for candidate in older:
+                try:
+                    return self._load_dcp(candidate, model, optimizer, scheduler, restore_rng)
+                except Exception:
+                    continue
+            raise
+
+    def _load_dcp(
+        self, folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, restore_rng: bool
+    ) -> dict[str, Any]:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
@@ -138,7 +161,6 @@ class DistributedCheckpointer(CheckpointManager):
             set_optimizer_state_dict,
         )
 
-        folder = self._resolve(step, path)
         info = json.loads((folder / _STATE).read_text(encoding="utf-8"))
         if info.get("format") != "dcp":
             raise ValueError(f"{folder} is not a DCP checkpoint (saved by one process?); load it unsharded")
