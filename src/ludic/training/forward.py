@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ludic.distributed.fsdp import is_fsdp_model
 from ludic.training._setup import forward_logits
 from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.batching.packing import (
@@ -109,6 +110,8 @@ def output_layer(model: nn.Module) -> nn.Linear | None:
     """The model's output layer when its logits are exactly ``head(decoder(...).last_hidden_state)``."""
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in PACKABLE_MODEL_TYPES or not hasattr(model, "get_decoder"):
+        return None
+    if is_fsdp_model(model):  # FSDP2 gathers the root's weights (embeddings, head) only in model.forward
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     return head if type(head) is nn.Linear else None  # a LoRA- or FSDP-wrapped head: use the logits
