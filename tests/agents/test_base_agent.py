@@ -89,6 +89,19 @@ async def test_reply_cut_at_token_limit_is_a_parse_failure_even_if_parsable():
     assert info["finish_reason"] == "length"
 
 
+async def test_reply_cut_at_token_limit_goes_to_the_parser_by_default():
+    agent = _agent(ScriptedChatClient([("<a>ok</a>", "length")]))
+    agent.on_env_reset("Q", {})
+    parse, info = await agent.act()
+    assert parse.action == "ok"
+    assert info["finish_reason"] == "length"
+
+
+def test_incomplete_reward_must_be_a_finite_number_or_none():
+    with pytest.raises(ValueError, match="incomplete_reward must be None"):
+        _agent(ScriptedChatClient(["x"]), incomplete_reward=float("nan"))
+
+
 async def test_act_uses_the_given_sampling_else_the_agents_default():
     client = ScriptedChatClient(["<a>1</a>", "<a>2</a>"])
     agent = _agent(client, sampling=SamplingConfig(max_tokens=9))

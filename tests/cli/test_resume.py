@@ -82,9 +82,9 @@ def test_ten_plus_ten_resumed_steps_equal_twenty_straight(tmp_path: Path, tiny_m
     assert _metric_steps(split) == list(range(1, 11))
     cfg = load_config(_config(split, tiny_model, steps=20))
     state = json.loads((split / "out" / "checkpoints" / "step_000010" / "trainer_state.json").read_text())
-    assert state["metadata"]["batch_source"]["request_fn"] == {
-        "next_seed": 20,
-        "strategy": {"groups_made": 20},
+    assert state["metadata"]["batch_source"] == {
+        "request_fn": {"next_seed": 20},
+        "request_strategy": {"groups_made": 20},  # groups formed by the batch source (algorithm's size)
     }
     train_from_config(cfg)
     assert _metric_steps(split) == list(range(1, 21))

@@ -260,3 +260,21 @@ async def test_generate_in_thread_false_decodes_on_the_loop_thread_with_the_same
     want = await asyncio.gather(*[threaded.complete(_req(f"t{i}", max_tokens=8, seed=i)) for i in range(4)])
     assert threads == {threading.get_ident()}
     assert [r.completion_token_ids for r, _ in got] == [r.completion_token_ids for r, _ in want]
+
+
+async def test_decoding_thread_is_chosen_by_device_unless_set() -> None:
+    import threading
+
+    on_cpu = TransformersChatClient(tiny_model_path())
+    assert on_cpu.generate_in_thread is False  # a CPU box: one OpenMP team shared with the trainer
+    assert TransformersChatClient(tiny_model_path(), generate_in_thread=True).generate_in_thread is True
+    seen: list[str] = []
+    original = on_cpu._generate_locked
+
+    def spy(rows):
+        seen.append(threading.current_thread().name)
+        return original(rows)
+
+    on_cpu._generate_locked = spy  # type: ignore[method-assign]
+    await on_cpu.complete(_req(max_tokens=2))
+    assert seen == [threading.current_thread().name]  # decoded on the event loop's own thread

@@ -95,8 +95,8 @@ async def test_parse_failure_is_a_synthetic_step_and_env_is_not_stepped():
     ]
 
 
-async def test_finish_reason_length_counts_as_parse_failure_not_truncation():
-    proto, _ = _protocol([("<n>2</n>", "length"), "<n>2</n>"])
+async def test_finish_reason_length_with_incomplete_reward_is_a_parse_failure_not_truncation():
+    proto, _ = _protocol([("<n>2</n>", "length"), "<n>2</n>"], incomplete_reward=-1.0)
     env = CountEnv()
     (rollout,) = await proto.run(env=env, max_steps=5)
     assert rollout.steps[0].info["parse_error"] is True
@@ -104,6 +104,17 @@ async def test_finish_reason_length_counts_as_parse_failure_not_truncation():
     assert rollout.steps[0].info["finish_reason"] == "length"
     assert env.calls == ["2"]
     assert rollout.meta["episode_truncated"] is False
+
+
+async def test_finish_reason_length_by_default_goes_to_the_parser_and_env_as_is():
+    proto, _ = _protocol([("<n>2</n>", "length"), ("<n>", "length")])
+    env = CountEnv(target=5)
+    (rollout,) = await proto.run(env=env, max_steps=2)
+    assert env.calls == ["2"]  # the cut but parsable reply was played
+    assert rollout.steps[0].info["parse_error"] is False
+    assert rollout.steps[0].info["finish_reason"] == "length"
+    assert rollout.steps[1].info["parse_error"] is True  # unparsable: the parser's own reward, not -1
+    assert rollout.steps[1].reward == rollout.steps[1].info["parser_reward"]
 
 
 async def test_max_steps_cut_truncates_the_last_step():
@@ -166,3 +177,20 @@ async def test_rejects_multi_agent_env_and_bad_max_steps():
         await proto.run(env=TicTacToeEnv(two_player=True), max_steps=3)
     with pytest.raises(ValueError, match="max_steps must be an int >= 1"):
         await proto.run(env=CountEnv(), max_steps=0)
+
+
+async def test_request_sampling_wins_whole_over_the_agents_and_the_fallback_is_256_tokens():
+    from ludic.inference import DEFAULT_MAX_TOKENS
+
+    replies = ["<n>2</n>"] * 3
+    agent_sampling = SamplingConfig(temperature=0.3, max_tokens=5)
+    proto, client = _protocol(replies, sampling=agent_sampling)
+    request_sampling = SamplingConfig(temperature=0.9, max_tokens=7)
+    await proto.run(env=CountEnv(), max_steps=1, inference=InferenceSpec(request_sampling), sampling_seed=1)
+    await proto.run(env=CountEnv(), max_steps=1)
+    bare, bare_client = _protocol(replies)
+    await bare.run(env=CountEnv(), max_steps=1)
+    used = [r.sampling for r in client.requests] + [bare_client.requests[0].sampling]
+    assert (used[0].temperature, used[0].max_tokens, used[0].seed) == (0.9, 7, 1000)  # the request's
+    assert used[1] == agent_sampling  # no inference on the request: the agent's
+    assert used[2].max_tokens == DEFAULT_MAX_TOKENS == 256  # neither: SamplingConfig()

@@ -109,6 +109,17 @@ def test_train_sync_runs_the_requested_number_of_steps() -> None:
     assert trainer.step == 3 and trainer.batch_source.calls == 3
 
 
+def test_train_returns_every_steps_stats_in_order() -> None:
+    trainer = make_trainer(tiny_model(0))
+    history = trainer.train_sync(num_steps=3)
+    assert len(history) == 3
+    assert all("train/loss" in h and "perf/step_seconds" in h for h in history)
+    again = make_trainer(tiny_model(0))
+    assert [again.train_step_sync()["train/loss"] for _ in range(3)] == pytest.approx(
+        [h["train/loss"] for h in history], rel=1e-6
+    )
+
+
 def test_gradients_do_not_depend_on_the_micro_batch_split() -> None:
     updates = []
     for budget in (80, 16):  # one micro-batch vs. four: [6, 8], [9], [12], [16]
@@ -240,7 +251,8 @@ def test_evaluator_runs_every_n_steps_and_logger_every_log_every() -> None:
         max_seq_len=32, micro_token_budget=64, eval_every_n_steps=2, eval_concurrency=3, log_every=2
     )
     trainer = make_trainer(cfg=cfg, evaluator=evaluator, train_logger=PrintLogger(stream=out))
-    last = trainer.train_sync(num_steps=4)
+    history = trainer.train_sync(num_steps=4)
+    last = history[-1]
     assert evaluator.calls == [3, 3]
     assert last["eval/accuracy"] == 0.25 and last["eval/solve_rate"] == 0.5
     lines = out.getvalue().splitlines()
@@ -278,8 +290,8 @@ def test_async_train_matches_the_sync_path() -> None:
     import asyncio
 
     a, b = make_trainer(tiny_model(0)), make_trainer(tiny_model(0))
-    stats_async = asyncio.run(a.train(num_steps=2))
-    stats_sync = b.train_sync(num_steps=2)
+    stats_async = asyncio.run(a.train(num_steps=2))[-1]
+    stats_sync = b.train_sync(num_steps=2)[-1]
     assert a.step == b.step == 2
     assert stats_async["train/loss"] == pytest.approx(stats_sync["train/loss"], rel=1e-6)
 

@@ -10,7 +10,8 @@ from ludic.training.config import TrainerConfig
 def test_defaults_match_the_guide() -> None:
     cfg = TrainerConfig()
     assert (cfg.model_device, cfg.lr, cfg.max_seq_len, cfg.micro_token_budget) == ("cpu", 1e-5, 2048, 16384)
-    assert (cfg.max_grad_norm, cfg.pad_token_id, cfg.sync_every_steps, cfg.log_every) == (1.0, 0, 1, 1)
+    assert (cfg.max_grad_norm, cfg.pad_token_id, cfg.sync_every_steps, cfg.log_every) == (1.0, None, 1, 1)
+    assert (cfg.lr_schedule, cfg.warmup_steps, cfg.total_steps) == ("constant", 0, None)
     assert (cfg.eval_every_n_steps, cfg.eval_concurrency, cfg.max_lag) == (None, 32, None)
     assert cfg.sync_explicit is False
 

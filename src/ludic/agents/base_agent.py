@@ -8,6 +8,7 @@ the trace stored in a rollout is exactly what the engine sampled from.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from ludic.agents.prompt_ids import chat_template_ids
@@ -29,9 +30,14 @@ class Agent:
     client: the inference backend. model: the model name sent in requests.
     ctx: memory/prompt strategy. parser: raw text → ParseResult.
     tokenizer: applies the chat template for token-in requests; defaults to ``client.tokenizer``.
-    sampling: default sampling for ``act`` (SamplingConfig() if None).
-    incomplete_reward: parser reward for a reply cut at the token limit (finish_reason "length"),
-        which is always a parse failure: a cut-off action is not a decision.
+    sampling: default sampling for ``act`` (SamplingConfig() if None). A request's
+        ``RolloutRequest(inference=...)`` wins over it; see ``ludic.inference.sampling``.
+    incomplete_reward: what happens to a reply cut at the token limit (finish_reason "length").
+        None (default): it goes to the parser as it is, and on to the env if it parses, so the
+        env's and the parser's own rewards score it and the reward scale is the task's. A number:
+        such a reply is always a parse failure scored with this reward (the env is not stepped,
+        the agent is asked to reply again, more briefly). Either way the step's
+        ``info["finish_reason"]`` says "length", so ``drop_incomplete_completions()`` can drop it.
     """
 
     def __init__(
@@ -43,7 +49,7 @@ class Agent:
         parser: Parser,
         tokenizer: Any = None,
         sampling: SamplingConfig | None = None,
-        incomplete_reward: float = -1.0,
+        incomplete_reward: float | None = None,
     ) -> None:
         if not isinstance(ctx, ContextStrategy):
             raise TypeError(f"Agent.ctx must be a ContextStrategy, got {type(ctx).__name__}")
@@ -60,6 +66,13 @@ class Agent:
             raise ValueError(
                 f"Agent.tokenizer {type(self.tokenizer).__name__} has no chat_template: set "
                 "tokenizer.chat_template (a jinja template) or pass a tokenizer that has one"
+            )
+        if incomplete_reward is not None and (
+            not isinstance(incomplete_reward, (int, float)) or not math.isfinite(incomplete_reward)
+        ):
+            raise ValueError(
+                f"Agent.incomplete_reward must be None (parse cut replies as they are) or a finite number, "
+                f"got {incomplete_reward!r}"
             )
         self.sampling = sampling if sampling is not None else SamplingConfig()
         self.incomplete_reward = incomplete_reward
@@ -118,8 +131,8 @@ class Agent:
         return None
 
     def parse_reply(self, response: ChatResponse) -> ParseResult:
-        """Parse the reply; a reply cut at the token limit is always a failure."""
-        if response.finish_reason == "length":
+        """Parse the reply; a reply cut at the token limit fails only when ``incomplete_reward`` is set."""
+        if response.finish_reason == "length" and self.incomplete_reward is not None:
             return ParseResult(action=None, reward=self.incomplete_reward, obs=INCOMPLETE_REPLY_OBS)
         result = self.parser(response.text)
         if not isinstance(result, ParseResult):

@@ -13,7 +13,7 @@ kept in the context as an assistant message with ``tool_calls``, the calls run (
 concurrently when every tool called says it may), each result becomes a ``{"role": "tool",
 "tool_call_id", "name", "content"}`` message, and the model is asked again. A missing tool,
 invalid JSON arguments or a tool that raises becomes a tool message saying what went wrong and
-the loop goes on (seed behaviour note). Every model call of the turn is trainable: the tool-call
+the loop goes on. Every model call of the turn is trainable: the tool-call
 replies' traces go to ``info["tool_traces"]`` and from there to ``Step.tool_traces``.
 """
 

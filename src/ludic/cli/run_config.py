@@ -106,28 +106,24 @@ def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[st
 
 
 class GroupedRequests:
-    """``request_fn``: ``prompts_per_step`` fresh env seeds per call, expanded into GRPO groups."""
+    """``request_fn``: ``prompts_per_step`` fresh env seeds per call (RolloutBatchSource groups them)."""
 
     def __init__(self, cfg: RunConfig, sampling: SamplingConfig) -> None:
-        from ludic.training.batching import GRPORequestStrategy
-
         self.cfg, self.sampling = cfg, sampling
-        self.strategy = GRPORequestStrategy(group_size=cfg.rollout.group_size)
         self.next_seed = cfg.rollout.seed
 
     def __call__(self) -> list[RolloutRequest]:
         n = self.cfg.rollout.prompts_per_step
         base = make_requests(self.cfg, first_seed=self.next_seed, n=n, sampling=self.sampling)
         self.next_seed += n
-        return list(self.strategy.expand(base))
+        return base
 
     def state_dict(self) -> dict[str, Any]:
-        """The data position: the next env seed and the group counter (saved in checkpoints)."""
-        return {"next_seed": self.next_seed, "strategy": self.strategy.state_dict()}
+        """The data position: the next env seed (the batch source saves its group counter itself)."""
+        return {"next_seed": self.next_seed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.next_seed = int(state["next_seed"])
-        self.strategy.load_state_dict(state["strategy"])
 
 
 @dataclass

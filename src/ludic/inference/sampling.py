@@ -1,10 +1,23 @@
-"""Sampling settings for one chat completion, validated when built."""
+"""Sampling settings for one chat completion, validated when built.
+
+Which settings a model call uses (the one place this is decided: ``ludic.interaction.steps.step_sampling``):
+1. the request's ``RolloutRequest(inference=InferenceSpec(sampling=...))`` when it has one, whole
+   (its fields are not merged with the agent's);
+2. else the agent's ``Agent(sampling=...)``;
+3. else ``SamplingConfig()``: temperature 1.0, top_p 1.0, ``max_tokens=DEFAULT_MAX_TOKENS`` (256).
+Whichever wins, a request's ``sampling_seed`` replaces its ``seed`` (one derived seed per model call).
+``Evaluator(sampling=...)`` sets every evaluation request's ``inference`` to it; a reply cut at
+``max_tokens`` is handled as ``Agent(incomplete_reward=...)`` says.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+DEFAULT_MAX_TOKENS = 256
+"""``SamplingConfig().max_tokens``: what a model call may generate when nothing else is set."""
 
 
 @dataclass(frozen=True)
@@ -13,14 +26,14 @@ class SamplingConfig:
 
     temperature: softmax temperature; 0 means greedy decoding.
     top_p: nucleus sampling mass in (0, 1].
-    max_tokens: the most completion tokens to generate (>= 1).
+    max_tokens: the most completion tokens to generate (>= 1; default DEFAULT_MAX_TOKENS = 256).
     stop: strings that end the completion (the stop string is kept out of the text).
     seed: per-request sampling seed; the same seed and prompt give the same completion.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = field(default_factory=tuple)
     seed: int | None = None
 

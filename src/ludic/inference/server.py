@@ -161,7 +161,9 @@ def serve(
     model: str, *, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu", max_batch_size: int = 64
 ) -> None:
     """Load ``model`` (a ``save_pretrained`` directory) and serve it until interrupted."""
-    engine = TransformersChatClient(model, device=device, max_batch_size=max_batch_size)
+    engine = TransformersChatClient(  # decode off the loop: it keeps accepting requests meanwhile
+        model, device=device, max_batch_size=max_batch_size, generate_in_thread=True
+    )
     web.run_app(build_app(engine), host=host, port=port, print=lambda _: None, handle_signals=True)
 
 

@@ -33,11 +33,13 @@ class _Pending:
 class TransformersChatClient:
     """In-process batched generation with per-token log-probs and atomic weight updates.
 
-    ``generate_in_thread`` (default) decodes each batch on a worker thread so the event loop stays
-    free (episodes, timeouts, other clients). ``False`` decodes on the loop's own thread: on a
-    small CPU box where the trainer runs in the same process, torch then keeps one OpenMP thread
-    team instead of two that hand the cores back and forth (the quickstart's steps ran ~1.25x
-    faster), at the cost of blocking the loop while a batch decodes.
+    ``generate_in_thread``: True decodes each batch on a worker thread so the event loop stays free
+    (episodes, timeouts, other clients); False decodes on the loop's own thread. None (default)
+    picks by device: False on a CPU, True elsewhere. On a small CPU box where the trainer runs in
+    the same process, decoding on the loop's thread keeps one OpenMP thread team instead of two that
+    hand the cores back and forth: ``bench/bench_engine_thread.py`` measured a GRPO step of the
+    tiny model {FIGURE} with False than with True (2 shared cores). The cost is that the loop is
+    blocked while a batch decodes, which matters only when it has other work (an HTTP server).
     """
 
     def __init__(
@@ -48,7 +50,7 @@ class TransformersChatClient:
         device: str | torch.device = "cpu",
         max_batch_size: int = 64,
         model_name: str | None = None,
-        generate_in_thread: bool = True,
+        generate_in_thread: bool | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -67,7 +69,9 @@ class TransformersChatClient:
         self.tokenizer = tokenizer
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or "embedded"
         self.max_batch_size = max_batch_size
-        self.generate_in_thread = generate_in_thread
+        if generate_in_thread is None:
+            generate_in_thread = self.device.type != "cpu"
+        self.generate_in_thread = bool(generate_in_thread)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.policy_version = 0
         self._weights_lock = threading.Lock()

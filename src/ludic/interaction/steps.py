@@ -14,9 +14,11 @@ SEED_STRIDE = 1000  # step seeds: sampling_seed * SEED_STRIDE + step offset
 def step_sampling(
     default: SamplingConfig, inference: InferenceSpec | None, sampling_seed: int | None, offset: int
 ) -> SamplingConfig:
-    """The sampling for one model call: the request's (or agent's) config with a derived seed.
+    """The sampling for one model call: the request's config if it has one, else the agent's.
 
-    seed = sampling_seed * 1000 + offset, so an episode replays exactly given its seed.
+    The request's ``inference.sampling`` wins whole over ``Agent(sampling=)`` (see
+    ``ludic.inference.sampling`` for the full order); seed = sampling_seed * 1000 + offset, so an
+    episode replays exactly given its seed.
     """
     base = inference.sampling if inference is not None else default
     if sampling_seed is None:

@@ -13,8 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ludic.quickstart.config import QuickstartConfig
 from ludic.quickstart.dashboard import make_train_logger
 from ludic.quickstart.demonstrations import demonstration_items
@@ -47,20 +45,21 @@ class QuickstartResult:
         return self.eval_after - self.eval_before_rl
 
 
-def _trainer_config(cfg: QuickstartConfig, runtime: Runtime, lr: float, *, eval_every: int | None) -> Any:
+def _trainer_config(
+    cfg: QuickstartConfig, lr: float, *, eval_every: int | None, schedule: dict[str, Any] | None = None
+) -> Any:
     from ludic.training.config import TrainerConfig
 
-    pad = runtime.tokenizer.pad_token_id
     return TrainerConfig(
         model_device=cfg.device,
         lr=lr,
         max_seq_len=256,
         micro_token_budget=256 * 64,
         max_grad_norm=1.0,
-        pad_token_id=int(pad if pad is not None else runtime.tokenizer.eos_token_id),
         sync_every_steps=1,
         eval_every_n_steps=eval_every or None,
         eval_concurrency=cfg.eval_episodes,
+        **(schedule or {}),
     )
 
 
@@ -79,33 +78,15 @@ async def warm_start(cfg: QuickstartConfig, runtime: Runtime) -> None:
         algo=make_sft(),
         batch_source=source,
         publisher=ClientPublisher(runtime.client),
-        cfg=_trainer_config(cfg, runtime, cfg.sft_lr, eval_every=None),
+        cfg=_trainer_config(cfg, cfg.sft_lr, eval_every=None),
     )
     await trainer.train(cfg.sft_steps)
-
-
-def warmup_then_linear_decay(warmup_steps: int, total_steps: int) -> Any:
-    """LR multiplier: linear warm-up, then linear decay to 0 at ``total_steps`` (HF's "linear" schedule).
-
-    Why: Adam's first updates move every weight by ~lr whatever the gradient's size, which on a ~1M
-    model can push all replies past max_tokens (all-zero reward, no signal left); late in training a
-    constant 1e-3 makes the policy drift off a solved task.
-    """
-    warmup = max(warmup_steps, 1)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total_steps - step) / max(total_steps - warmup, 1))
-
-    return factor
 
 
 async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out: Path) -> Any:
     """GRPO (or the chosen preset) with weights pushed to the embedded engine every step."""
     from ludic.distributed import ClientPublisher
     from ludic.registry import get_algorithm
-    from ludic.training._setup import make_adamw
     from ludic.training.batching import RolloutBatchSource
     from ludic.training.config import CheckpointConfig
     from ludic.training.trainer import Trainer
@@ -121,23 +102,19 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
         concurrency=cfg.group_size * cfg.prompts_per_step,
     )
     logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live)
-    optimizer = make_adamw(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_then_linear_decay(cfg.warmup_steps, cfg.steps)
-    )
+    # linear warm-up, then linear decay to 0 at the last step (why: ludic.training.schedule)
+    schedule = {"lr_schedule": "linear", "warmup_steps": min(cfg.warmup_steps, cfg.steps), "total_steps": cfg.steps}
     trainer = Trainer(
         model=runtime.model,
         algo=algo,
         batch_source=source,
         publisher=ClientPublisher(runtime.client),
-        cfg=_trainer_config(cfg, runtime, cfg.lr, eval_every=cfg.eval_every),
+        cfg=_trainer_config(cfg, cfg.lr, eval_every=cfg.eval_every, schedule=schedule),
         train_logger=logger,
         checkpoint_config=CheckpointConfig(
             output_dir=out / "checkpoints", max_to_keep=1, save_optimizer=False
         ),
         evaluator=evaluator,
-        optimizer=optimizer,
-        lr_scheduler=scheduler,
     )
     with logger:
         await trainer.train(cfg.steps)

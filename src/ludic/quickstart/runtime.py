@@ -61,9 +61,7 @@ def build_runtime(cfg: QuickstartConfig, model_dir: Path) -> Runtime:
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(cfg.device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    client = TransformersChatClient(  # on a CPU, engine and trainer share one OpenMP team (see its doc)
-        str(model_dir), device=cfg.device, model_name="quickstart", generate_in_thread=cfg.device != "cpu"
-    )
+    client = TransformersChatClient(str(model_dir), device=cfg.device, model_name="quickstart")
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_new_tokens)
     env_registry: dict[str, Callable[..., Any]] = {ENV_KIND: LetterRepeatEnv}
 
@@ -114,14 +112,11 @@ def make_evaluator(cfg: QuickstartConfig, runtime: Runtime, out_dir: Path) -> Ev
 
 
 class TrainRequests:
-    """``request_fn`` for the RolloutBatchSource: fresh training seeds every call, GRPO-expanded."""
+    """``request_fn`` for the RolloutBatchSource: fresh training seeds every call (it forms the groups)."""
 
     def __init__(self, cfg: QuickstartConfig, sampling: SamplingConfig) -> None:
-        from ludic.training.batching import GRPORequestStrategy
-
         self.cfg = cfg
         self.sampling = sampling
-        self.strategy = GRPORequestStrategy(group_size=cfg.group_size)
         self.next_seed = cfg.seed * 100_000
 
     def __call__(self) -> list[RolloutRequest]:
@@ -133,4 +128,4 @@ class TrainRequests:
                 )
             )
             self.next_seed += 1
-        return list(self.strategy.expand(base))
+        return base

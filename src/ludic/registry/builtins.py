@@ -48,7 +48,8 @@ def plain_harness(
 ) -> Any:
     """Agent with full-dialog memory whose action is its whole reply.
 
-    incomplete_reward: parser reward for a reply cut at max_tokens (None: the Agent's default).
+    incomplete_reward: None (default) parses a reply cut at max_tokens as it is; a number makes
+        it a parse failure with that reward (see ``Agent``).
     """
     return _agent(
         client, model, plain_parser, tokenizer, sampling, system_prompt, incomplete_reward=incomplete_reward

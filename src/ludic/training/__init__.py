@@ -8,6 +8,8 @@ from ludic.training.batching import (
     RolloutBatchSource,
     RolloutEngine,
     run_pipeline_actor,
+    sft_item,
+    sft_items,
 )
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig, TrainerConfig
@@ -19,7 +21,7 @@ from ludic.training.credit_assignment import (
     MonteCarloReturn,
     PerStepReward,
 )
-from ludic.training.loggers import JsonlLogger, PrintLogger, RichLiveLogger, TeeLogger
+from ludic.training.loggers import JsonlLogger, PrintLogger, RichLiveLogger, TeeLogger, TrainingLogger
 from ludic.training.loss import (
     CISPOLoss,
     ClippedSurrogateLoss,
@@ -98,6 +100,7 @@ __all__ = [
     "TokenKLLoss",
     "Trainer",
     "TrainerConfig",
+    "TrainingLogger",
     "aggregate_stats",
     "apply_reducers_to_records",
     "default_reducers",
@@ -109,5 +112,7 @@ __all__ = [
     "make_scalerl",
     "make_sft",
     "run_pipeline_actor",
+    "sft_item",
+    "sft_items",
     "validate_actor_logps",
 ]

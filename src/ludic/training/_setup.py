@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ludic.training.config import TrainerConfig
+from ludic.training.schedule import build_lr_scheduler
 
 
 def seed_everything(seed: int) -> None:
@@ -31,6 +32,48 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
 def build_optimizer(model: nn.Module, cfg: TrainerConfig) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters (LoRA adapters only, for a peft model)."""
     return make_adamw(trainable_parameters(model), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
+
+
+def check_optimizer_settings(cfg: TrainerConfig, optimizer: Any, lr_scheduler: Any) -> None:
+    """Refuse settings that would be silently ignored: one place for each number."""
+    if optimizer is not None and cfg.optimizer_fields_set():
+        raise ValueError(
+            f"Trainer got optimizer= and TrainerConfig {cfg.optimizer_fields_set()} set; those build the "
+            "default AdamW and would be ignored. Set them on your optimizer, or drop optimizer= and let "
+            "the Trainer build AdamW from the config"
+        )
+    if lr_scheduler is not None and (cfg.lr_schedule != "constant" or cfg.warmup_steps):
+        raise ValueError(
+            f"Trainer got lr_scheduler= and TrainerConfig.lr_schedule={cfg.lr_schedule!r}, "
+            f"warmup_steps={cfg.warmup_steps}; pass one of them"
+        )
+
+
+def build_cfg_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainerConfig) -> Any:
+    """The scheduler named by ``cfg.lr_schedule`` (None for a constant rate without warm-up)."""
+    return build_lr_scheduler(
+        optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=cfg.total_steps
+    )
+
+
+def resolve_pad_token_id(model: nn.Module, cfg: TrainerConfig) -> int:
+    """``cfg.pad_token_id``, else the model config's pad token, else its eos token, else 0.
+
+    Padded positions are masked out of attention and of the loss, so the id only has to be one the
+    embedding accepts; the model's own pad id is the one its tokenizer uses. A model with neither
+    (a bare ``nn.Module``, a config without token ids) pads with 0.
+    """
+    if cfg.pad_token_id is not None:
+        return cfg.pad_token_id
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", None)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        if isinstance(value, list) and value:
+            value = value[0]
+        if isinstance(value, int) and value >= 0 and (not isinstance(vocab, int) or value < vocab):
+            return value
+    return 0
 
 
 def make_adamw(params: Iterable[nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:

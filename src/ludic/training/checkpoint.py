@@ -1,6 +1,6 @@
 """Crash-safe checkpoints: model, optimizer, scheduler, step, RNG states and config.
 
-Layout (API-NOTES)::
+Layout::
 
     output_dir/step_000123/   model (save_pretrained / safetensors), optimizer.pt, scheduler.pt,
                               rng_state.pt, trainer_state.json

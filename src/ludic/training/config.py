@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ludic.training.schedule import LR_SCHEDULES
+
 _DEFAULT_LR = 1e-5
 
 
@@ -16,14 +18,24 @@ class TrainerConfig:
     model_device: device the model is moved to and batches are collated on ("cpu", "cuda", "cuda:1").
     lr: AdamW learning rate (``learning_rate=`` is accepted as an alias).
     weight_decay: AdamW decoupled weight decay.
-    betas: AdamW (beta1, beta2).
+    betas: AdamW (beta1, beta2). lr/weight_decay/betas build the Trainer's AdamW; with
+        ``Trainer(optimizer=...)`` the optimizer's own settings are used and setting any of these
+        three here is a ValueError (one place for each number).
+    lr_schedule: "constant", "linear" or "cosine" (decay to 0 at ``total_steps``), after
+        ``warmup_steps`` of linear warm-up; applied to the Trainer's optimizer (its own or a given
+        one) unless ``Trainer(lr_scheduler=...)`` is passed (then this must stay "constant" with
+        no warm-up).
+    warmup_steps: optimizer steps of linear warm-up from lr/warmup_steps to lr; 0 = none.
+    total_steps: step at which a "linear"/"cosine" schedule reaches 0 (required by those).
     max_seq_len: sequences longer than this are truncated before batching.
     micro_token_budget: padded tokens per micro-batch (max_len_in_batch * count <= budget); >= max_seq_len.
     max_grad_norm: clip the global gradient norm to this value; None turns clipping off.
-    pad_token_id: token id used to right-pad micro-batches.
+    pad_token_id: token id used to right-pad micro-batches; None (default) takes the model's
+        ``config.pad_token_id`` (what its tokenizer pads with), else its ``config.eos_token_id``
+        (0 for a model with neither; padded positions are masked out either way).
     sync_every_steps: publish weights every N optimizer steps; 0 = never. Left unset (None) it is 1,
         and a Trainer built without a publisher then simply publishes nothing; set explicitly > 0
-        without a publisher it is an error (API-NOTES).
+        without a publisher it is an error.
     log_every: call the train logger every N steps.
     eval_every_n_steps: run the evaluator every N steps; None = never.
     eval_concurrency: concurrency passed to ``evaluator.evaluate``.
@@ -32,17 +44,20 @@ class TrainerConfig:
     pack_sequences: train padding-free, sequences end to end in rows (tested architectures; others pad).
     share_prompt_prefix: when packing, run each distinct prompt of a micro-batch once (GRPO groups).
     seed: if set, seeds python/numpy/torch when the Trainer is built.
-    learning_rate: alias of ``lr`` (the seed's spelling); after construction both hold the same value.
+    learning_rate: alias of ``lr`` (upstream Ludic's spelling); after construction both hold the same value.
     """
 
     model_device: str = "cpu"
     lr: float = _DEFAULT_LR
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int | None = None
     max_seq_len: int = 2048
     micro_token_budget: int = 16384
     max_grad_norm: float | None = 1.0
-    pad_token_id: int = 0
+    pad_token_id: int | None = None
     sync_every_steps: int | None = None
     log_every: int = 1
     eval_every_n_steps: int | None = None
@@ -89,8 +104,11 @@ class TrainerConfig:
             )
         if self.max_grad_norm is not None:
             _positive_float("max_grad_norm", self.max_grad_norm)
-        if not isinstance(self.pad_token_id, int) or self.pad_token_id < 0:
-            raise ValueError(f"TrainerConfig.pad_token_id must be an int >= 0, got {self.pad_token_id!r}")
+        if self.pad_token_id is not None and (not isinstance(self.pad_token_id, int) or self.pad_token_id < 0):
+            raise ValueError(
+                f"TrainerConfig.pad_token_id must be None (from the model) or an int >= 0, got {self.pad_token_id!r}"
+            )
+        self._validate_schedule()
         if not isinstance(self.sync_every_steps, int) or self.sync_every_steps < 0:
             raise ValueError(
                 f"TrainerConfig.sync_every_steps must be an int >= 0 (0 = never), got {self.sync_every_steps!r}"
@@ -101,6 +119,28 @@ class TrainerConfig:
         _positive_int("eval_concurrency", self.eval_concurrency)
         if self.max_lag is not None and (not isinstance(self.max_lag, int) or self.max_lag < 0):
             raise ValueError(f"TrainerConfig.max_lag must be None or an int >= 0, got {self.max_lag!r}")
+
+    def _validate_schedule(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"TrainerConfig.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
+            raise ValueError(f"TrainerConfig.warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+        if self.total_steps is not None:
+            _positive_int("total_steps", self.total_steps, hint=" (or None)")
+            if self.warmup_steps > self.total_steps:
+                raise ValueError(
+                    f"TrainerConfig.warmup_steps ({self.warmup_steps}) must be <= total_steps ({self.total_steps})"
+                )
+        elif self.lr_schedule != "constant":
+            raise ValueError(
+                f"TrainerConfig.lr_schedule={self.lr_schedule!r} decays to 0 at total_steps; set total_steps "
+                "(usually the num_steps you pass to train)"
+            )
+
+    def optimizer_fields_set(self) -> list[str]:
+        """Which of lr/weight_decay/betas differ from their defaults (they build the AdamW)."""
+        defaults = {"lr": _DEFAULT_LR, "weight_decay": 0.0, "betas": (0.9, 0.999)}
+        return [name for name, value in defaults.items() if getattr(self, name) != value]
 
 
 @dataclass

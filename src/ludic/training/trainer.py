@@ -1,6 +1,6 @@
 """The Trainer: an algorithm-blind optimisation loop over macro-batches of SAW items.
 
-One step reads like the seed's five lines: next batch -> split by token budget -> loss/backward per
+One step reads in five lines: next batch -> split by token budget -> loss/backward per
 micro-batch -> optimizer step -> publish. Everything else (set-up, LoRA export, stats, logging,
 checkpoints) lives behind helpers.
 """
@@ -19,13 +19,21 @@ from torch import nn
 
 from ludic.distributed.interfaces import PolicyPublisher
 from ludic.training._lora import ParamFilter
-from ludic.training._setup import build_optimizer, enable_gradient_checkpointing, seed_everything
+from ludic.training._setup import (
+    build_cfg_scheduler,
+    build_optimizer,
+    check_optimizer_settings,
+    enable_gradient_checkpointing,
+    resolve_pad_token_id,
+    seed_everything,
+)
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.distributed_checkpoint import make_checkpointer
 from ludic.training.distributed_publish import gather_publishable
 from ludic.training.distributed_step import DataParallelGroup
 from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
+from ludic.training.loggers.base import TrainingLogger
 from ludic.training.loggers.prefix import GROUPS
 from ludic.training.stats import (
     Reducer,
@@ -40,7 +48,9 @@ class Trainer:
     """Optimises ``model`` with ``algo`` on batches from ``batch_source``; see TrainerConfig for knobs.
 
     ``param_filter(name, tensor) -> bool`` selects what is published; ``evaluator.evaluate(concurrency=)``
-    returns ``eval/``-prefixed floats; ``optimizer``/``lr_scheduler`` default to AdamW / none.
+    returns ``eval/``-prefixed floats; ``train_logger`` follows ``TrainingLogger`` (``log(step, stats)``).
+    ``optimizer`` defaults to AdamW built from ``cfg.lr/weight_decay/betas`` (a given optimizer with
+    any of those set in ``cfg`` is refused); ``lr_scheduler`` defaults to ``cfg.lr_schedule``.
     """
 
     def __init__(
@@ -51,7 +61,7 @@ class Trainer:
         batch_source: BatchSource,
         publisher: PolicyPublisher | None = None,
         cfg: TrainerConfig | None = None,
-        train_logger: Any = None,
+        train_logger: TrainingLogger | None = None,
         reducers: Mapping[str, Reducer] | None = None,
         checkpoint_config: CheckpointConfig | None = None,
         param_filter: ParamFilter | None = None,
@@ -81,24 +91,27 @@ class Trainer:
         self.param_filter = param_filter
         self.evaluator = evaluator
         self.optimizer = optimizer if optimizer is not None else build_optimizer(self.model, cfg)
-        self.lr_scheduler = lr_scheduler
+        check_optimizer_settings(cfg, optimizer, lr_scheduler)
+        self.lr_scheduler = lr_scheduler if lr_scheduler is not None else build_cfg_scheduler(self.optimizer, cfg)
+        self.pad_token_id = resolve_pad_token_id(self.model, cfg)
         self.step = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- the loop -----------------------------------------------------------------------------
-    async def train(self, num_steps: int | None = None) -> dict[str, float]:
-        """Run ``num_steps`` steps (None: until the batch source raises StopAsyncIteration)."""
-        stats: dict[str, float] = {}
-        done = 0
-        while num_steps is None or done < num_steps:
+    async def train(self, num_steps: int | None = None) -> list[dict[str, float]]:
+        """Run ``num_steps`` steps (None: until the batch source raises StopAsyncIteration).
+
+        Returns the stats of every step run, in order (``history[-1]`` is the last step's).
+        """
+        history: list[dict[str, float]] = []
+        while num_steps is None or len(history) < num_steps:
             try:
-                stats = await self.train_step()
+                history.append(await self.train_step())
             except StopAsyncIteration:
                 if num_steps is None:
                     break
                 raise
-            done += 1
-        return stats
+        return history
 
     async def train_step(self) -> dict[str, float]:
         """One optimizer step; returns flat ``train/``, ``perf/`` (and ``eval/``) stats."""
@@ -175,7 +188,7 @@ class Trainer:
             mb_items = mb.items
             with self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1):
                 mb_loss, mb_stats, computed = micro_batch_loss(
-                    self.model, self.algo.loss, mb, pad_token_id=self.cfg.pad_token_id, device=device
+                    self.model, self.algo.loss, mb, pad_token_id=self.pad_token_id, device=device
                 )
                 mb_scale = self.ranks.share_of(mb, len(mb_items), macro_size)
                 (mb_loss * (mb_scale * self.ranks.grad_scale)).backward()
@@ -314,7 +327,7 @@ class Trainer:
             self._loop = asyncio.new_event_loop()  # one loop for all sync calls: async sources keep state
         return self._loop.run_until_complete(coro)
 
-    def train_sync(self, num_steps: int | None = None) -> dict[str, float]:
+    def train_sync(self, num_steps: int | None = None) -> list[dict[str, float]]:
         return self._run(self.train(num_steps))
 
     def train_step_sync(self) -> dict[str, float]:

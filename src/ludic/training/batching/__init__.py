@@ -36,6 +36,7 @@ from ludic.training.batching.saw_builder import (
     step_to_saw_item,
     step_to_saw_items,
 )
+from ludic.training.batching.sft_items import end_of_turn_id, sft_item, sft_items
 
 __all__ = [
     "ActorStats",
@@ -56,6 +57,7 @@ __all__ = [
     "decode_entry",
     "derive_seed",
     "encode_item",
+    "end_of_turn_id",
     "iter_jsonl",
     "prompt_completion_item",
     "request_from_dict",
@@ -68,6 +70,8 @@ __all__ = [
     "run_pipeline_actor",
     "saw_item_from_dict",
     "saw_item_to_dict",
+    "sft_item",
+    "sft_items",
     "split_items_by_token_budget",
     "step_to_saw_item",
     "step_to_saw_items",

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ludic.training.algorithm import RLAlgorithm
-from ludic.training.batching.requests import RequestStrategy
+from ludic.training.batching.requests import GRPORequestStrategy, RequestStrategy
 from ludic.training.batching.rollout_engine import RolloutEngine
 from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
 
@@ -18,6 +18,14 @@ class RolloutBatchSource:
     ``request_fn`` may be sync or async and returns the requests for one macro-batch. Where it
     (or ``request_strategy``) has ``state_dict``/``load_state_dict`` (a data position, a seed
     counter), :meth:`state_dict` gathers them so a Trainer checkpoint resumes the data exactly.
+
+    GRPO groups are formed here, in one way, with one number: when the algorithm's credit
+    assigner groups rollouts (``make_grpo(group_size=G)`` and the other group presets) and no
+    ``request_strategy`` is given, each request becomes a group of G episodes
+    (``GRPORequestStrategy(G)``), so ``request_fn`` returns one request per prompt. A
+    ``GRPORequestStrategy`` whose group size differs from the algorithm's is a ValueError. Requests
+    that already carry ``meta["group_id"]`` (grouped by hand) need
+    ``request_strategy=IdentityRequestStrategy()``, else they are refused rather than grouped twice.
     """
 
     def __init__(
@@ -41,7 +49,7 @@ class RolloutBatchSource:
         self.sample_filter = sample_filter
         self.concurrency = concurrency
         self.timeout_s = timeout_s
-        self.request_strategy = request_strategy
+        self.request_strategy, self._auto_groups = _group_strategy(algorithm, request_strategy)
 
     async def next_batch(self) -> SAWBatch:
         requests = self.request_fn()
@@ -50,6 +58,12 @@ class RolloutBatchSource:
         requests = list(requests)
         if not requests:
             raise ValueError("RolloutBatchSource.request_fn returned no requests")
+        if self._auto_groups and any("group_id" in r.meta for r in requests):
+            raise ValueError(
+                "request_fn returned requests that already carry meta['group_id'], and RolloutBatchSource "
+                f"forms groups of {self._auto_groups} itself (the algorithm's group_size); return one request "
+                "per prompt, or pass request_strategy=IdentityRequestStrategy() if you group them yourself"
+            )
         if self.request_strategy is not None:
             requests = self.request_strategy.expand(requests)
         return await self.engine.generate_batch(
@@ -76,3 +90,25 @@ class RolloutBatchSource:
             raise ValueError(f"RolloutBatchSource state has {unknown} but this source has no such state")
         for name, part_state in state.items():
             parts[name].load_state_dict(part_state)
+
+
+def algorithm_group_size(algorithm: RLAlgorithm) -> int | None:
+    """The group size the algorithm's credit assigner normalises over (None if it does not group)."""
+    size = getattr(algorithm.credit_assigner, "group_size", None)
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _group_strategy(
+    algorithm: RLAlgorithm, strategy: RequestStrategy | None
+) -> tuple[RequestStrategy | None, int]:
+    """(the strategy to use, the group size when it was chosen here from the algorithm, else 0)."""
+    size = algorithm_group_size(algorithm)
+    if strategy is None:
+        return (GRPORequestStrategy(group_size=size), size) if size else (None, 0)
+    if size and isinstance(strategy, GRPORequestStrategy) and strategy.group_size != size:
+        raise ValueError(
+            f"GRPORequestStrategy(group_size={strategy.group_size}) but the algorithm "
+            f"{algorithm.name!r} normalises groups of {size}; set the group size once, in the preset "
+            f"(make_grpo(group_size=...)), and drop request_strategy: RolloutBatchSource then forms the groups"
+        )
+    return strategy, 0

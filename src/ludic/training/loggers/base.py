@@ -16,7 +16,16 @@ _log = logging.getLogger(__name__)
 
 @runtime_checkable
 class TrainingLogger(Protocol):
-    """Anything the Trainer can hand a step's stats to."""
+    """Anything the Trainer can hand a step's stats to (``Trainer(train_logger=...)``).
+
+    The Trainer calls ``log(step, stats)`` after optimizer step ``step`` (1-based; the step count
+    after the update) whenever ``step % TrainerConfig.log_every == 0``, with the same flat dict
+    ``train_step`` returns (``train/...``, ``perf/...`` and, on evaluation steps, ``eval/...``
+    floats). A step the preprocess emptied (every group filtered) is logged too, with
+    ``train/empty_after_filter = 1.0`` and no optimizer step. The Trainer never calls ``close``;
+    the sinks here are context managers for that. ``Trainer.train`` also returns the stats of
+    every step it ran, so a logger is only needed for live output or files.
+    """
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None: ...
 

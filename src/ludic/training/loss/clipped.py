@@ -27,7 +27,7 @@ def clipped_surrogate(
     Returns the surrogate and a bool mask of where the clip won (no gradient flows there).
     """
     if ratio_clip is not None:
-        ratio = ratio.clamp(max=ratio_clip)  # hard cap before the min (API-NOTES)
+        ratio = ratio.clamp(max=ratio_clip)  # hard cap before the PPO min
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
     return torch.minimum(unclipped, clipped), (clipped < unclipped).detach()
