@@ -35,11 +35,15 @@ class TransformersChatClient:
 
     ``generate_in_thread``: True decodes each batch on a worker thread so the event loop stays free
     (episodes, timeouts, other clients); False decodes on the loop's own thread. None (default)
-    picks by device: False on a CPU, True elsewhere. On a small CPU box where the trainer runs in
-    the same process, decoding on the loop's thread keeps one OpenMP thread team instead of two that
-    hand the cores back and forth: ``bench/bench_engine_thread.py`` measured a GRPO step of the
-    tiny model {FIGURE} with False than with True (2 shared cores). The cost is that the loop is
-    blocked while a batch decodes, which matters only when it has other work (an HTTP server).
+    picks by device: False on a CPU, True elsewhere. On a CPU where the trainer runs in the same
+    process, decoding on the loop's thread keeps one OpenMP thread team instead of two that hand
+    the cores back and forth; the quickstart's steps ran ~1.25x faster that way on 2 idle cores.
+    ``bench/bench_engine_thread.py`` (a GRPO step of the tiny model, 32 episodes x 16 tokens):
+    with OMP_NUM_THREADS=1 both settings take the same time (0.58 vs 0.63 s/step); with 2 OpenMP
+    threads on cores that other processes also load (load average 12 on 2 cores), decoding on
+    the loop's thread was far slower (7-26 s vs 0.1-0.5 s per decode batch), so pass True, or
+    set OMP_NUM_THREADS=1, on a busy machine. False blocks the loop while a batch decodes, which
+    matters only when it has other work (``python -m ludic.inference.server`` passes True).
     """
 
     def __init__(
