@@ -23,6 +23,9 @@ def add_quickstart_parser(sub: Any) -> None:
     )
     for f in fields(QuickstartConfig):
         default = f.default if f.default is not MISSING else None
+        if f.type in ("bool", bool) and default is False:
+            p.add_argument(_flag(f.name), dest=f.name, action="store_true", help=HELP[f.name])
+            continue
         if f.type in ("bool", bool):
             p.add_argument(
                 _flag("no_" + f.name), dest=f.name, action="store_false", help=f"do not {HELP[f.name]}"

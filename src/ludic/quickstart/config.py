@@ -38,6 +38,11 @@ class QuickstartConfig:
     eval_every: int = _doc(50, "evaluate on held-out seeds every N steps (0: only before/after)")
     device: str = _doc("cpu", "torch device for trainer and embedded engine")
     live: bool = _doc(True, "show the live Rich dashboard")
+    pipeline: bool = _doc(
+        False, "pipeline mode: an actor task generates into a Redis stream while the trainer trains"
+    )
+    max_staleness: int = _doc(1, "pipeline mode: drop items more than this many policy versions old")
+    redis_url: str | None = _doc(None, "pipeline mode: use this Redis instead of starting a private one")
 
     def __post_init__(self) -> None:
         positive = (
@@ -51,7 +56,7 @@ class QuickstartConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"QuickstartConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "sft_steps", "eval_every", "warmup_steps"):
+        for name in ("steps", "sft_steps", "eval_every", "warmup_steps", "max_staleness"):
             if getattr(self, name) < 0:
                 raise ValueError(f"QuickstartConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("lr", "sft_lr"):

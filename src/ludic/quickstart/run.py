@@ -16,6 +16,7 @@ from typing import Any
 from ludic.quickstart.config import QuickstartConfig
 from ludic.quickstart.dashboard import make_train_logger
 from ludic.quickstart.demonstrations import demonstration_items
+from ludic.quickstart.pipeline import pipeline_parts
 from ludic.quickstart.plot import plot_metrics
 from ludic.quickstart.runtime import (
     SFT_SEED_OFFSET,
@@ -88,8 +89,6 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
     from ludic.distributed import ClientPublisher
     from ludic.registry import get_algorithm
     from ludic.training.batching import RolloutBatchSource
-    from ludic.training.config import CheckpointConfig
-    from ludic.training.trainer import Trainer
 
     algo = get_algorithm(cfg.algorithm)(group_size=cfg.group_size) if cfg.algorithm != "sft" else None
     if algo is None:
@@ -101,6 +100,18 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
         max_steps=1,
         concurrency=cfg.group_size * cfg.prompts_per_step,
     )
+    if cfg.pipeline:  # the same source feeds an actor task; the trainer reads the Redis stream
+        async with pipeline_parts(cfg, runtime.client, source) as parts:
+            return await _train(cfg, evaluator, out, algo, parts.batch_source, parts.publisher)
+    return await _train(cfg, evaluator, out, algo, source, ClientPublisher(runtime.client))
+
+
+async def _train(
+    cfg: QuickstartConfig, evaluator: Any, out: Path, algo: Any, source: Any, publisher: Any
+) -> Any:
+    from ludic.training.config import CheckpointConfig
+    from ludic.training.trainer import Trainer
+
     logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live)
     # linear warm-up, then linear decay to 0 at the last step (why: ludic.training.schedule)
     schedule = {"lr_schedule": "linear", "warmup_steps": min(cfg.warmup_steps, cfg.steps), "total_steps": cfg.steps}
@@ -108,7 +119,7 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
         model=runtime.model,
         algo=algo,
         batch_source=source,
-        publisher=ClientPublisher(runtime.client),
+        publisher=publisher,
         cfg=_trainer_config(cfg, cfg.lr, eval_every=cfg.eval_every, schedule=schedule),
         train_logger=logger,
         checkpoint_config=CheckpointConfig(

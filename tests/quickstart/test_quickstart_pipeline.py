@@ -1,0 +1,28 @@
+"""``ludic quickstart --pipeline``: an actor task and the trainer meet in a private Redis stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ludic.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_quickstart_pipeline_mode_trains_from_the_stream_within_max_staleness(tmp_path: Path) -> None:
+    out = tmp_path / "qs"
+    argv = ["quickstart", "--pipeline", "--max-staleness", "1", "--steps", "4", "--sft-steps", "0",
+            "--eval-episodes", "4", "--eval-every", "0", "--group-size", "4", "--prompts-per-step", "2",
+            "--output-dir", str(out), "--no-live"]  # fmt: skip
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "train/loss" in r]
+    assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
+    assert [r["train/pipeline/trainer_version"] for r in train_rows] == [0.0, 1.0, 2.0, 3.0]
+    assert all(r["train/num_samples"] == 8.0 for r in train_rows)
+    assert all(0.0 <= r["train/pipeline/mean_staleness"] <= 1.0 for r in train_rows)
+    state = json.loads((out / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
+    assert state["metadata"]["batch_source"]["consumed"] >= 32  # the cursor went into the checkpoint
