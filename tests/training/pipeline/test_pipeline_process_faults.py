@@ -129,3 +129,19 @@ class _Recording:
         batch = await self.inner.next_batch()
         self.items.extend(batch.items)
         return batch
+
+
+def test_run_local_trains_with_two_actor_processes_and_a_weight_server(tmp_path):
+    """The example end to end: Redis, `python -m ludic.inference.server`, 2 actors, the trainer."""
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE / "run_local.py"), "--actors", "2", "--steps", "4",
+         "--prompts", "1", "--group-size", "4", "--output-dir", str(out)],
+        env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    steps = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert [s.split(":")[0] for s in steps] == ["step 1", "step 2", "step 3", "step 4"]
+    assert all(float(s.rsplit("staleness ", 1)[1]) <= 1.0 for s in steps)
+    state = json.loads((out / "step_000004" / "trainer_state.json").read_text())
+    assert state["metadata"]["batch_source"]["consumed"] >= 16
