@@ -102,12 +102,12 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
     )
     if cfg.pipeline:  # the same source feeds an actor task; the trainer reads the Redis stream
         async with pipeline_parts(cfg, runtime.client, source) as parts:
-            return await _train(cfg, evaluator, out, algo, parts.batch_source, parts.publisher)
-    return await _train(cfg, evaluator, out, algo, source, ClientPublisher(runtime.client))
+            return await _train(cfg, runtime, evaluator, out, algo, parts.batch_source, parts.publisher)
+    return await _train(cfg, runtime, evaluator, out, algo, source, ClientPublisher(runtime.client))
 
 
 async def _train(
-    cfg: QuickstartConfig, evaluator: Any, out: Path, algo: Any, source: Any, publisher: Any
+    cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out: Path, algo: Any, source: Any, publisher: Any
 ) -> Any:
     from ludic.training.config import CheckpointConfig
     from ludic.training.trainer import Trainer
