@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,8 +78,25 @@ async def local_pipeline(
     finally:
         stop.set()
         try:
-            await asyncio.wait_for(asyncio.gather(*actors), timeout=120)
+            await asyncio.wait_for(asyncio.gather(*actors, return_exceptions=True), timeout=120)
         finally:
             await source.close()
             if server is not None:
                 server.stop()
+
+
+async def train_alongside(train: Awaitable[Any], actors: Sequence[asyncio.Task]) -> Any:
+    """Await ``train`` (e.g. ``trainer.train(n)``); if an actor task fails first, cancel training and raise
+    the actor's error (the trainer would otherwise wait for items no one will push)."""
+    train_task = asyncio.ensure_future(train)
+    pending = {train_task, *actors}
+    while True:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if train_task in done:
+            return train_task.result()
+        for task in done:
+            if task.exception() is not None:
+                train_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await train_task
+                raise RuntimeError("a pipeline actor failed; training stopped") from task.exception()
