@@ -95,7 +95,8 @@ class Agent:
         """One model call on the current context; the reply is recorded and parsed.
 
         Returns the ParseResult and an info dict with ``raw_text``, ``trace``,
-        ``finish_reason``, ``policy_version`` and ``chat_response``.
+        ``finish_reason``, ``policy_version``, ``sampling_temperature``/``sampling_top_p`` and
+        ``chat_response``.
         """
         response, client_info = await self.complete_once(sampling=sampling, timeout_s=timeout_s)
         self.ctx.on_after_act(response)
@@ -107,8 +108,12 @@ class Agent:
         """Send the context's prompt to the client; does not record the reply."""
         request = self.build_request(self.ctx.on_before_act(), sampling or self.sampling)
         if timeout_s is None:
-            return await self.client.complete(request)
-        return await asyncio.wait_for(self.client.complete(request), timeout=timeout_s)
+            response, info = await self.client.complete(request)
+        else:
+            response, info = await asyncio.wait_for(self.client.complete(request), timeout=timeout_s)
+        # the trainer rescales its logits by the same temperature (log-probs of one distribution)
+        used = {"sampling_temperature": request.sampling.temperature, "sampling_top_p": request.sampling.top_p}
+        return response, {**info, **used}
 
     def build_request(self, messages: list[Message], sampling: SamplingConfig) -> ChatCompletionRequest:
         """Validate the messages and, with a tokenizer, tokenise them with its chat template
@@ -149,5 +154,7 @@ class Agent:
             "trace": response.to_trace(),
             "finish_reason": response.finish_reason,
             "policy_version": version,
+            "sampling_temperature": client_info.get("sampling_temperature"),
+            "sampling_top_p": client_info.get("sampling_top_p"),
             "chat_response": response,
         }

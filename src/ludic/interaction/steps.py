@@ -33,6 +33,8 @@ def _agent_info(parse: ParseResult, act_info: dict[str, Any]) -> dict[str, Any]:
         "parser_reward": parse.reward,
         "finish_reason": act_info.get("finish_reason"),
         "policy_version": act_info.get("policy_version"),
+        "sampling_temperature": act_info.get("sampling_temperature"),
+        "sampling_top_p": act_info.get("sampling_top_p"),
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ludic.training.sampling_temperature import nucleus_sampled
 from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
 
 PreprocessFn = Callable[[SAWBatch], SAWBatch]
@@ -50,6 +51,13 @@ def validate_actor_logps(batch: SAWBatch) -> SAWBatch:
                 f"SAWItem({_where(item)}) has no actor logprobs (attachments.actor_logps); ratio-based "
                 "losses need them: use an inference client that returns completion logprobs, or a "
                 "loss without importance ratios (make_sft, ReinforceLoss(old_logp_key=None))"
+            )
+        if nucleus_sampled(item):
+            raise ValueError(
+                f"SAWItem({_where(item)}) was sampled with top_p={item.meta['sampling_top_p']}: its "
+                "log-probs are of the nucleus-truncated distribution, which the trainer cannot "
+                "recompute, so the importance ratio would be biased; sample with top_p=1.0 for "
+                "ratio-based losses (temperature is fine: the trainer rescales by it)"
             )
     return set_items(batch, list(batch.items))
 

@@ -37,6 +37,7 @@ from ludic.training.batching.shared_prefix import prompt_groups
 from ludic.training.loss.base import Stats, TokenLogpLoss
 from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
+from ludic.training.sampling_temperature import apply_sampling_temperature, item_temperatures
 from ludic.training.types import SAWItem
 
 
@@ -86,15 +87,17 @@ def micro_batch_loss(
         inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         gather, computed = None, int(batch["input_ids"].numel())
     head = output_layer(model)
-    if head is not None and takes_token_logps(loss):
+    temps = item_temperatures(mb.items, device)  # [B] or None when every item was sampled at T = 1
+    if head is not None and takes_token_logps(loss) and (temps is None or head.bias is None):
         hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
-        policy_logps = action_token_logps(hidden, head, batch, gather)
+        policy_logps = action_token_logps(hidden, head, batch, gather, temps)
         mb_loss, stats = loss.compute_from_logps(policy_logps, batch)
         return mb_loss, stats, computed
     if mb.plan is not None:
         logits = _packed_logits(model, inputs, packed)
     else:
         logits = forward_logits(model, batch)
+    logits = apply_sampling_temperature(logits, mb.items)  # score under the distribution sampled
     mb_loss, stats = loss.compute(logits, batch)
     return mb_loss, stats, computed
 
@@ -125,12 +128,15 @@ def takes_token_logps(loss: Any) -> bool:
 
 
 def action_token_logps(
-    hidden: Tensor, head: nn.Linear, batch: dict[str, Tensor], gather: Tensor | None
+    hidden: Tensor, head: nn.Linear, batch: dict[str, Tensor], gather: Tensor | None,
+    temperatures: Tensor | None = None,
 ) -> Tensor:
     """``[B, T]`` policy log-probs of ``batch``'s action tokens (0 elsewhere) from hidden states.
 
     Token ``t`` is scored by the hidden state at ``t - 1``; ``gather`` [B, T] maps each batch
     position to its row in ``hidden`` flattened (None: the batch is the hidden states' own layout).
+    ``temperatures`` [B]: each row's sampling temperature; with a bias-free head,
+    logits / T = (hidden / T) @ W^T, so the hidden states are scaled instead of the logits.
     """
     ids, action = batch["input_ids"], batch["action_mask"]
     B, T = ids.shape
@@ -138,8 +144,10 @@ def action_token_logps(
     where = torch.arange(B * T, device=ids.device).view(B, T)
     source = where if gather is None else gather
     scored = action[:, 1:].bool()  # [B, T-1]: positions 1.. that are action tokens
-    values = head_token_logps(
-        flat_hidden[source[:, :-1][scored]], head.weight, head.bias, ids[:, 1:][scored]
-    )  # [N]
+    rows = flat_hidden[source[:, :-1][scored]]  # [N, H]
+    if temperatures is not None:
+        row_of = torch.arange(B, device=ids.device)[:, None].expand(B, T - 1)[scored]  # [N]
+        rows = rows / temperatures.to(rows.dtype)[row_of][:, None]
+    values = head_token_logps(rows, head.weight, head.bias, ids[:, 1:][scored])  # [N]
     out = torch.zeros(B * T, dtype=values.dtype, device=values.device)
     return out.index_put((where[:, 1:][scored],), values).view(B, T)

@@ -172,3 +172,18 @@ def batch_summary(items: Sequence[SAWItem], batch_meta: Mapping[str, Any]) -> di
     if lengths:
         out["avg_completion_length"] = sum(lengths) / len(lengths)
     return out
+
+
+def staleness_stats(items: Sequence[SAWItem], trainer_version: int) -> dict[str, float]:
+    """How far behind the trainer the sampled items are: ``trainer_version - meta["policy_version"]``.
+
+    ``staleness_mean``/``staleness_max`` over the items that carry a version (none: no stats).
+    """
+    lags = [
+        trainer_version - it.meta["policy_version"]
+        for it in items
+        if isinstance(it.meta.get("policy_version"), int) and not isinstance(it.meta["policy_version"], bool)
+    ]
+    if not lags:
+        return {}
+    return {"staleness_mean": sum(lags) / len(lags), "staleness_max": float(max(lags))}

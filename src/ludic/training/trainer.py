@@ -40,6 +40,7 @@ from ludic.training.stats import (
     apply_reducers_to_records,
     batch_summary,
     default_reducers,
+    staleness_stats,
 )
 from ludic.training.types import BatchSource, SAWBatch, SAWItem
 
@@ -159,6 +160,7 @@ class Trainer:
             batch = self.algo.preprocess(batch)
         items = list(batch.items)
         stats: dict[str, float] = {}
+        stats.update(staleness_stats(items, self.step))
         if self.cfg.max_lag is not None:
             fresh = [it for it in items if not self._is_stale(it)]
             stats["stale_items_dropped"] = float(len(items) - len(fresh))
