@@ -1,113 +1,81 @@
-"""An OpenAI-compatible HTTP server over the embedded engine, with weight-update endpoints.
+"""An HTTP server over the embedded engine that speaks vLLM's RL protocol. The CPU (or one-GPU) stand-in for
+``vllm serve``: ``VLLMChatClient`` and ``BroadcastPolicyPublisher`` talk to either. Run::
 
-The CPU (or single-GPU) stand-in for a vLLM server: ``VLLMChatClient`` talks to either. Run::
+    python -m ludic.inference.server MODEL_DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]
 
-    python -m ludic.inference.server MODEL_DIR --host 127.0.0.1 --port 8000 [--device cpu]
+Routes:
+- ``GET /health``, ``GET /policy_version``, ``GET /v1/models``.
+- Generation (``_server_generate.py``): ``POST /v1/chat/completions``, ``POST /v1/completions``
+  (``prompt`` as token ids, ``return_token_ids``, ``logprobs``, ``prompt_logprobs``), ``POST
+  /inference/v1/generate`` (``token_ids`` + ``sampling_params``). Responses carry
+  ``weight_versions`` and ``policy_version``.
+- Weights (``_server_weights.py``): vLLM's weight-transfer routes over a gloo/NCCL group, and
+  ``POST /ludic/update_weights_blob?version=N`` (a safetensors blob).
 
-Endpoints:
-- ``GET /health`` and ``GET /policy_version``.
-- ``GET /v1/models``.
-- ``POST /v1/chat/completions``: OpenAI fields (``messages``, ``temperature``, ``top_p``,
-  ``max_tokens``, ``seed``, ``stop``, ``n`` = 1, ``logprobs``) plus vLLM's ``return_token_ids``
-  and Ludic's ``prompt_token_ids`` (token-in: sample from exactly these ids). The response adds
-  ``prompt_token_ids``, ``choices[0].token_ids`` and ``policy_version``.
-- ``POST /update_weights?version=N``: a safetensors blob of (part of) the state dict, loaded all
-  or nothing; a bad blob is a 400 and the old weights keep serving.
-Concurrent requests are batched by the engine (one forward per decoding step for all of them).
+Safety: binds 127.0.0.1 unless told otherwise; with ``--api-key`` (or ``$LUDIC_API_KEY``) every
+route but ``/health`` needs ``Authorization: Bearer KEY`` (else 401); JSON bodies are bounded
+(413); more than ``--max-pending`` queued requests get a 503 with the reason. A bad request is a
+4xx with the reason, an internal failure a 500; both as ``{"error": {"message", "code"}}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
-import uuid
-from typing import Any
+import hmac
+import json
+import os
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from ludic.inference.request import ChatCompletionRequest
-from ludic.inference.sampling import SamplingConfig
-from ludic.inference.transformers_client import TransformersChatClient
+from ludic.inference._server_generate import ENGINE_KEY, chat_completions, completions, generate
+from ludic.inference._server_weights import RECEIVER_KEY, add_weight_routes
+from ludic.inference.transformers_client import DTYPES, EngineOverloaded, TransformersChatClient
+from ludic.inference.weight_receiver import TransferError, WeightReceiver
 
-SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "max_tokens": "max_tokens", "seed": "seed"}
-ENGINE_KEY = web.AppKey("engine", TransformersChatClient)
-
-
-class BadRequest(ValueError):
-    """A request the server refuses with HTTP 400 and this message."""
+API_KEY_KEY = web.AppKey("api_key", str)
+OPEN_PATHS = frozenset({"/health"})
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _error(status: int, message: str) -> web.Response:
+def error_response(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "code": status}}, status=status)
 
 
-def parse_chat_request(body: Any, model_name: str) -> ChatCompletionRequest:
-    """The OpenAI/vLLM JSON body as a Ludic request; BadRequest names the offending field."""
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    if body.get("n", 1) != 1:
-        raise BadRequest(f"n={body['n']!r}: only n=1 is supported (send G requests for a group)")
-    kwargs: dict[str, Any] = {k: body[src] for src, k in SAMPLING_FIELDS.items() if body.get(src) is not None}
-    if body.get("max_completion_tokens") is not None:
-        kwargs["max_tokens"] = body["max_completion_tokens"]
-    if body.get("stop") is not None:
-        kwargs["stop"] = body["stop"]
-    try:
-        sampling = SamplingConfig(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(str(exc)) from exc
-    tools = body.get("tools")
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
-        raise BadRequest(f"tools must be a list of JSON objects, got {tools!r:.80}")
-    try:
-        return ChatCompletionRequest(
-            model=str(body.get("model") or model_name),
-            messages=body.get("messages") or [],
-            sampling=sampling,
-            prompt_token_ids=body.get("prompt_token_ids"),
-            tools=tools,
-        )
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"messages/prompt_token_ids: {exc}") from exc
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    key = request.app[API_KEY_KEY]
+    if key and request.path not in OPEN_PATHS:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            return error_response(401, "missing or wrong bearer token (Authorization: Bearer <api key>)")
+    return await handler(request)
 
 
-def chat_response_json(request_body: dict[str, Any], response: Any, model_name: str) -> dict[str, Any]:
-    choice: dict[str, Any] = {
-        "index": 0,
-        "message": {"role": "assistant", "content": response.text},
-        "finish_reason": response.finish_reason,
-        "token_ids": response.completion_token_ids,
-    }
-    if request_body.get("logprobs"):
-        choice["logprobs"] = {
-            "content": [
-                {"token": f"token_id:{t}", "logprob": lp}
-                for t, lp in zip(response.completion_token_ids, response.completion_logprobs, strict=True)
-            ]
-        }
-    prompt_n, completion_n = len(response.prompt_token_ids), len(response.completion_token_ids)
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model_name,
-        "choices": [choice],
-        "prompt_token_ids": response.prompt_token_ids,
-        "usage": {
-            "prompt_tokens": prompt_n,
-            "completion_tokens": completion_n,
-            "total_tokens": prompt_n + completion_n,
-        },
-        "policy_version": response.policy_version,
-    }
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Keep each error's class: refused input 4xx with the reason, overload 503, anything else 500."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.text or exc.reason)
+    except json.JSONDecodeError as exc:
+        return error_response(400, f"request body is not valid JSON: {exc}")
+    except (ValueError, KeyError, TypeError) as exc:  # BadRequest, the engine's refusals, bad metadata
+        return error_response(400, str(exc).strip("'\""))
+    except EngineOverloaded as exc:
+        return error_response(503, str(exc))
+    except TransferError as exc:
+        return error_response(504, str(exc))
+    except Exception as exc:
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
 async def health(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    return web.json_response(
-        {"status": "ok", "model": engine.model_name, "policy_version": engine.policy_version}
-    )
+    return web.json_response({"status": "ok", "model": engine.model_name, "policy_version": engine.policy_version})
 
 
 async def policy_version(request: web.Request) -> web.Response:
@@ -116,67 +84,62 @@ async def policy_version(request: web.Request) -> web.Response:
 
 async def models(request: web.Request) -> web.Response:
     name = request.app[ENGINE_KEY].model_name
-    return web.json_response(
-        {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "ludic"}]}
-    )
+    return web.json_response({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "ludic"}]})
 
 
-async def chat_completions(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE_KEY]
-    try:
-        body = await request.json()
-        chat = parse_chat_request(body, engine.model_name)
-        response, _ = await engine.complete(chat)
-    except ValueError as exc:  # BadRequest, or the engine's: prompt too long, ids outside the vocabulary
-        return _error(400, str(exc))
-    return web.json_response(chat_response_json(body, response, engine.model_name))
-
-
-async def update_weights(request: web.Request) -> web.Response:
-    from safetensors.torch import load
-
-    engine = request.app[ENGINE_KEY]
-    version = request.query.get("version")
-    try:
-        params = load(await request.read())
-        version_int = int(version) if version is not None else None
-        status = await asyncio.to_thread(engine.sync_weights, params, version=version_int)
-    except Exception as exc:  # a bad blob or state dict: refuse it, keep serving the old weights
-        return _error(400, f"weights rejected: {exc}")
-    return web.json_response({"status": status, "policy_version": engine.policy_version})
-
-
-def build_app(engine: TransformersChatClient) -> web.Application:
-    app = web.Application(client_max_size=1 << 34)  # weight blobs are as large as the model
+def build_app(
+    engine: TransformersChatClient,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = 32 << 20,
+    transfer_timeout_s: float = 120.0,
+    drop_weight_updates: bool = False,
+) -> web.Application:
+    """The aiohttp app; ``drop_weight_updates`` is fault injection (tests of the sync probe)."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[error_middleware, auth_middleware])
     app[ENGINE_KEY] = engine
+    app[API_KEY_KEY] = api_key or ""
+    app[RECEIVER_KEY] = WeightReceiver(engine, timeout_s=transfer_timeout_s, drop_updates=drop_weight_updates)
     app.router.add_get("/health", health)
     app.router.add_get("/policy_version", policy_version)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/update_weights", update_weights)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/inference/v1/generate", generate)
+    add_weight_routes(app)
     return app
 
 
-def serve(
-    model: str, *, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu", max_batch_size: int = 64
-) -> None:
-    """Load ``model`` (a ``save_pretrained`` directory) and serve it until interrupted."""
-    engine = TransformersChatClient(  # decode off the loop: it keeps accepting requests meanwhile
-        model, device=device, max_batch_size=max_batch_size, generate_in_thread=True
-    )
-    web.run_app(build_app(engine), host=host, port=port, print=lambda _: None, handle_signals=True)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="model directory (config.json, weights, tokenizer)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="auto", choices=sorted(DTYPES))
+    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--max-pending", type=int, default=4096, help="queued requests before 503s")
+    parser.add_argument("--max-body-mb", type=float, default=32.0, help="largest JSON body (413 beyond)")
+    parser.add_argument("--api-key", default=os.environ.get("LUDIC_API_KEY"),
+                        help="bearer token required on every route but /health (default $LUDIC_API_KEY)")
+    parser.add_argument("--transfer-timeout", type=float, default=120.0, help="seconds a broadcast may take")
+    parser.add_argument("--drop-weight-updates", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", help="model directory (config.json, weights, tokenizer)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--max-batch-size", type=int, default=64)
-    args = parser.parse_args(argv)
-    print(f"ludic inference server: {args.model} on http://{args.host}:{args.port}", flush=True)
-    serve(args.model, host=args.host, port=args.port, device=args.device, max_batch_size=args.max_batch_size)
+    args = parse_args(argv)
+    engine = TransformersChatClient(  # decode off the loop: it keeps accepting requests meanwhile
+        args.model, device=args.device, dtype=args.dtype, max_batch_size=args.max_batch_size,
+        max_pending=args.max_pending, generate_in_thread=True,
+    )
+    app = build_app(engine, api_key=args.api_key, max_body_bytes=int(args.max_body_mb * (1 << 20)),
+                    transfer_timeout_s=args.transfer_timeout, drop_weight_updates=args.drop_weight_updates)
+    auth = "bearer token required" if args.api_key else "no token"
+    print(f"ludic inference server: {args.model} on http://{args.host}:{args.port} ({auth})", flush=True)
+    # handler_cancellation: a client that disconnects cancels its handler, and so its queued row
+    web.run_app(app, host=args.host, port=args.port, print=lambda _: None, handle_signals=True,
+                handler_cancellation=True, shutdown_timeout=2.0)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,7 +21,14 @@ import torch
 
 from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
 from ludic.inference.request import ChatCompletionRequest
+from ludic.inference.weights import validate_state_dict
 from ludic.types import ChatResponse
+
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class EngineOverloaded(RuntimeError):
+    """More requests are pending than ``max_pending`` allows (the server answers 503)."""
 
 
 @dataclass
@@ -55,15 +62,23 @@ class TransformersChatClient:
         max_batch_size: int = 64,
         model_name: str | None = None,
         generate_in_thread: bool | None = None,
+        dtype: str = "auto",
+        max_pending: int = 4096,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size!r}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         if isinstance(model, (str, Path)):
             model_name = model_name or str(model)
             tokenizer = tokenizer if tokenizer is not None else str(model)
             model = AutoModelForCausalLM.from_pretrained(str(model))
+        if DTYPES[dtype] is not None:
+            model = model.to(DTYPES[dtype])
         if tokenizer is None:
             raise ValueError("TransformersChatClient needs a tokenizer when given a model object")
         if isinstance(tokenizer, (str, Path)):
@@ -73,6 +88,7 @@ class TransformersChatClient:
         self.tokenizer = tokenizer
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or "embedded"
         self.max_batch_size = max_batch_size
+        self.max_pending = max_pending
         if generate_in_thread is None:
             generate_in_thread = self.device.type != "cpu"
         self.generate_in_thread = bool(generate_in_thread)
@@ -131,24 +147,48 @@ class TransformersChatClient:
         )
 
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
-        prompt_ids = self.prompt_ids_for(request)
-        needed = len(prompt_ids) + request.sampling.max_tokens
-        if needed > self.max_positions:
+        if request.extras:
             raise ValueError(
-                f"prompt of {len(prompt_ids)} tokens + max_tokens {request.sampling.max_tokens} exceeds "
-                f"the model's max_position_embeddings {self.max_positions}"
+                f"TransformersChatClient does not support request extras {sorted(request.extras)}; "
+                "they are passed through only by VLLMChatClient"
+            )
+        prompt_ids = self.prompt_ids_for(request)
+        self.check_fits(len(prompt_ids), request.sampling.max_tokens)
+        return await self.complete_ids(prompt_ids, request.sampling, return_logprobs=request.return_logprobs)
+
+    def check_fits(self, prompt_len: int, max_tokens: int) -> None:
+        """ValueError unless the prompt plus ``max_tokens`` fits the model's context."""
+        if prompt_len + max_tokens > self.max_positions:
+            raise ValueError(
+                f"prompt of {prompt_len} tokens + max_tokens {max_tokens} exceeds the model's "
+                f"max_position_embeddings {self.max_positions}"
+            )
+
+    async def complete_ids(
+        self, prompt_ids: list[int], sampling: Any, *, return_logprobs: bool = True
+    ) -> tuple[ChatResponse, dict[str, Any]]:
+        """Sample from exactly ``prompt_ids`` (already checked); the batching core of ``complete``."""
+        if len(self._pending) >= self.max_pending:
+            raise EngineOverloaded(
+                f"{len(self._pending)} requests already pending (max_pending={self.max_pending}); retry later"
             )
         loop = asyncio.get_running_loop()
-        pending = _Pending(RowRequest(prompt_ids, request.sampling), loop.create_future())
+        pending = _Pending(RowRequest(prompt_ids, sampling), loop.create_future())
         self._pending.append(pending)
         if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
             self._worker = loop.create_task(self._serve())
         started = time.perf_counter()
-        result, version = await pending.future
-        return self._response(prompt_ids, result, version), {
-            "latency_s": time.perf_counter() - started,
-            "policy_version": version,
-        }
+        try:
+            result, version = await pending.future
+        except asyncio.CancelledError:  # the caller gave up: drop its row, queued or mid-batch
+            pending.row.cancelled = True
+            if pending in self._pending:
+                self._pending.remove(pending)
+            raise
+        response = self._response(prompt_ids, result, version)
+        if not return_logprobs:
+            response.completion_logprobs = None
+        return response, {"latency_s": time.perf_counter() - started, "policy_version": version}
 
     async def _serve(self) -> None:
         """Drain the queue in batches; callers that arrive meanwhile form the next batch."""
@@ -159,24 +199,40 @@ class TransformersChatClient:
                 return
             batch = self._pending[: self.max_batch_size]
             del self._pending[: self.max_batch_size]
-            try:
-                rows = [p.row for p in batch]
-                if self.generate_in_thread:
-                    results, version = await asyncio.to_thread(self._generate_locked, rows)
-                else:
-                    results, version = self._generate_locked(rows)
-            except Exception as exc:  # surface the failure to every waiting caller
+            batch = [p for p in batch if not p.row.cancelled]
+            if batch:
+                await self._run_batch(batch)
+
+    async def _run_batch(self, batch: list[_Pending]) -> None:
+        """Generate for ``batch``; if it fails, retry each row alone so a bad row fails only itself."""
+        try:
+            rows = [p.row for p in batch]
+            if self.generate_in_thread:
+                results, version = await asyncio.to_thread(self._generate_locked, rows)
+            else:
+                results, version = self._generate_locked(rows)
+        except Exception as exc:
+            if len(batch) > 1:
                 for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
-                continue
-            for p, res in zip(batch, results, strict=True):
-                if not p.future.done():
-                    p.future.set_result((res, version))
+                    await self._run_batch([p])
+                return
+            if not batch[0].future.done():
+                batch[0].future.set_exception(exc)
+            return
+        for p, res in zip(batch, results, strict=True):
+            if not p.future.done():
+                p.future.set_result((res, version))
 
     def _generate_locked(self, rows: list[RowRequest]) -> tuple[list[RowResult], int]:
         with self._weights_lock:  # one policy version per batch; weights swap between batches
             return self._generator.generate(rows), self.policy_version
+
+    def score_prompt(self, prompt_ids: list[int]) -> tuple[list[float], int]:
+        """(log-prob of each prompt token after the first, at temperature 1; the policy version)."""
+        with self._weights_lock, torch.inference_mode():
+            logits = self.model(torch.tensor([prompt_ids], device=self.device)).logits[0, :-1].float()
+            logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(prompt_ids[1:], device=self.device)[:, None])
+            return logps.squeeze(-1).tolist(), self.policy_version
 
     def _response(self, prompt_ids: list[int], res: RowResult, version: int) -> ChatResponse:
         ids = res.completion_ids
@@ -209,7 +265,7 @@ class TransformersChatClient:
         Floating-point tensors are cast to the model's dtype (a bf16 trainer can publish to fp32).
         """
         target = self.model.state_dict()
-        self._validate_state_dict(params, target)
+        validate_state_dict(params, target)
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
         try:
@@ -220,32 +276,6 @@ class TransformersChatClient:
         finally:
             self._weights_lock.release()
         return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
-
-    @staticmethod
-    def _validate_state_dict(params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor]) -> None:
-        if not params:
-            raise ValueError("sync_weights got an empty state dict")
-        unknown = [k for k in params if k not in target]
-        if unknown:
-            raise KeyError(
-                f"sync_weights: unknown parameter names {unknown[:5]} (model has e.g. {list(target)[:3]})"
-            )
-        for name, tensor in params.items():
-            if not isinstance(tensor, torch.Tensor):
-                raise TypeError(
-                    f"sync_weights: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor"
-                )
-            if tuple(tensor.shape) != tuple(target[name].shape):
-                raise ValueError(
-                    f"sync_weights: {name!r} has shape {tuple(tensor.shape)}, expected {tuple(target[name].shape)}"
-                )
-            if tensor.is_floating_point() != target[name].is_floating_point():
-                raise TypeError(
-                    f"sync_weights: {name!r} has dtype {tensor.dtype}, expected {target[name].dtype} "
-                    "(floating-point casts such as bfloat16 -> float32 are fine)"
-                )
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise ValueError(f"sync_weights: {name!r} contains NaN or inf values")
 
     async def get_policy_version(self) -> int:
         return self.policy_version

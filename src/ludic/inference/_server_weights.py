@@ -1,0 +1,103 @@
+"""The server's weight routes: vLLM's weight-transfer protocol, and Ludic's one-blob upload.
+
+vLLM's routes (``VLLM_SERVER_DEV_MODE=1``): ``POST /init_weight_transfer_engine {"init_info"}``,
+``POST /start_weight_update``, ``POST /update_weights {"update_info"}`` (receives the tensors the
+trainer broadcasts meanwhile), ``POST /finish_weight_update {"weight_version"}``, ``GET
+/get_world_size``, ``GET /weight_info``. The data plane work runs on worker threads so generation
+keeps being served. ``POST /ludic/update_weights_blob?version=N`` takes a safetensors blob instead
+(no collective needed), bounded by the model's own size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from ludic.inference._server_generate import ENGINE_KEY, BadRequest
+from ludic.inference.weight_receiver import InitInfo, WeightReceiver
+from ludic.inference.weights import weight_info as model_weight_info
+
+RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
+
+
+async def _json_field(request: web.Request, field: str) -> Any:
+    body = await request.json() if request.can_read_body else {}
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body.get(field)
+
+
+async def init_weight_transfer_engine(request: web.Request) -> web.Response:
+    info = InitInfo.parse(await _json_field(request, "init_info"))
+    await asyncio.to_thread(request.app[RECEIVER_KEY].init, info)
+    return web.json_response({"status": "ok", "rank": info.rank_offset, "world_size": info.world_size})
+
+
+async def start_weight_update(request: web.Request) -> web.Response:
+    request.app[RECEIVER_KEY].start()
+    return web.json_response({"status": "ok"})
+
+
+async def update_weights(request: web.Request) -> web.Response:
+    """vLLM's meaning: receive the tensors named in ``update_info`` over the collective."""
+    info = await _json_field(request, "update_info")
+    count = await asyncio.to_thread(request.app[RECEIVER_KEY].receive, info)
+    return web.json_response({"status": "ok", "received": count})
+
+
+async def finish_weight_update(request: web.Request) -> web.Response:
+    version = await _json_field(request, "weight_version")
+    status = await asyncio.to_thread(request.app[RECEIVER_KEY].finish, version)
+    engine = request.app[ENGINE_KEY]
+    return web.json_response({"status": status, "policy_version": engine.policy_version})
+
+
+async def get_world_size(request: web.Request) -> web.Response:
+    return web.json_response({"world_size": 1})  # one inference rank: this process
+
+
+async def weight_info(request: web.Request) -> web.Response:
+    return web.json_response(model_weight_info(request.app[ENGINE_KEY].model))
+
+
+def max_blob_bytes(engine: Any) -> int:
+    """A full-model blob plus safetensors' header room (names, offsets)."""
+    state = engine.model.state_dict()
+    return sum(t.numel() * 8 for t in state.values()) + 64 * len(state) + (1 << 20)
+
+
+async def update_weights_blob(request: web.Request) -> web.Response:
+    from safetensors.torch import load
+
+    engine = request.app[ENGINE_KEY]
+    limit = max_blob_bytes(engine)
+    if request.content_length is not None and request.content_length > limit:
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+    blob = bytearray()
+    async for chunk in request.content.iter_chunked(1 << 20):
+        blob.extend(chunk)
+        if len(blob) > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(blob))
+    version = request.query.get("version")
+    try:
+        params = load(bytes(blob))
+        version_int = int(version) if version is not None else None
+    except Exception as exc:  # safetensors refuses a malformed blob; it never runs code
+        raise BadRequest(f"weights rejected: {exc}") from exc
+    try:
+        status = await asyncio.to_thread(engine.sync_weights, params, version=version_int)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequest(f"weights rejected: {exc}") from exc
+    return web.json_response({"status": status, "policy_version": engine.policy_version})
+
+
+def add_weight_routes(app: web.Application) -> None:
+    app.router.add_post("/init_weight_transfer_engine", init_weight_transfer_engine)
+    app.router.add_post("/start_weight_update", start_weight_update)
+    app.router.add_post("/update_weights", update_weights)
+    app.router.add_post("/finish_weight_update", finish_weight_update)
+    app.router.add_get("/get_world_size", get_world_size)
+    app.router.add_get("/weight_info", weight_info)
+    app.router.add_post("/ludic/update_weights_blob", update_weights_blob)

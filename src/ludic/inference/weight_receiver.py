@@ -1,0 +1,143 @@
+"""The server side of vLLM's weight-transfer protocol, with a torch.distributed data plane.
+
+``init`` joins a process group the trainer (rank 0) created at ``master_address:master_port``
+(gloo on CPU, NCCL on GPU); ``start`` opens an update; ``receive`` takes one ``update_info`` and
+receives its tensors from rank 0's broadcasts (one packed buffer, or one broadcast per tensor)
+into staging memory; ``finish`` validates everything staged and loads it into the engine in one
+step under a new version. Anything that fails (bad metadata, a broadcast that never arrives,
+NaN) discards the staging area: the old weights keep serving at the old version.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
+from ludic.inference.weights import validate_metas
+
+
+class TransferError(RuntimeError):
+    """The data plane failed (e.g. a broadcast did not arrive in time); the update was discarded."""
+
+
+@dataclass(frozen=True)
+class InitInfo:
+    """vLLM's NCCL ``init_info``: where rank 0 listens and this server's place in the group."""
+
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+
+    @classmethod
+    def parse(cls, info: Any) -> InitInfo:
+        if not isinstance(info, dict):
+            raise ValueError("init_info must be a JSON object")
+        try:
+            out = cls(str(info["master_address"]), int(info["master_port"]), int(info["rank_offset"]),
+                      int(info["world_size"]))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"init_info needs master_address, master_port, rank_offset, world_size: {exc!r}"
+            ) from exc
+        if not (0 < out.rank_offset < out.world_size) or not (0 < out.master_port < 65536):
+            raise ValueError(f"init_info out of range: {out} (rank 0 is the trainer)")
+        return out
+
+
+class WeightReceiver:
+    """Owns the server's weight-transfer group and staging area (used from worker threads)."""
+
+    def __init__(self, engine: Any, *, timeout_s: float = 120.0, drop_updates: bool = False) -> None:
+        self.engine = engine
+        self.timeout_s = timeout_s
+        self.drop_updates = drop_updates  # fault injection for tests of the sync probe only
+        self._group: Any = None
+        self._staged: dict[str, torch.Tensor] | None = None
+        self._lock = threading.Lock()  # one transfer at a time
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    def init(self, info: InitInfo) -> None:
+        """Join rank 0's group (blocks until it is there, up to the timeout)."""
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=self.timeout_s)
+        with self._lock:
+            try:
+                store = dist.TCPStore(info.master_address, info.master_port, info.world_size, is_master=False,
+                                      timeout=timeout)  # fmt: skip
+                if self.device.type == "cuda":
+                    group = dist.ProcessGroupNCCL(store, info.rank_offset, info.world_size)
+                else:
+                    group = dist.ProcessGroupGloo(store, info.rank_offset, info.world_size, timeout)
+            except Exception as exc:
+                raise TransferError(f"could not join the weight-transfer group at "
+                                    f"{info.master_address}:{info.master_port}: {exc}") from exc  # fmt: skip
+            self._group, self._staged = group, None
+
+    def start(self) -> None:
+        if self._group is None:
+            raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
+        self._staged = {}
+
+    def receive(self, update_info: Any) -> int:
+        """Receive one ``update_info``'s tensors into staging; returns how many were staged."""
+        metas = metas_from_update_info(update_info)
+        if self._group is None or self._staged is None:
+            raise ValueError("no weight update in progress: POST /start_weight_update first")
+        validate_metas(metas, self.engine.model.state_dict())
+        packed = bool(update_info.get("packed", False))
+        with self._lock:
+            try:
+                received = self._receive_packed(metas) if packed else self._receive_each(metas)
+            except Exception as exc:
+                self._staged, self._group = None, None  # a broken group cannot be reused
+                raise TransferError(
+                    f"weight broadcast failed ({exc}); the update was discarded, the old weights "
+                    "keep serving; POST /init_weight_transfer_engine again"
+                ) from exc
+            self._staged.update(received)
+        return len(received)
+
+    def _broadcast(self, tensor: torch.Tensor) -> None:
+        self._group.broadcast(tensor, 0, timedelta(seconds=self.timeout_s)).wait()
+
+    def _receive_packed(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
+        buffer = torch.empty(packed_size(metas), dtype=torch.uint8, device=self.device)
+        self._broadcast(buffer)
+        return unpack(buffer, metas)
+
+    def _receive_each(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
+        out = {}
+        for m in metas:
+            out[m.name] = torch.empty(m.shape, dtype=m.dtype, device=self.device)
+            self._broadcast(out[m.name])
+        return out
+
+    def finish(self, weight_version: Any) -> str:
+        """Load everything staged in one step (validated first), as ``weight_version``."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            raise ValueError("no weight update in progress: POST /start_weight_update first")
+        if not staged:
+            raise ValueError("finish_weight_update with nothing received: POST /update_weights first")
+        version = None if weight_version is None else _int_version(weight_version)
+        if self.drop_updates:
+            self.engine.policy_version = version if version is not None else self.engine.policy_version + 1
+            return "dropped (fault injection): version bumped, weights unchanged"
+        return self.engine.sync_weights(staged, timeout_s=self.timeout_s, version=version)
+
+
+def _int_version(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"weight_version must be an integer (Ludic's policy versions are ints), got {value!r}") from None

@@ -1,0 +1,58 @@
+"""Checking a (partial) state dict against a model before any of it is copied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ludic.inference.weight_packing import TensorMeta, dtype_name
+
+
+def validate_state_dict(params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor]) -> None:
+    """Every name known, every shape equal, float where the model is float, no NaN/inf; else raise naming it."""
+    if not params:
+        raise ValueError("sync_weights got an empty state dict")
+    unknown = [k for k in params if k not in target]
+    if unknown:
+        raise KeyError(
+            f"sync_weights: unknown parameter names {unknown[:5]} (model has e.g. {list(target)[:3]})"
+        )
+    for name, tensor in params.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(
+                f"sync_weights: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor"
+            )
+        if tuple(tensor.shape) != tuple(target[name].shape):
+            raise ValueError(
+                f"sync_weights: {name!r} has shape {tuple(tensor.shape)}, expected {tuple(target[name].shape)}"
+            )
+        if tensor.is_floating_point() != target[name].is_floating_point():
+            raise TypeError(
+                f"sync_weights: {name!r} has dtype {tensor.dtype}, expected {target[name].dtype} "
+                "(floating-point casts such as bfloat16 -> float32 are fine)"
+            )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"sync_weights: {name!r} contains NaN or inf values")
+
+
+def validate_metas(metas: Sequence[TensorMeta], target: Mapping[str, torch.Tensor]) -> None:
+    """Announced names/dtypes/shapes (before any bytes arrive) against the model; ValueError names the first bad one."""
+    for m in metas:
+        if m.name not in target:
+            raise ValueError(f"unknown parameter name {m.name!r} (model has e.g. {list(target)[:3]})")
+        want = target[m.name]
+        if tuple(m.shape) != tuple(want.shape):
+            raise ValueError(f"{m.name!r} has shape {list(m.shape)}, expected {list(want.shape)}")
+        if m.dtype.is_floating_point != want.is_floating_point():
+            raise ValueError(f"{m.name!r} has dtype {m.dtype_name}, expected {dtype_name(want.dtype)}")
+
+
+def weight_info(model: torch.nn.Module) -> dict[str, list]:
+    """``names``/``dtype_names``/``shapes`` of every tensor in ``model.state_dict()`` (the /weight_info route)."""
+    state = model.state_dict()
+    return {
+        "names": list(state),
+        "dtype_names": [dtype_name(t.dtype) for t in state.values()],
+        "shapes": [list(t.shape) for t in state.values()],
+    }

@@ -1,0 +1,63 @@
+"""``python -m ludic.inference.server`` as a real subprocess on loopback, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model_dir: str | Path, *args: str, port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """Start the server (extra CLI ``args``) and return (process, base URL) once /health answers."""
+    port = port or free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    cmd = [sys.executable, "-m", "ludic.inference.server", str(model_dir), "--port", str(port), *args]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_server(proc)
+            out = proc.stdout.read().decode()[-2000:] if proc.stdout else ""
+            raise RuntimeError(f"server did not start: {out}")
+        time.sleep(0.2)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+
+
+@contextmanager
+def running_server(model_dir: str | Path, args: Sequence[str] = (), port: int | None = None) -> Iterator[str]:
+    """Context manager: the server's base URL while it runs; stopped on exit."""
+    proc, url = start_server(model_dir, *args, port=port)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
