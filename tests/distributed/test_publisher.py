@@ -72,12 +72,38 @@ def test_rank0_only_publisher_uses_torch_distributed_rank(
     assert [v for _, _, v in client.calls] == [4]
 
 
+def test_rank0_only_publisher_decides_its_rank_at_publish_not_when_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "2")  # what a launcher says before the process group exists
+    client = _RecordingClient()
+    built: list[int] = []
+    pub = Rank0OnlyPublisher(lambda: built.append(1) or ClientPublisher(client))
+    assert built == [] and pub.rank is None
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        pub.publish({"w": torch.zeros(1)}, version=5)
+    finally:
+        dist.destroy_process_group()
+    assert pub.rank == 0 and built == [1] and [v for _, _, v in client.calls] == [5]
+
+
 def test_create_vllm_publisher_wraps_for_rank0_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ludic.distributed import BroadcastPolicyPublisher
+    from ludic.inference import VLLMChatClient
+
     monkeypatch.delenv("RANK", raising=False)
     client = _RecordingClient()
-    pub = create_vllm_publisher(client)
-    assert isinstance(pub, Rank0OnlyPublisher) and isinstance(pub.inner, ClientPublisher)
+    client.enable_weight_updates = True  # type: ignore[attr-defined]
+    pub = create_vllm_publisher(client, transport="blob")
+    assert isinstance(pub, Rank0OnlyPublisher) and pub.inner is None  # built at the first publish
     pub.publish({"w": torch.zeros(1)}, version=2)
-    assert [v for _, _, v in client.calls] == [2]
-    plain = adapters_factory(client, rank0_only=False)
+    assert isinstance(pub.inner, ClientPublisher) and [v for _, _, v in client.calls] == [2]
+    plain = adapters_factory(client, rank0_only=False, transport="blob")
     assert isinstance(plain, ClientPublisher)
+    vllm = VLLMChatClient(port=1, enable_weight_updates=True)
+    assert isinstance(create_vllm_publisher(vllm, rank0_only=False), BroadcastPolicyPublisher)
+    with pytest.raises(ValueError, match="enable_weight_updates=True"):
+        create_vllm_publisher(VLLMChatClient(port=1))
+    with pytest.raises(ValueError, match="transport"):
+        create_vllm_publisher(vllm, transport="carrier-pigeon")

@@ -46,16 +46,25 @@ def current_rank() -> int:
 class Rank0OnlyPublisher:
     """In multi-process training only rank 0 talks to the inference server; other ranks no-op.
 
-    ``make_inner`` is a zero-argument factory called on rank 0 only, so non-zero ranks never open
-    connections (or NCCL groups) to the server.
+    The rank is read at the first ``publish`` (so this may be built before the process group
+    exists), and ``make_inner`` (a zero-argument factory) is called then, on rank 0 only: other
+    ranks never open connections (or NCCL groups) to the server.
     """
 
     def __init__(self, make_inner: Callable[[], PolicyPublisher]) -> None:
         if not callable(make_inner):
             raise TypeError(f"Rank0OnlyPublisher takes a zero-argument factory, got {make_inner!r}")
-        self.rank = current_rank()
-        self.inner: PolicyPublisher | None = make_inner() if self.rank == 0 else None
+        self._make_inner = make_inner
+        self.rank: int | None = None
+        self.inner: PolicyPublisher | None = None
 
     def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
+        if self.rank is None:
+            self.rank = current_rank()
+            self.inner = self._make_inner() if self.rank == 0 else None
         if self.inner is not None:
             self.inner.publish(state_dict, version=version)
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        return dict(getattr(self.inner, "last_stats", {}) or {})

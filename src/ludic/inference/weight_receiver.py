@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
 
+from ludic.inference.process_group import broadcast, create_group
 from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
 from ludic.inference.weights import validate_metas
 
@@ -67,17 +67,11 @@ class WeightReceiver:
 
     def init(self, info: InitInfo) -> None:
         """Join rank 0's group (blocks until it is there, up to the timeout)."""
-        import torch.distributed as dist
-
-        timeout = timedelta(seconds=self.timeout_s)
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
         with self._lock:
             try:
-                store = dist.TCPStore(info.master_address, info.master_port, info.world_size, is_master=False,
-                                      timeout=timeout)  # fmt: skip
-                if self.device.type == "cuda":
-                    group = dist.ProcessGroupNCCL(store, info.rank_offset, info.world_size)
-                else:
-                    group = dist.ProcessGroupGloo(store, info.rank_offset, info.world_size, timeout)
+                group = create_group(info.master_address, info.master_port, info.rank_offset, info.world_size,
+                                     backend=backend, timeout_s=self.timeout_s)  # fmt: skip
             except Exception as exc:
                 raise TransferError(f"could not join the weight-transfer group at "
                                     f"{info.master_address}:{info.master_port}: {exc}") from exc  # fmt: skip
@@ -108,7 +102,7 @@ class WeightReceiver:
         return len(received)
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
-        self._group.broadcast(tensor, 0, timedelta(seconds=self.timeout_s)).wait()
+        broadcast(self._group, tensor, timeout_s=self.timeout_s)
 
     def _receive_packed(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
         buffer = torch.empty(packed_size(metas), dtype=torch.uint8, device=self.device)

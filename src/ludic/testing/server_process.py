@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,11 +12,7 @@ from pathlib import Path
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ludic.inference.process_group import free_port
 
 
 def start_server(model_dir: str | Path, *args: str, port: int | None = None) -> tuple[subprocess.Popen, str]:
@@ -45,7 +40,7 @@ def stop_server(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

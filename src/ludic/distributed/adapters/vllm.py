@@ -1,4 +1,4 @@
-"""Publishing to a vLLM server through ``VLLMChatClient.sync_weights`` (no vLLM import needed here)."""
+"""``create_vllm_publisher``: the publisher for a ``VLLMChatClient`` (no vLLM import needed here)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,31 @@ from typing import Any
 from ludic.distributed.interfaces import PolicyPublisher
 from ludic.distributed.publisher import ClientPublisher, Rank0OnlyPublisher
 
+TRANSPORTS = ("broadcast", "blob")
+
 
 def create_vllm_publisher(
-    client: Any, rank0_only: bool = True, *, timeout_s: float = 600.0
+    client: Any, rank0_only: bool = True, *, transport: str = "broadcast", timeout_s: float = 120.0, **broadcast_kwargs: Any
 ) -> PolicyPublisher:
-    """A publisher for a weight-update-enabled vLLM client; by default only rank 0 publishes."""
-    if rank0_only:
-        return Rank0OnlyPublisher(lambda: ClientPublisher(client, timeout_s=timeout_s))
-    return ClientPublisher(client, timeout_s=timeout_s)
+    """A publisher for a weight-update-enabled ``VLLMChatClient``; by default only rank 0 publishes.
+
+    transport: "broadcast" (``BroadcastPolicyPublisher``: vLLM's weight-transfer routes, tensors
+    over gloo/NCCL; works with ``vllm serve`` and Ludic's server) or "blob" (one safetensors upload
+    to Ludic's ``/ludic/update_weights_blob``; Ludic's server only). ``broadcast_kwargs`` go to
+    ``BroadcastPolicyPublisher`` (master_address, master_port, backend, bucket_bytes, packed).
+    """
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if not getattr(client, "enable_weight_updates", False):
+        raise ValueError("create_vllm_publisher needs VLLMChatClient(..., enable_weight_updates=True)")
+    if transport == "blob" and broadcast_kwargs:
+        raise ValueError(f"options {sorted(broadcast_kwargs)} apply to transport='broadcast' only")
+
+    def make() -> PolicyPublisher:
+        if transport == "blob":
+            return ClientPublisher(client, timeout_s=timeout_s)
+        from ludic.distributed.broadcast import BroadcastPolicyPublisher
+
+        return BroadcastPolicyPublisher(client, timeout_s=timeout_s, **broadcast_kwargs)
+
+    return Rank0OnlyPublisher(make) if rank0_only else make()

@@ -1,0 +1,181 @@
+"""``BroadcastPolicyPublisher``: weights to a vLLM (or Ludic) server over a collective, controlled over HTTP.
+
+Control plane: vLLM's weight-transfer routes (``/init_weight_transfer_engine``,
+``/start_weight_update``, ``/update_weights``, ``/finish_weight_update``), each call with a
+timeout. Data plane: a process group with the trainer as rank 0 (gloo on CPU, NCCL on GPU).
+Tensors travel in packed buckets of up to ``bucket_bytes`` (one broadcast per bucket, not per
+parameter); each bucket's broadcast runs on a worker thread while the matching ``/update_weights``
+call waits for the server to receive it. A dead server or a lost broadcast makes ``publish`` raise
+``PublishError`` within the timeouts instead of hanging; the server then keeps its old weights.
+
+``publish`` takes any Mapping or iterable of ``(name, tensor)`` pairs and walks it lazily, so a
+caller can gather one layer at a time (FSDP) without holding the whole model twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ludic.inference._http import RequestRefused
+from ludic.inference.process_group import broadcast, create_group, free_port
+from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, update_info
+
+WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
+
+
+class PublishError(RuntimeError):
+    """A publish did not complete; the server keeps serving its previous weights and version."""
+
+
+def named_tensors(source: WeightSource) -> Iterator[tuple[str, Tensor]]:
+    pairs = source.items() if isinstance(source, Mapping) else source
+    for name, tensor in pairs:
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"publish: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
+        yield name, tensor
+
+
+def buckets(pairs: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
+    """Consecutive groups of tensors of at most ``bucket_bytes`` (a larger tensor travels alone)."""
+    bucket: list[tuple[str, Tensor]] = []
+    size = 0
+    for name, tensor in pairs:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+class BroadcastPolicyPublisher:
+    """PolicyPublisher over vLLM's weight-transfer API; ``client`` is a ``VLLMChatClient`` (URL, token).
+
+    master_address/master_port: where this trainer (rank 0) hosts the rendezvous (port 0 = any free
+    port); the server must reach it. backend: "gloo" or "nccl" (default: nccl when CUDA is up).
+    packed: one packed buffer per bucket (else one broadcast per tensor, vLLM's unpacked mode).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        master_address: str = "127.0.0.1",
+        master_port: int = 0,
+        backend: str | None = None,
+        bucket_bytes: int = 256 << 20,
+        packed: bool = True,
+        timeout_s: float = 120.0,
+    ) -> None:
+        if bucket_bytes < 1 or timeout_s <= 0:
+            raise ValueError(f"bucket_bytes and timeout_s must be positive, got {bucket_bytes}, {timeout_s}")
+        self.client = client
+        self.master_address, self.master_port = master_address, master_port
+        self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+        self.bucket_bytes, self.packed, self.timeout_s = bucket_bytes, packed, timeout_s
+        self._group: Any = None
+        self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-broadcast")
+        self.last_stats: dict[str, float] = {}
+
+    # ---- the PolicyPublisher seam ---------------------------------------------------------------
+    def publish(self, state_dict: WeightSource, version: int | None = None) -> None:
+        self._ensure_group()
+        count = nbytes = 0
+        try:
+            self._post("/start_weight_update", {})
+            for bucket in buckets(named_tensors(state_dict), self.bucket_bytes):
+                self._send_bucket(bucket)
+                count += len(bucket)
+                nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            if count == 0:
+                raise ValueError("publish got no tensors")
+        except Exception as exc:
+            self._reset()  # a collective that stopped midway cannot be trusted again
+            if isinstance(exc, PublishError):
+                raise
+            raise PublishError(f"weight publish failed, the server keeps its old weights: {exc}") from exc
+        try:  # every byte arrived: the server validates and applies all of it, or none
+            self._post("/finish_weight_update", {"weight_version": None if version is None else str(version)})
+        except Exception as exc:
+            raise PublishError(f"the server did not apply the update (old weights keep serving): {exc}") from exc
+        self.last_stats = {"publish_tensors": float(count), "publish_bytes": float(nbytes)}
+
+    def _reset(self) -> None:
+        self._group = None
+        self._pool.shutdown(wait=False, cancel_futures=True)  # a stuck broadcast ends at its own timeout
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-broadcast")
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.client.post_json_sync(path, body, timeout_s=self.timeout_s)
+
+    def _ensure_group(self) -> None:
+        if self._group is not None:
+            return
+        port = self.master_port or free_port(self.master_address)
+        try:
+            servers = int(self.client.get_json_sync("/get_world_size", timeout_s=self.timeout_s)["world_size"])
+            world = 1 + servers
+            joining = self._pool.submit(create_group, self.master_address, port, 0, world,
+                                        backend=self.backend, timeout_s=self.timeout_s)  # fmt: skip
+            init = {"master_address": self.master_address, "master_port": port, "rank_offset": 1, "world_size": world}
+            self._post("/init_weight_transfer_engine", {"init_info": init})
+            self._group = joining.result(timeout=self.timeout_s)
+            self._expected = self._weight_info()
+        except Exception as exc:
+            self._reset()
+            raise PublishError(f"could not set up the weight-transfer group (port {port}): {exc}") from exc
+
+    def _weight_info(self) -> dict[str, tuple[str, tuple[int, ...]]] | None:
+        """The server's names/dtypes/shapes, to refuse a bad tensor before anything is broadcast."""
+        try:
+            info = self.client.get_json_sync("/weight_info", timeout_s=self.timeout_s)
+        except RequestRefused:  # a server without the route: it validates on its own
+            return None
+        return {n: (d, tuple(s)) for n, d, s in zip(info["names"], info["dtype_names"], info["shapes"], strict=True)}
+
+    # ---- data plane -----------------------------------------------------------------------------
+    def _check(self, metas: list[TensorMeta]) -> None:
+        if self._expected is None:
+            return
+        for m in metas:
+            if m.name not in self._expected:
+                raise ValueError(f"publish: the server has no parameter {m.name!r}")
+            dtype, shape = self._expected[m.name]
+            if m.shape != shape:
+                raise ValueError(f"publish: {m.name!r} has shape {list(m.shape)}, the server's is {list(shape)}")
+            if m.dtype.is_floating_point != DTYPES.get(dtype, torch.float32).is_floating_point:
+                raise ValueError(f"publish: {m.name!r} has dtype {m.dtype_name}, the server's is {dtype}")
+
+    def _send_bucket(self, bucket: list[tuple[str, Tensor]]) -> None:
+        metas = [TensorMeta.of(name, t) for name, t in bucket]
+        try:
+            self._check(metas)
+        except ValueError as exc:
+            raise PublishError(f"{exc}; nothing of this update was applied") from exc
+        tensors = [t.detach().to(self.device) for _, t in bucket]
+        payload = [pack(tensors, self.device)] if self.packed else [t.contiguous() for t in tensors]
+        sending = self._pool.submit(self._broadcast_all, payload)
+        self._post("/update_weights", {"update_info": update_info(metas, packed=self.packed)})
+        try:
+            sending.result(timeout=self.timeout_s)
+        except FutureTimeout:
+            raise PublishError(f"the weight broadcast did not complete within {self.timeout_s}s") from None
+
+    def _broadcast_all(self, tensors: list[Tensor]) -> None:
+        for t in tensors:
+            broadcast(self._group, t, timeout_s=self.timeout_s)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._group = None

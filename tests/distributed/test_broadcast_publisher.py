@@ -1,0 +1,121 @@
+"""BroadcastPolicyPublisher against Ludic's server in a real subprocess: gloo data plane, HTTP control plane."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ludic.distributed import BroadcastPolicyPublisher, PublishError
+from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
+from ludic.inference.process_group import create_group, free_port
+from ludic.testing import build_tiny_model
+from ludic.testing.server_process import running_server
+
+pytestmark = pytest.mark.integration
+PROMPT = [5, 6, 7, 8, 9]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("bcast")
+    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
+
+
+@pytest.fixture(scope="module")
+def server(dirs: tuple[Path, Path]) -> Iterator[str]:
+    with running_server(dirs[0], ["--transfer-timeout", "3"]) as url:
+        yield url
+
+
+def greedy_logps(client: VLLMChatClient) -> tuple[list[float], int | None]:
+    import asyncio
+
+    async def go() -> tuple[list[float], int | None]:
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "-"}],
+                                        sampling=SamplingConfig(temperature=0.0, max_tokens=4), prompt_token_ids=PROMPT)  # fmt: skip
+        response, _ = await client.complete(request)
+        await client.aclose()
+        return response.completion_logprobs or [], response.policy_version
+
+    return asyncio.run(go())
+
+
+def model_logps(model: torch.nn.Module, client: VLLMChatClient) -> list[float]:
+    import asyncio
+
+    async def ids() -> list[int]:
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "-"}],
+                                        sampling=SamplingConfig(temperature=0.0, max_tokens=4), prompt_token_ids=PROMPT)  # fmt: skip
+        response, _ = await client.complete(request)
+        await client.aclose()
+        return response.completion_token_ids or []
+
+    completion = asyncio.run(ids())
+    with torch.no_grad():
+        logps = torch.log_softmax(model(torch.tensor([PROMPT + completion])).logits.float(), -1)[0]
+    return [float(logps[len(PROMPT) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_publish_over_gloo_serves_the_new_weights_at_the_new_version(server, dirs, packed):
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    new = AutoModelForCausalLM.from_pretrained(dirs[1] if packed else dirs[0])
+    publisher = BroadcastPolicyPublisher(client, bucket_bytes=64 << 10, packed=packed, timeout_s=20)
+    version = 11 if packed else 12
+    publisher.publish(new.named_parameters(), version=version)  # an iterator, walked lazily in buckets
+    assert publisher.last_stats["publish_tensors"] == len(list(new.parameters()))
+    served, served_version = greedy_logps(client)
+    assert served_version == version
+    assert served == pytest.approx(model_logps(new, client), abs=1e-4)
+    publisher.close()
+
+
+def test_bad_tensors_are_refused_with_the_reason_and_the_old_weights_keep_serving(server, dirs):
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    before, version = greedy_logps(client)
+    publisher = BroadcastPolicyPublisher(client, timeout_s=20)
+    state = AutoModelForCausalLM.from_pretrained(dirs[1]).state_dict()
+    with pytest.raises(PublishError, match=r"lm_head\.weight.*shape"):
+        publisher.publish(dict(state) | {"lm_head.weight": torch.zeros(3, 3)}, version=99)
+    with pytest.raises(PublishError, match="no parameter 'nope'"):
+        publisher.publish({"nope": torch.zeros(2)}, version=99)
+    nan = dict(state) | {"model.norm.weight": torch.full_like(state["model.norm.weight"], float("nan"))}
+    with pytest.raises(PublishError, match="NaN"):
+        publisher.publish(nan, version=99)
+    after, after_version = greedy_logps(client)
+    assert after_version == version and after == pytest.approx(before, abs=1e-6)
+    publisher.close()
+
+
+def test_unknown_names_and_a_broadcast_that_never_arrives_are_refused(server, dirs):
+    post = lambda path, body: httpx.post(server + path, json=body, timeout=30)  # noqa: E731
+    version = httpx.get(server + "/policy_version").json()["policy_version"]
+    port = free_port()
+    group: dict[str, object] = {}
+    joiner = threading.Thread(target=lambda: group.update(g=create_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=20)))
+    joiner.start()
+    init = {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1, "world_size": 2}
+    assert post("/init_weight_transfer_engine", {"init_info": init}).status_code == 200
+    joiner.join()
+    assert post("/start_weight_update", {}).status_code == 200
+    unknown = post("/update_weights", {"update_info": {"names": ["nope"], "dtype_names": ["float32"], "shapes": [[2]]}})
+    assert unknown.status_code == 400 and "unknown parameter name 'nope'" in unknown.json()["error"]["message"]
+    info = {"names": ["model.norm.weight"], "dtype_names": ["float32"], "shapes": [[128]], "packed": True}
+    lost = post("/update_weights", {"update_info": info})  # nobody broadcasts: the server times out
+    assert lost.status_code == 504 and "old weights keep serving" in lost.json()["error"]["message"]
+    finish = post("/finish_weight_update", {"weight_version": "77"})
+    assert finish.status_code == 400
+    assert httpx.get(server + "/policy_version").json()["policy_version"] == version
+
+
+def test_a_dead_server_fails_the_publish_with_a_clear_error_not_a_hang():
+    client = VLLMChatClient(base_url=f"http://127.0.0.1:{free_port()}", enable_weight_updates=True, backoff_s=0.05)
+    publisher = BroadcastPolicyPublisher(client, timeout_s=5)
+    with pytest.raises(PublishError, match="could not reach the server"):
+        publisher.publish({"w": torch.zeros(2)}, version=1)
