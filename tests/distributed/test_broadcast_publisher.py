@@ -119,3 +119,52 @@ def test_a_dead_server_fails_the_publish_with_a_clear_error_not_a_hang():
     publisher = BroadcastPolicyPublisher(client, timeout_s=5)
     with pytest.raises(PublishError, match="could not reach the server"):
         publisher.publish({"w": torch.zeros(2)}, version=1)
+
+
+def sft_items() -> list:
+    from ludic.training.batching.saw_builder import prompt_completion_item
+
+    return [prompt_completion_item(PROMPT, [10 + i, 11 + i], weight=1.0, meta={"rollout_id": f"r{i}", "total_reward": 1.0,
+            "policy_version": 0}) for i in range(4)]  # fmt: skip
+
+
+def test_a_trainer_step_publishes_over_gloo_and_the_probe_reports_its_gap(server, dirs):
+    from ludic.distributed import SyncProbe, create_vllm_publisher
+    from ludic.training import RLAlgorithm, Trainer, TrainerConfig
+    from ludic.training.loss import ReinforceLoss
+    from ludic.training.types import SAWBatch
+
+    class Fixed:
+        async def next_batch(self) -> SAWBatch:
+            return SAWBatch(items=sft_items(), meta={})
+
+    class NoCredit:
+        def compute(self, rollouts):  # pragma: no cover - the batch source gives weighted items
+            return {}
+
+    model = AutoModelForCausalLM.from_pretrained(dirs[0])
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    probe = SyncProbe(model, client, [*PROMPT, 10, 11], tolerance=1e-4)
+    publisher = create_vllm_publisher(client, probe=probe, timeout_s=20)
+    algo = RLAlgorithm(name="sft", credit_assigner=NoCredit(), loss=ReinforceLoss(old_logp_key=None))
+    trainer = Trainer(model=model, algo=algo, batch_source=Fixed(), publisher=publisher,
+                      cfg=TrainerConfig(lr=5e-2, max_seq_len=32, micro_token_budget=256))  # fmt: skip
+    stats = trainer.train_step_sync()
+    trainer.close()
+    assert stats["perf/sync_probe_gap"] < 1e-4 and stats["perf/publish_tensors"] > 0
+    assert stats["train/staleness_mean"] == 0.0
+    served, version = greedy_logps(client)
+    assert version == 1
+    assert served == pytest.approx(model_logps(model, client), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_the_probe_catches_an_update_the_server_did_not_apply(dirs):
+    from ludic.distributed import SyncCheckError, SyncProbe, create_vllm_publisher
+
+    new = AutoModelForCausalLM.from_pretrained(dirs[1])
+    with running_server(dirs[0], ["--drop-weight-updates"]) as url:
+        client = VLLMChatClient(base_url=url, enable_weight_updates=True)
+        publisher = create_vllm_publisher(client, rank0_only=False, probe=SyncProbe(new, client, PROMPT), timeout_s=20)
+        with pytest.raises(SyncCheckError, match=r"did not \(fully\) apply"):
+            publisher.publish(new.state_dict(), version=4)

@@ -4,13 +4,17 @@ from ludic.distributed.adapters.vllm import create_vllm_publisher
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, PublishError
 from ludic.distributed.interfaces import PolicyPublisher
 from ludic.distributed.publisher import ClientPublisher, Rank0OnlyPublisher, current_rank
+from ludic.distributed.sync_probe import ProbeCheckedPublisher, SyncCheckError, SyncProbe
 
 __all__ = [
     "BroadcastPolicyPublisher",
     "ClientPublisher",
     "PolicyPublisher",
+    "ProbeCheckedPublisher",
     "PublishError",
     "Rank0OnlyPublisher",
+    "SyncCheckError",
+    "SyncProbe",
     "create_vllm_publisher",
     "current_rank",
 ]

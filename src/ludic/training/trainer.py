@@ -248,9 +248,13 @@ class Trainer:
             return {}
         t0 = perf_counter()
         state = gather_publishable(self.model, self.param_filter)  # sharded: layer by layer, {} off rank 0
+        stats = {}
         if self.ranks.is_main:
             self.publisher.publish(state, version=self.step)
-        return {"perf/publish_seconds": perf_counter() - t0}
+            # a publisher may report numbers of its own (bytes sent, the sync probe's gap)
+            own = getattr(self.publisher, "last_stats", None) or {}
+            stats = {f"perf/{k}": float(v) for k, v in own.items()}
+        return {"perf/publish_seconds": perf_counter() - t0, **stats}
 
     async def _maybe_evaluate(self) -> dict[str, float]:
         every = self.cfg.eval_every_n_steps

@@ -11,7 +11,13 @@ TRANSPORTS = ("broadcast", "blob")
 
 
 def create_vllm_publisher(
-    client: Any, rank0_only: bool = True, *, transport: str = "broadcast", timeout_s: float = 120.0, **broadcast_kwargs: Any
+    client: Any,
+    rank0_only: bool = True,
+    *,
+    transport: str = "broadcast",
+    timeout_s: float = 120.0,
+    probe: Any = None,
+    **broadcast_kwargs: Any,
 ) -> PolicyPublisher:
     """A publisher for a weight-update-enabled ``VLLMChatClient``; by default only rank 0 publishes.
 
@@ -19,6 +25,7 @@ def create_vllm_publisher(
     over gloo/NCCL; works with ``vllm serve`` and Ludic's server) or "blob" (one safetensors upload
     to Ludic's ``/ludic/update_weights_blob``; Ludic's server only). ``broadcast_kwargs`` go to
     ``BroadcastPolicyPublisher`` (master_address, master_port, backend, bucket_bytes, packed).
+    probe: a ``SyncProbe`` checked after every publish (``ProbeCheckedPublisher``).
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
@@ -28,10 +35,13 @@ def create_vllm_publisher(
         raise ValueError(f"options {sorted(broadcast_kwargs)} apply to transport='broadcast' only")
 
     def make() -> PolicyPublisher:
-        if transport == "blob":
-            return ClientPublisher(client, timeout_s=timeout_s)
         from ludic.distributed.broadcast import BroadcastPolicyPublisher
+        from ludic.distributed.sync_probe import ProbeCheckedPublisher
 
-        return BroadcastPolicyPublisher(client, timeout_s=timeout_s, **broadcast_kwargs)
+        if transport == "blob":
+            inner: PolicyPublisher = ClientPublisher(client, timeout_s=timeout_s)
+        else:
+            inner = BroadcastPolicyPublisher(client, timeout_s=timeout_s, **broadcast_kwargs)
+        return ProbeCheckedPublisher(inner, probe) if probe is not None else inner
 
     return Rank0OnlyPublisher(make) if rank0_only else make()
