@@ -100,6 +100,13 @@ def test_server_backend_without_url_fails_validation(tmp_path: Path) -> None:
     ]
 
 
+def test_max_batch_size_with_a_server_backend_is_refused_not_ignored(tmp_path: Path) -> None:
+    text = MINIMAL + '[inference]\nbackend = "server"\nserver_url = "http://127.0.0.1:1"\nmax_batch_size = 8\n'
+    errors = _errors(tmp_path, "config.toml", text)
+    assert len(errors) == 1 and "max_batch_size sizes the embedded engine" in errors[0]
+    assert "--max-batch-size" in errors[0]
+
+
 def test_all_errors_are_reported_together(tmp_path: Path) -> None:
     text = MINIMAL.replace("steps = 3", 'steps = "many"') + "[rollout]\ngroup_size = 2.5\nbogus = 1\n"
     errors = _errors(tmp_path, "config.toml", text)

@@ -28,6 +28,7 @@ def make_client(cfg: RunConfig) -> Any:
         device=cfg.model.device,
         max_batch_size=cfg.inference.max_batch_size,
         model_name=cfg.model.path,
+        dtype=cfg.model.dtype,
     )
 
 

@@ -99,6 +99,11 @@ class InferenceSection(Section):
             raise ValueError("backend 'server' needs server_url (e.g. 'http://127.0.0.1:8000')")
         if self.backend == "embedded" and self.server_url:
             raise ValueError(f"server_url={self.server_url!r} is set but backend is 'embedded'")
+        if self.backend == "server" and "max_batch_size" in self.model_fields_set:
+            raise ValueError(
+                "max_batch_size sizes the embedded engine's batches; with backend 'server' pass "
+                "--max-batch-size to the server when starting it"
+            )
         _at_least(self, 1, "max_batch_size")
         return self
 
