@@ -106,3 +106,26 @@ async def test_a_full_queue_is_a_503_with_the_reason_and_the_rest_complete(serve
     refused = [r for r in results if isinstance(r, Exception)]
     assert refused and all("HTTP 503" in str(r) and "max_pending=2" in str(r) for r in refused)
     assert any(not isinstance(r, Exception) for r in results)
+
+
+@pytest.mark.slow
+async def test_a_killed_server_fails_the_call_clearly_and_the_client_works_once_it_is_back(model_dir):
+    from ludic.inference._http import ServerError
+    from ludic.inference.process_group import free_port
+    from ludic.testing.server_process import start_server, stop_server
+
+    port = free_port()
+    proc, url = start_server(model_dir, port=port)
+    client = VLLMChatClient(base_url=url, retries=2, backoff_s=0.1)
+    try:
+        first, _ = await client.complete(ids_request([5, 6], max_tokens=2, seed=0))
+        proc.kill()
+        proc.wait()
+        with pytest.raises(ServerError, match="could not reach the server after 3 attempt"):
+            await client.complete(ids_request([5, 6], max_tokens=2, seed=0))
+        proc, _ = start_server(model_dir, port=port)
+        again, _ = await client.complete(ids_request([5, 6], max_tokens=2, seed=0))
+        assert again.completion_token_ids == first.completion_token_ids
+    finally:
+        stop_server(proc)
+        await client.aclose()
