@@ -68,3 +68,42 @@ def test_staleness_is_trainer_version_minus_item_version():
     items = [prompt_completion_item([1], [2], weight=1.0, meta={"policy_version": v}) for v in (3, 5, None)]
     assert staleness_stats(items, trainer_version=5) == {"staleness_mean": 1.0, "staleness_max": 2.0}
     assert staleness_stats(items[2:], trainer_version=5) == {}
+
+
+class _LogitsOnly:
+    """A loss that takes the logits (not a TokenLogpLoss), so the trainer's logits path runs."""
+
+    def __init__(self) -> None:
+        from ludic.training.loss import TokenClippedSurrogateLoss
+
+        self.inner = TokenClippedSurrogateLoss()
+
+    def compute(self, logits, batch):
+        return self.inner.compute(logits, batch)
+
+
+@pytest.mark.parametrize("path", ["hidden-states", "logits"])
+@pytest.mark.parametrize("pack", [True, False])
+async def test_the_trainers_forward_matches_the_engines_tempered_logprobs(path, pack):
+    from ludic.training.forward import micro_batch_loss, plan_micro_batches
+    from ludic.training.loss import TokenClippedSurrogateLoss
+
+    client = TransformersChatClient(tiny_model_path())
+    items = []
+    for seed in range(4):
+        request = ChatCompletionRequest(model="t", messages=[{"role": "user", "content": "-"}],
+                                        sampling=SamplingConfig(temperature=0.6, max_tokens=6, seed=seed),
+                                        prompt_token_ids=[5, 6, 7, 8])  # fmt: skip
+        r, _ = await client.complete(request)
+        items.append(prompt_completion_item(r.prompt_token_ids, r.completion_token_ids, weight=1.0,
+                                            meta={"sampling_temperature": 0.6}, actor_logps=r.completion_logprobs))  # fmt: skip
+    loss = TokenClippedSurrogateLoss() if path == "hidden-states" else _LogitsOnly()
+    mbs = plan_micro_batches(client.model, items, micro_token_budget=256, max_seq_len=64, pack=pack)
+    with torch.no_grad():
+        _, stats, _ = micro_batch_loss(client.model, loss, mbs[0], pad_token_id=0, device=torch.device("cpu"))
+    assert float(stats["mismatch_abs_mean"]) < 1e-4
+    for it in mbs[0].items:
+        it.meta["sampling_temperature"] = 1.0  # scored at the wrong temperature: the gap shows
+    with torch.no_grad():
+        _, stats, _ = micro_batch_loss(client.model, loss, mbs[0], pad_token_id=0, device=torch.device("cpu"))
+    assert float(stats["mismatch_abs_mean"]) > 1e-2

@@ -21,6 +21,7 @@ import torch
 
 from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
 from ludic.inference.request import ChatCompletionRequest
+from ludic.inference.sampling import SamplingConfig
 from ludic.inference.weights import validate_state_dict
 from ludic.types import ChatResponse
 
@@ -165,7 +166,7 @@ class TransformersChatClient:
             )
 
     async def complete_ids(
-        self, prompt_ids: list[int], sampling: Any, *, return_logprobs: bool = True
+        self, prompt_ids: list[int], sampling: SamplingConfig, *, return_logprobs: bool = True
     ) -> tuple[ChatResponse, dict[str, Any]]:
         """Sample from exactly ``prompt_ids`` (already checked); the batching core of ``complete``."""
         if len(self._pending) >= self.max_pending:
