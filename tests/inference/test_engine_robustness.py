@@ -14,7 +14,7 @@ from ludic.testing import tiny_model_path
 
 @pytest.fixture(scope="module")
 def client() -> TransformersChatClient:
-    return TransformersChatClient(tiny_model_path())
+    return TransformersChatClient(tiny_model_path(), generate_in_thread=True)  # the loop stays free to cancel
 
 
 def ids_request(ids: list[int], **kw) -> ChatCompletionRequest:
