@@ -1,4 +1,10 @@
-"""Shared pytest set-up: ``gpu``-marked tests are skipped where CUDA is unavailable."""
+"""Shared pytest set-up: tensor shapes are checked at run time; ``gpu`` tests skip without CUDA."""
+
+import os
+
+# Before anything imports ludic: @shape_checked functions check their jaxtyping annotations with
+# beartype (ludic.training.shapes), so a wrong shape fails where it enters, naming the dimension.
+os.environ.setdefault("LUDIC_CHECK_SHAPES", "1")
 
 import pytest
 import torch

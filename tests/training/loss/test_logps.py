@@ -1,7 +1,9 @@
 import pytest
 import torch
+from jaxtyping import TypeCheckError
 
 from ludic.training.loss import compute_logp_action, compute_token_logps
+from ludic.training.shapes import CHECK_SHAPES
 
 
 def test_token_logps_match_log_softmax_with_causal_shift(batch_and_logits, ref_logps):
@@ -37,8 +39,12 @@ def test_logp_action_sums_or_averages_over_action_tokens(batch_and_logits, ref_l
 
 
 def test_token_logps_reject_mismatched_shapes():
+    if CHECK_SHAPES:  # the suite's default: the annotation check fires first and names the dimensions
+        with pytest.raises(TypeCheckError, match=r"input_ids[\s\S]*B=2\nT=3\nV=4"):
+            compute_token_logps(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+    unchecked = getattr(compute_token_logps, "__wrapped__", compute_token_logps)
     with pytest.raises(ValueError, match=r"logits \(2, 3, 4\), input_ids \(2, 4\)"):
-        compute_token_logps(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+        unchecked(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
 
 
 def test_bf16_logits_are_upcast_and_give_a_bf16_gradient(batch_and_logits, ref_logps):

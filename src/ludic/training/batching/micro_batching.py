@@ -11,7 +11,9 @@ import math
 from dataclasses import replace
 
 import torch
+from torch import Tensor
 
+from ludic.training.shapes import Float, Int, shape_checked
 from ludic.training.types import ActorTokenLogps, SAWItem
 
 
@@ -162,10 +164,22 @@ def collate_saw_items(
         out["old_logp_action"] = actor_logps.sum(dim=1)
     for key in _frozen_keys(items):
         out[key] = _at_action_positions([it.attachments.frozen_logps[key] for it in items], action_mask)
+    _check_collated(input_ids, attention_mask, action_mask, out["weight"])
     return {k: v.to(device) for k, v in out.items()}
 
 
-def _at_action_positions(values: list[list[float]], action_mask: torch.Tensor) -> torch.Tensor:
+@shape_checked
+def _check_collated(
+    input_ids: Int[Tensor, "B T"],
+    attention_mask: Int[Tensor, "B T"],
+    action_mask: Int[Tensor, "B T"],
+    weight: Float[Tensor, " B"],
+) -> None:
+    """The collated batch's shapes, checked with ``LUDIC_CHECK_SHAPES=1`` (a no-op otherwise)."""
+
+
+@shape_checked
+def _at_action_positions(values: list[list[float]], action_mask: Int[Tensor, "B T"]) -> Float[Tensor, "B T"]:
     """``[B, T]`` float32: row i holds ``values[i]`` at its action positions, 0 elsewhere."""
     out = torch.zeros(action_mask.shape, dtype=torch.float32)
     for i, row in enumerate(values):

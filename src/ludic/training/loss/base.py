@@ -13,6 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from ludic.training.shapes import Float, Int, Shaped, shape_checked
+
 Stats = dict[str, Tensor]
 
 LOGP_CHUNK_ELEMENTS = 1 << 22
@@ -74,7 +76,10 @@ class _ShiftedTokenLogps(torch.autograd.Function):
         return grad, None, None
 
 
-def compute_token_logps(logits: Tensor, input_ids: Tensor, *, chunk: int | None = None) -> Tensor:
+@shape_checked
+def compute_token_logps(
+    logits: Float[Tensor, "B T V"], input_ids: Int[Tensor, "B T"], *, chunk: int | None = None
+) -> Float[Tensor, "B T"]:
     """Policy log-prob of each input token, ``[B, T]`` aligned with input positions (position 0 is 0).
 
     ``chunk`` is the number of sequence positions per chunk (default: ``LOGP_CHUNK_ELEMENTS // (B * V)``).
@@ -90,9 +95,14 @@ def compute_token_logps(logits: Tensor, input_ids: Tensor, *, chunk: int | None 
     return _ShiftedTokenLogps.apply(logits, input_ids.long(), int(chunk))
 
 
+@shape_checked
 def compute_logp_action(
-    logits: Tensor, input_ids: Tensor, action_mask: Tensor, *, length_normalize: bool = False
-) -> Tensor:
+    logits: Float[Tensor, "B T V"],
+    input_ids: Int[Tensor, "B T"],
+    action_mask: Shaped[Tensor, "B T"],
+    *,
+    length_normalize: bool = False,
+) -> Float[Tensor, " B"]:
     """Sum (or, with ``length_normalize``, mean) of the policy's log-probs over action tokens: [B]."""
     token_logps = compute_token_logps(logits, input_ids)
     return seq_reduce(token_logps, action_mask, length_normalize=length_normalize)
@@ -112,7 +122,8 @@ def action_mask_f(batch: Mapping[str, Tensor], owner: str) -> Tensor:
     return require(batch, "action_mask", owner).to(torch.float32)
 
 
-def seq_reduce(x: Tensor, mask: Tensor, *, length_normalize: bool) -> Tensor:
+@shape_checked
+def seq_reduce(x: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"], *, length_normalize: bool) -> Float[Tensor, " B"]:
     """Per-sequence ``sum_t mask * x`` [B], divided by the action-token count when ``length_normalize``."""
     mask = mask.to(x.dtype)
     total = (x * mask).sum(dim=-1)
@@ -121,7 +132,8 @@ def seq_reduce(x: Tensor, mask: Tensor, *, length_normalize: bool) -> Tensor:
     return total
 
 
-def token_mean(x: Tensor, mask: Tensor) -> Tensor:
+@shape_checked
+def token_mean(x: Float[Tensor, "*shape"], mask: Shaped[Tensor, "*shape"]) -> Float[Tensor, ""]:
     """Mean of ``x`` over every action token of the batch (a statistic, 0 when there are none)."""
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
@@ -140,5 +152,7 @@ class TokenLogpLoss(ABC):
         return self.compute_from_logps(policy_logps, batch)
 
     @abstractmethod
-    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+    def compute_from_logps(
+        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+    ) -> tuple[Float[Tensor, ""], Stats]:
         """``policy_logps`` is [B, T], aligned with ``batch["input_ids"]``."""

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards
+from ludic.training.shapes import Float, shape_checked
 
 
 @dataclass
@@ -41,7 +42,10 @@ class CISPOLoss(TokenLogpLoss, MismatchGuards):
             )
         _validate_guards(owner, self.tis_cap, self.mis_threshold)
 
-    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+    @shape_checked
+    def compute_from_logps(
+        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+    ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
         adv = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards, tis_surrogate_factor
+from ludic.training.shapes import Float, shape_checked
 
 
 def _validate_clip(owner: str, eps_low: float, eps_high: float, ratio_clip: float | None) -> None:
@@ -54,7 +55,10 @@ class TokenClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
         _validate_clip(owner, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
         _validate_guards(owner, self.tis_cap, self.mis_threshold)
 
-    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+    @shape_checked
+    def compute_from_logps(
+        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+    ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
         adv = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
@@ -102,7 +106,10 @@ class ClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
         _validate_clip(owner, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
         _validate_guards(owner, self.tis_cap, self.mis_threshold)
 
-    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+    @shape_checked
+    def compute_from_logps(
+        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+    ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
         adv = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]

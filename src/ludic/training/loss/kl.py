@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, seq_reduce, token_mean
+from ludic.training.shapes import Float, shape_checked
 
 ESTIMATORS = ("k2", "k3")
 
@@ -50,7 +51,10 @@ class TokenKLLoss(TokenLogpLoss):
                 "(k1's gradient is zero in expectation, so it cannot serve as a loss)"
             )
 
-    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+    @shape_checked
+    def compute_from_logps(
+        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+    ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
         if self.ref_logps_key not in batch:

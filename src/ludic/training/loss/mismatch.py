@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ludic.training.loss.base import Stats, require, seq_reduce, token_mean
+from ludic.training.shapes import Float, Shaped, shape_checked
 
 
 def _validate_guards(owner: str, tis_cap: float | None, mis_threshold: float | None) -> None:
@@ -40,9 +41,13 @@ def tis_surrogate_factor(ratio: Tensor, tis_cap: float | None) -> Tensor:
     return (tis_cap / ratio.detach()).clamp(max=1.0)
 
 
+@shape_checked
 def mis_keep_mask(
-    policy_logps: Tensor, actor_logps: Tensor, mask: Tensor, mis_threshold: float | None
-) -> Tensor:
+    policy_logps: Float[Tensor, "B T"],
+    actor_logps: Float[Tensor, "B T"],
+    mask: Shaped[Tensor, "B T"],
+    mis_threshold: float | None,
+) -> Float[Tensor, " B"]:
     """[B] float: 1 for sequences to keep, 0 where mean |policy - actor| over action tokens > threshold."""
     if mis_threshold is None:
         return torch.ones(policy_logps.shape[0], dtype=torch.float32, device=policy_logps.device)
@@ -52,7 +57,10 @@ def mis_keep_mask(
 
 
 @torch.no_grad()
-def mismatch_stats(policy_logps: Tensor, actor_logps: Tensor, mask: Tensor) -> Stats:
+@shape_checked
+def mismatch_stats(
+    policy_logps: Float[Tensor, "B T"], actor_logps: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"]
+) -> Stats:
     """``mismatch_abs_mean`` = mean |policy - actor| over action tokens; ``mismatch_kl`` = k3 estimate
     of KL(actor || policy) with the actor's samples: ``exp(d) - 1 - d``, ``d = policy - actor``."""
     d = policy_logps.detach() - actor_logps

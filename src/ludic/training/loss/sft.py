@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
+from ludic.training.shapes import Float, shape_checked
 
 
 @dataclass
@@ -21,7 +22,10 @@ class MaskedCausalLMCrossEntropyLoss(TokenLogpLoss):
 
     length_normalize: bool = False
 
-    def compute_from_logps(self, policy_logps: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+    @shape_checked
+    def compute_from_logps(
+        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+    ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
         weight = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
