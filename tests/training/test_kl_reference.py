@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import math
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training import presets
 from ludic.training.config import TrainerConfig
@@ -18,16 +16,9 @@ from ludic.training.scoring import FrozenModelScorer
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
+from .onpolicy import OnPolicySampler, exact_kl, tiny_model
+
 RL_PRESETS = ["make_reinforce", "make_reinforce_baseline", "make_grpo", "make_gspo", "make_cispo", "make_scalerl"]
-
-
-def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg)
 
 
 def grad_of(loss_fn, logits: torch.Tensor, batch: dict) -> torch.Tensor:
@@ -122,48 +113,6 @@ def action_items(model: torch.nn.Module) -> list[SAWItem]:
             SAWItem(ids, [1] * n, mask, w, {"rollout_id": f"r{i}"}, SampleAttachments(ActorTokenLogps(logps)))
         )
     return out
-
-
-PROMPT = [5, 6, 7]
-
-
-class OnPolicySampler:
-    """A BatchSource that samples completions from the current policy; reward = share of token 10.
-
-    On-policy like a real run: the KL estimate only constrains the policy where it samples.
-    """
-
-    def __init__(self, model: torch.nn.Module, n: int = 16, length: int = 6, seed: int = 0) -> None:
-        self.model, self.n, self.length = model, n, length
-        self.gen = torch.Generator().manual_seed(seed)
-
-    async def next_batch(self) -> SAWBatch:
-        ids = torch.tensor([PROMPT] * self.n)
-        logps = []
-        with torch.no_grad():
-            for _ in range(self.length):
-                lp = self.model(input_ids=ids).logits[:, -1].float().log_softmax(-1)
-                tok = torch.multinomial(lp.exp(), 1, generator=self.gen)
-                logps.append(lp.gather(-1, tok))
-                ids = torch.cat([ids, tok], 1)
-        actor = torch.cat(logps, 1)
-        items = []
-        for i in range(self.n):
-            reward = sum(x == 10 for x in ids[i, len(PROMPT) :].tolist()) / self.length
-            mask = [0] * len(PROMPT) + [1] * self.length
-            attachments = SampleAttachments(ActorTokenLogps(actor[i].tolist()))
-            items.append(SAWItem(ids[i].tolist(), [1] * len(mask), mask, reward, {"rollout_id": f"r{i}"}, attachments))
-        return SAWBatch(items)
-
-
-def exact_kl(policy: torch.nn.Module, ref: torch.nn.Module) -> float:
-    """Mean over 64 fresh samples' action positions of the full-vocabulary KL(policy || ref)."""
-    items = asyncio.run(OnPolicySampler(policy, n=64, seed=123).next_batch()).items
-    x = torch.tensor([it.input_ids for it in items])
-    with torch.no_grad():
-        lp, lq = policy(input_ids=x).logits.log_softmax(-1), ref(input_ids=x).logits.log_softmax(-1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)[:, len(PROMPT) - 1 : -1]  # the positions that predict actions
-    return kl.mean().item()
 
 
 def train(kl_coeff: float, steps: int = 10) -> tuple[float, list[dict[str, float]]]:

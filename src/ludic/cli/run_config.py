@@ -79,8 +79,12 @@ def make_algorithm(cfg: RunConfig) -> Any:
     """The preset named by ``[algorithm]``; ``group_size`` defaults to ``[rollout].group_size``."""
     preset = get_algorithm(cfg.algorithm.name)
     kwargs = dict(cfg.algorithm.kwargs)
-    if "group_size" in inspect.signature(preset).parameters:
+    params = inspect.signature(preset).parameters
+    if "group_size" in params:
         kwargs.setdefault("group_size", cfg.rollout.group_size)
+    if "teacher_device" in params:  # a frozen teacher runs beside the policy, batched like it
+        kwargs.setdefault("teacher_device", cfg.model.device)
+        kwargs.setdefault("micro_token_budget", cfg.trainer.micro_token_budget)
     return preset(**kwargs)
 
 

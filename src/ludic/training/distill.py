@@ -29,18 +29,22 @@ def make_distill(
     length_normalize: bool = True,
     clip_eps_high: float = 0.2,
     name: str = "distill",
+    teacher_device: str | None = None,
+    micro_token_budget: int = 16384,
 ) -> RLAlgorithm:
     """On-policy distillation from ``teacher`` (a model directory, nn.Module or ``FrozenModelScorer``).
 
     ``reward_coeff``: weight of an environment-reward CISPO term (0: pure distillation, no reward read;
     then ``group_size`` is unused). ``length_normalize``: average each sequence's per-token KL
-    (default) rather than sum it.
+    (default) rather than sum it. ``teacher_device`` / ``micro_token_budget``: where a teacher
+    given as a directory or module runs, and its padded tokens per forward (``ludic train`` sets
+    them from ``[model].device`` and ``[trainer].micro_token_budget``).
     """
     if teacher is None:
         raise ValueError("make_distill needs teacher=...: a save_pretrained directory, nn.Module or scorer")
     if not isinstance(reward_coeff, (int, float)) or isinstance(reward_coeff, bool) or not reward_coeff >= 0:
         raise ValueError(f"make_distill: reward_coeff must be a number >= 0, got {reward_coeff!r}")
-    scorer = as_scorer(teacher, key="teacher_logps")
+    scorer = as_scorer(teacher, key="teacher_logps", device=teacher_device, micro_token_budget=micro_token_budget)
     kl = TokenKLLoss(ref_logps_key="teacher_logps", length_normalize=length_normalize, stat_key="kl_teacher")
     if reward_coeff == 0:
         return RLAlgorithm(name, ConstantCredit(1.0), kl, scorer)

@@ -9,6 +9,8 @@ to both. Reported stat: ``kl_ref``, the mean per-token k3 estimate of KL(policy 
 
 from __future__ import annotations
 
+from typing import Any
+
 from ludic.training.algorithm import RLAlgorithm, chain_preprocess
 from ludic.training.loss import CompositeLoss, LossTerm, TokenKLLoss
 from ludic.training.scoring import FrozenModelScorer, ModelLike
@@ -16,13 +18,13 @@ from ludic.training.scoring import FrozenModelScorer, ModelLike
 RefModel = ModelLike | FrozenModelScorer
 
 
-def as_scorer(model: RefModel, *, key: str) -> FrozenModelScorer:
-    """``model`` itself when it is a scorer (its key must be ``key``), else a default scorer for it."""
+def as_scorer(model: RefModel, *, key: str, **scorer_kwargs: Any) -> FrozenModelScorer:
+    """``model`` itself when it is a scorer (its key must be ``key``), else a scorer for it."""
     if isinstance(model, FrozenModelScorer):
         if model.key != key:
             raise ValueError(f"the scorer writes batch[{model.key!r}] but this loss reads batch[{key!r}]")
         return model
-    return FrozenModelScorer(model, key=key)
+    return FrozenModelScorer(model, key=key, **scorer_kwargs)
 
 
 def add_kl_penalty(
