@@ -4,8 +4,8 @@ Prints, for a synthetic macro-batch (lengths uniform in [32, max_seq_len]) and a
 1. seconds per step of ``FrozenModelScorer.score_items`` (forward only, no grad, reusing the trainer's
    log-prob helper) and of the trainer's per-step work on the same items (token-budget split, collate,
    forward, CISPO + KL loss, backward), interleaved and repeated; medians and their ratio (goal <= 0.4);
-2. peak memory of each, in a fresh subprocess: on CUDA ``max_memory_allocated``, on the CPU the
-   increase of the process's peak RSS (ru_maxrss) over the set-up's.
+2. peak memory of each, in a fresh subprocess: on CUDA ``max_memory_allocated`` above what was allocated
+   before, on the CPU the peak resident set size (sampled every ms) above the RSS before.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_scorer.py [--device cuda] [--hidden 256 ...]
 """
@@ -19,6 +19,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -93,25 +94,50 @@ def compare_times(args: argparse.Namespace) -> dict[str, float]:
     return {"scorer_s": s, "trainer_fwd_bwd_s": t, "ratio": s / t}
 
 
+class RssSampler:
+    """Peak resident set size (MiB) seen by a thread reading /proc/self/statm every millisecond."""
+
+    def __enter__(self) -> RssSampler:
+        self.peak, self._stop = current_rss_mib(), threading.Event()
+        self.start = self.peak
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, current_rss_mib())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, current_rss_mib())
+
+
+def current_rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
 def peak_memory(args: argparse.Namespace, which: str) -> float:
-    """MiB above the set-up's peak for one scorer pass or one trainer step (run in this process)."""
+    """MiB above the memory in use before one scorer pass or one trainer step (run in this process)."""
     policy = build_model(args)
     scorer = FrozenModelScorer(policy, micro_token_budget=args.budget)
     algo = make_cispo(kl_coeff=0.1, ref_model=scorer)
     items = synthetic_items(args.batch, args.max_seq_len, args.vocab, seed=0)
     for it in items:  # ref_logps present without a scoring pass before the measurement
         it.attachments.frozen_logps["ref_logps"] = [-5.0] * it.num_action_tokens
-    cuda = args.device.startswith("cuda")
-    if cuda:
+    run = (lambda: scorer.score_items(items)) if which == "scorer" else (lambda: trainer_step(policy, algo, items, args))
+    if args.device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    scorer.score_items(items) if which == "scorer" else trainer_step(policy, algo, items, args)
-    if cuda:
+        run()
+        torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    with RssSampler() as rss:
+        run()
+    return rss.peak - rss.start
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from ludic.training.algorithm import chain_preprocess, drop_zero_weight
 from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
 from ludic.training.loss import compute_token_logps
-from ludic.training.scoring import FrozenModelScorer, pack_by_token_budget
+from ludic.training.scoring import FrozenModelScorer
 from ludic.training.types import SampleAttachments, SAWBatch, SAWItem
 
 
@@ -79,13 +79,26 @@ def test_bad_model_arguments_are_refused_with_what_was_wrong(tmp_path):
         FrozenModelScorer(tiny_model(), micro_token_budget=0)
 
 
-def test_packing_respects_the_budget_and_keeps_every_index_once():
-    lengths = [5, 30, 2, 9, 9, 40]
-    groups = pack_by_token_budget(lengths, 20)
-    assert sorted(i for g in groups for i in g) == list(range(6))
-    for g in groups:
-        assert len(g) == 1 or max(lengths[i] for i in g) * len(g) <= 20
-    assert groups == [[2, 0], [3, 4], [1], [5]]
+class Bigram(torch.nn.Module):
+    """Not a transformers model: the scorer falls back to padded rows and full logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.emb = torch.nn.Embedding(64, 64)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.emb(input_ids).log_softmax(-1)  # [B, T, V] logits
+
+
+def test_a_plain_module_is_scored_through_the_padded_logits_path():
+    model = Bigram()
+    items = [item(n, rid=f"r{n}") for n in (5, 9, 7)]
+    FrozenModelScorer(model, micro_token_budget=16).score_items(items)
+    for it in items:
+        ids = torch.tensor(it.input_ids)
+        want = model.emb.weight.log_softmax(-1)[ids[:-1], ids[1:]][2:]  # token t scored at t - 1; actions from 3
+        torch.testing.assert_close(torch.tensor(it.attachments.frozen_logps["ref_logps"]), want.detach())
 
 
 def test_collation_places_frozen_logps_at_action_positions_and_truncation_trims_them():

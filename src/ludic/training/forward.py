@@ -34,7 +34,7 @@ from ludic.training.batching.packing import (
     truncated,
 )
 from ludic.training.batching.shared_prefix import prompt_groups
-from ludic.training.loss.base import Stats, TokenLogpLoss
+from ludic.training.loss.base import Stats, TokenLogpLoss, compute_token_logps
 from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
 from ludic.training.sampling_temperature import apply_sampling_temperature, item_temperatures
@@ -69,10 +69,10 @@ def plan_micro_batches(
     return [MicroBatch(plan.items, plan) for plan in plans]
 
 
-def micro_batch_loss(
-    model: nn.Module, loss: Any, mb: MicroBatch, *, pad_token_id: int, device: torch.device
-) -> tuple[Tensor, Stats, int]:
-    """(loss, stats, positions the forward computed) for one micro-batch."""
+def _model_inputs(
+    model: nn.Module, mb: MicroBatch, *, pad_token_id: int, device: torch.device
+) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor | None, PackedBatch | None, int]:
+    """(batch the loss reads, the model's inputs, gather index, packed batch, positions computed)."""
     if mb.plan is not None:
         dtype = next(model.parameters()).dtype
         packed = pack_plan(mb.plan, pad_token_id=pad_token_id, device=device, dtype=dtype)
@@ -81,11 +81,35 @@ def micro_batch_loss(
             "attention_mask": packed.attention_mask,
             "position_ids": packed.position_ids,
         }
-        batch, gather, computed = packed.view, packed.gather_index, packed.computed_tokens
-    else:
-        batch = collate_saw_items(mb.items, pad_token_id=pad_token_id, device=device)
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-        gather, computed = None, int(batch["input_ids"].numel())
+        return packed.view, inputs, packed.gather_index, packed, packed.computed_tokens
+    batch = collate_saw_items(mb.items, pad_token_id=pad_token_id, device=device)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    return batch, inputs, None, None, int(batch["input_ids"].numel())
+
+
+def micro_batch_token_logps(
+    model: nn.Module, mb: MicroBatch, *, pad_token_id: int, device: torch.device
+) -> tuple[dict[str, Tensor], Tensor]:
+    """(collated batch, ``[B, T]`` log-probs of its action tokens) by the same path the loss uses.
+
+    For frozen-model scoring (``training/scoring.py``); call it under ``torch.no_grad()``.
+    """
+    batch, inputs, gather, packed, _ = _model_inputs(model, mb, pad_token_id=pad_token_id, device=device)
+    head = output_layer(model)
+    if head is not None:
+        hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
+        return batch, action_token_logps(hidden, head, batch, gather)
+    logits = _packed_logits(model, inputs, packed) if packed is not None else forward_logits(model, batch)
+    return batch, compute_token_logps(logits, batch["input_ids"]) * batch["action_mask"]
+
+
+def micro_batch_loss(
+    model: nn.Module, loss: Any, mb: MicroBatch, *, pad_token_id: int, device: torch.device
+) -> tuple[Tensor, Stats, int]:
+    """(loss, stats, positions the forward computed) for one micro-batch."""
+    batch, inputs, gather, packed, computed = _model_inputs(
+        model, mb, pad_token_id=pad_token_id, device=device
+    )
     head = output_layer(model)
     temps = item_temperatures(mb.items, device)  # [B] or None when every item was sampled at T = 1
     if head is not None and takes_token_logps(loss) and (temps is None or head.bias is None):
@@ -93,7 +117,7 @@ def micro_batch_loss(
         policy_logps = action_token_logps(hidden, head, batch, gather, temps)
         mb_loss, stats = loss.compute_from_logps(policy_logps, batch)
         return mb_loss, stats, computed
-    if mb.plan is not None:
+    if packed is not None:
         logits = _packed_logits(model, inputs, packed)
     else:
         logits = forward_logits(model, batch)

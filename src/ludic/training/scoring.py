@@ -3,9 +3,10 @@
 A ``FrozenModelScorer`` is a ``PreprocessFn``: the Trainer runs it on each macro-batch (after the
 filters, so dropped items are never scored) and it attaches ``attachments.frozen_logps[key]`` to every
 item; collation turns that into ``batch[key]`` [B, T] for ``TokenKLLoss``. The Trainer never learns
-that a second model exists. It packs items under a token budget like the trainer does, runs the
-model under ``torch.no_grad`` and reuses the trainer's own log-prob helper (``compute_token_logps``),
-so the scores are the numbers the policy would produce with the same weights.
+that a second model exists. It plans micro-batches under the token budget exactly as the trainer does
+(padding-free packing where the architecture allows it) and takes the log-probs through the trainer's
+own path (``forward.micro_batch_token_logps``: from the last hidden states in chunks, no [B, T, V]
+logits), under ``torch.no_grad``: the scores are the numbers the policy would give with those weights.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ludic.training._setup import forward_logits
-from ludic.training.batching.micro_batching import collate_saw_items
-from ludic.training.loss.base import compute_token_logps
+from ludic.training.forward import MicroBatch, micro_batch_token_logps, plan_micro_batches
 from ludic.training.types import SAWBatch, SAWItem
 
 ModelLike = str | Path | nn.Module
@@ -65,42 +64,28 @@ class FrozenModelScorer:
 
     def score_items(self, items: list[SAWItem]) -> None:
         """Set ``item.attachments.frozen_logps[self.key]`` (one float per action token) on every item."""
-        for group in pack_by_token_budget([len(it.input_ids) for it in items], self.micro_token_budget):
-            mb_items = [items[i] for i in group]
-            for item, values in zip(mb_items, self.token_logps(mb_items), strict=True):
-                item.attachments.frozen_logps[self.key] = values
+        if not items:
+            return
+        plain = [_plain(it, i) for i, it in enumerate(items)]
+        longest = max(len(it.input_ids) for it in plain)  # nothing is truncated: every action token is scored
+        budget = max(self.micro_token_budget, longest)
+        for mb in plan_micro_batches(self.model, plain, micro_token_budget=budget, max_seq_len=longest):
+            for index, values in self._score_micro_batch(mb):
+                items[index].attachments.frozen_logps[self.key] = values
 
     @torch.no_grad()
-    def token_logps(self, items: list[SAWItem]) -> list[list[float]]:
-        """The frozen model's log-prob of each action token of each item (one forward for all of them)."""
-        mb = collate_saw_items(_plain(items), pad_token_id=self.pad_token_id, device=self.device)
-        logits = forward_logits(self.model, mb)  # [B, T, V]
-        mb_logps = compute_token_logps(logits, mb["input_ids"]).float()  # [B, T], token t scored at t-1
-        mask = mb["action_mask"].bool()  # [B, T]
-        return [mb_logps[i][mask[i]].tolist() for i in range(len(items))]
+    def _score_micro_batch(self, mb: MicroBatch) -> list[tuple[int, list[float]]]:
+        """(item index, its action tokens' log-probs) for one micro-batch, through the trainer's path."""
+        batch, logps = micro_batch_token_logps(self.model, mb, pad_token_id=self.pad_token_id, device=self.device)
+        mask = batch["action_mask"].bool()  # [B, T]
+        logps = logps.float().cpu()
+        mask = mask.cpu()
+        return [(it.meta["score_index"], logps[i][mask[i]].tolist()) for i, it in enumerate(mb.items)]
 
 
-def pack_by_token_budget(lengths: list[int], budget: int) -> list[list[int]]:
-    """Indices grouped shortest first so that ``max_len * count <= budget`` (a longer item goes alone)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    groups: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        if current and lengths[i] * (len(current) + 1) > budget:
-            groups.append(current)
-            current = []
-        current.append(i)
-    if current:
-        groups.append(current)
-    return groups
-
-
-def _plain(items: list[SAWItem]) -> list[SAWItem]:
-    """Items stripped of attachments: scoring needs only the tokens (and mixed actor logprobs are fine)."""
-    return [
-        SAWItem(input_ids=it.input_ids, attention_mask=it.attention_mask, action_mask=it.action_mask, weight=0.0)
-        for it in items
-    ]
+def _plain(item: SAWItem, index: int) -> SAWItem:
+    """The item's tokens only, tagged with its index: scoring needs no weight, meta or attachments."""
+    return SAWItem(item.input_ids, item.attention_mask, item.action_mask, 0.0, {"score_index": index})
 
 
 def _load_frozen(
