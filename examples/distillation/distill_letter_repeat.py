@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python examples/distillation/distill_letter_repeat.py`` (a few minutes on a CPU).
 
 1. A teacher is made by SFT on correct demonstrations until it solves "Repeat x 4 times."
-2. A student (the same tiny architecture, a short SFT warm start only) samples its own answers; the
+2. A student (the same tiny model, a short SFT warm start: it rarely names the right letter) samples; the
    teacher scores the student's tokens and the loss is the per-token reverse KL to the teacher
    (``make_distill``). No environment reward is read: ``reward_coeff=0``.
 3. The run itself is ``ludic train`` on ``examples/configs/distill_letter_repeat.toml``; the held-out
@@ -44,7 +44,7 @@ def sft_model(base: Path, out: Path, *, steps: int, letters: str, count: int, lr
     return out
 
 
-def prepare(work: Path, *, teacher_steps: int = 100, student_steps: int = 10, letters: str = "abcdefgh",
+def prepare(work: Path, *, teacher_steps: int = 100, student_steps: int = 25, letters: str = "abcdefgh",
             count: int = 4) -> tuple[Path, Path]:  # fmt: skip
     """(teacher, student) model directories under ``work``."""
     torch.manual_seed(0)

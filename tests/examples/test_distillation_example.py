@@ -14,13 +14,13 @@ def test_distilled_student_improves_held_out_reward_with_no_env_reward(tmp_path)
     spec = importlib.util.spec_from_file_location("distill_letter_repeat", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    result = module.run(tmp_path, steps=30, eval_episodes=32)
-    # measured on CPU (sampled eval, 32 episodes): student -0.81 before (most replies run past max_tokens), 0.06 after
+    result = module.run(tmp_path, steps=40, eval_episodes=64)
+    # measured on CPU (sampled eval, 64 episodes): teacher 0.98, student 0.13 before, 0.63 after
     assert result["teacher"] >= 0.8
-    assert result["student_after"] > result["student_before"] + 0.5, result
+    assert result["student_after"] > result["student_before"] + 0.3, result
     rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     kl = [r["train/kl_teacher"] for r in rows]
-    assert len(kl) == 30 and all(v >= 0 for v in kl)
-    assert sum(kl[-5:]) < 0.7 * sum(kl[:5])  # the student moved towards the teacher (measured 0.55x)
+    assert len(kl) == 40 and all(v >= 0 for v in kl)
+    assert sum(kl[-5:]) < 0.7 * sum(kl[:5])  # the student moved towards the teacher (measured 0.2x)
     # the env reward was never trained on: no CISPO term, the loss is the KL alone
     assert not any(k.startswith("train/reward/") or k == "train/adv_mean" for r in rows for k in r)
