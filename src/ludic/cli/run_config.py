@@ -25,6 +25,7 @@ def make_client(cfg: RunConfig) -> Any:
     return TransformersChatClient(
         cfg.model.path,
         cfg.model.tokenizer,
+        generate_in_thread=True if cfg.pipeline.enabled else None,  # pipeline: decode beside the trainer
         device=cfg.model.device,
         max_batch_size=cfg.inference.max_batch_size,
         model_name=cfg.model.path,
@@ -137,12 +138,21 @@ class TrainRun:
     evaluator: Any
     logger: Any
     out_dir: Path
+    pipeline: Any = None
+    """Pipeline mode's live pieces (``ludic.cli.pipeline_mode.PipelineMode``), else None."""
+    client: Any = None
+    rollout_source: Any = None
+    """``rollout_source(first_seed)`` -> a RolloutBatchSource (what each pipeline actor plays)."""
 
 
 def output_paths(cfg: RunConfig) -> list[Path]:
     """What a run writes (and ``--fresh`` removes): metrics, checkpoints, eval results, final model, plot."""
     out = Path(cfg.logging.output_dir)
     paths = [out / "metrics.jsonl", out / "eval", out / "final_model", out / "training_curve.png"]
+    if cfg.pipeline.enabled and not cfg.pipeline.redis_url:
+        from ludic.cli.pipeline_mode import redis_dir
+
+        paths.append(redis_dir(cfg))  # the private Redis's stream, kept for resume
     return paths + ([Path(cfg.checkpoint.output_dir)] if cfg.checkpoint is not None else [])
 
 
@@ -180,6 +190,7 @@ def build_train_run(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ludic.cli.pipeline_mode import build_pipeline_mode
     from ludic.distributed import ClientPublisher
     from ludic.quickstart.dashboard import make_train_logger
     from ludic.training.batching import RolloutBatchSource
@@ -197,18 +208,24 @@ def build_train_run(
     evaluator = make_evaluator(cfg, engine, out / "eval", reducers)
     if cfg.eval.every_n_steps:
         cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
-    source = RolloutBatchSource(
-        engine=engine,
-        request_fn=GroupedRequests(cfg, sampling),
-        algorithm=algo,
-        max_steps=cfg.rollout.max_steps,
-        concurrency=cfg.rollout.concurrency,
-    )
+
+    def rollout_source(first_seed: int = cfg.rollout.seed) -> Any:
+        requests = GroupedRequests(cfg, sampling)
+        requests.next_seed = first_seed
+        return RolloutBatchSource(
+            engine=engine,
+            request_fn=requests,
+            algorithm=algo,
+            max_steps=cfg.rollout.max_steps,
+            concurrency=cfg.rollout.concurrency,
+        )
+
+    pipeline = build_pipeline_mode(cfg, ClientPublisher(client)) if cfg.pipeline.enabled else None
     trainer = Trainer(
         model=model,
         algo=algo,
-        batch_source=source,
-        publisher=ClientPublisher(client),
+        batch_source=pipeline.batch_source if pipeline else rollout_source(),
+        publisher=pipeline.publisher if pipeline else ClientPublisher(client),
         cfg=cfg.trainer,
         checkpoint_config=cfg.checkpoint,
         evaluator=evaluator,
@@ -219,7 +236,10 @@ def build_train_run(
         print(f"ludic train: resuming at step {step} of {cfg.steps} from {trainer.checkpointer.output_dir} "
               f"({dropped} metrics records after it dropped)", flush=True)  # fmt: skip
     trainer.train_logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich)
-    return TrainRun(trainer=trainer, evaluator=evaluator, logger=trainer.train_logger, out_dir=out)
+    return TrainRun(
+        trainer=trainer, evaluator=evaluator, logger=trainer.train_logger, out_dir=out,
+        pipeline=pipeline, client=client, rollout_source=rollout_source,
+    )  # fmt: skip
 
 
 def train_from_config(
@@ -234,11 +254,22 @@ def train_from_config(
 
 
 async def _train(cfg: RunConfig, reducers: dict[str, Any] | None, fresh: bool) -> dict[str, float]:
+    from ludic.cli.pipeline_mode import running_actors
     from ludic.quickstart.plot import plot_metrics
+    from ludic.training.batching.pipeline_local import train_alongside
 
     run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
-    with run.logger:
-        await run.trainer.train(max(cfg.steps - run.trainer.step, 0))
+    try:
+        with run.logger:
+            if run.pipeline is None:
+                await run.trainer.train(max(cfg.steps - run.trainer.step, 0))
+            else:
+                async with running_actors(cfg, run.pipeline, run.client, run.rollout_source) as actors:
+                    await train_alongside(run.trainer.train(max(cfg.steps - run.trainer.step, 0)), actors)
+    finally:
+        if run.pipeline is not None:
+            await run.pipeline.batch_source.close()
+            run.pipeline.close()
     if run.trainer.checkpointer is not None:
         run.trainer.save_checkpoint()  # the end is resumable too (run again with more steps)
     stats = await run.evaluator.evaluate(step=cfg.steps)

@@ -108,6 +108,30 @@ class InferenceSection(Section):
         return self
 
 
+class PipelineSection(Section):
+    enabled: bool = False
+    """Pipeline mode: actors generate into a Redis stream while the trainer trains (docs/pipeline_rl.md)."""
+    actors: int = 1
+    """Actor tasks in the trainer's process, each playing [rollout] batches on the inference client
+    (0: actors are started on their own, e.g. examples/pipeline_rl/run_actor.py, with redis_url)."""
+    max_staleness: int = 1
+    """Drop items more than this many policy versions behind the trainer (0: synchronous training)."""
+    redis_url: str | None = None
+    """An existing Redis (redis://:password@host:port/0); default: a private server whose append-only
+    data lives in <logging.output_dir>/redis, so a resumed run finds its stream."""
+    run_id: str = "train"
+    """The run's stream name (one stream per run)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineSection:
+        _at_least(self, 0, "actors", "max_staleness")
+        if self.enabled and self.actors == 0 and not self.redis_url:
+            raise ValueError("actors = 0 needs redis_url: actors started on their own must find the stream")
+        if not self.run_id or ":" in self.run_id:
+            raise ValueError(f"run_id must be a non-empty name without ':', got {self.run_id!r}")
+        return self
+
+
 class RolloutSection(Section):
     prompts_per_step: int = 4
     """Distinct env seeds per training step."""
@@ -175,6 +199,8 @@ class RunConfig(Section):
     """Where rollouts are generated."""
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     """How training rollouts are requested."""
+    pipeline: PipelineSection = Field(default_factory=PipelineSection)
+    """Pipeline mode (actors and trainer over a Redis stream)."""
     eval: EvalSection = Field(default_factory=EvalSection)
     """Held-out evaluation."""
     logging: LoggingSection = Field(default_factory=LoggingSection)

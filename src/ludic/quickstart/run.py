@@ -102,13 +102,23 @@ async def train_rl(cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out:
     )
     if cfg.pipeline:  # the same source feeds an actor task; the trainer reads the Redis stream
         async with pipeline_parts(cfg, runtime.client, source) as parts:
-            return await _train(cfg, runtime, evaluator, out, algo, parts.batch_source, parts.publisher)
+            return await _train(
+                cfg, runtime, evaluator, out, algo, parts.batch_source, parts.publisher, parts.actors
+            )
     return await _train(cfg, runtime, evaluator, out, algo, source, ClientPublisher(runtime.client))
 
 
 async def _train(
-    cfg: QuickstartConfig, runtime: Runtime, evaluator: Any, out: Path, algo: Any, source: Any, publisher: Any
+    cfg: QuickstartConfig,
+    runtime: Runtime,
+    evaluator: Any,
+    out: Path,
+    algo: Any,
+    source: Any,
+    publisher: Any,
+    actors: list[Any] | None = None,
 ) -> Any:
+    from ludic.training.batching.pipeline_local import train_alongside
     from ludic.training.config import CheckpointConfig
     from ludic.training.trainer import Trainer
 
@@ -127,8 +137,8 @@ async def _train(
         ),
         evaluator=evaluator,
     )
-    with logger:
-        await trainer.train(cfg.steps)
+    with logger:  # pipeline mode: a failed actor stops training (the trainer would wait for items)
+        await train_alongside(trainer.train(cfg.steps), actors or [])
     return trainer
 
 

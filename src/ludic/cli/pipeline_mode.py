@@ -1,0 +1,85 @@
+"""``ludic train`` in pipeline mode: the trainer reads a Redis stream that actor tasks write.
+
+``build_pipeline_mode`` (sync, before the Trainer exists) starts the private Redis when no
+``[pipeline].redis_url`` is given and makes the trainer's batch source and publisher;
+``running_actors`` (async, around ``trainer.train``) runs ``[pipeline].actors`` actor tasks, each on
+its own stretch of env seeds, and stops them afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ludic.config import RunConfig
+
+ACTOR_SEED_STRIDE = 10_000_000
+"""Actor i plays env seeds from ``[rollout].seed + i * ACTOR_SEED_STRIDE`` (disjoint stretches)."""
+
+
+@dataclass
+class PipelineMode:
+    """The live pieces of pipeline mode."""
+
+    redis_url: str
+    server: Any
+    batch_source: Any
+    publisher: Any
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def redis_dir(cfg: RunConfig) -> Path:
+    return Path(cfg.logging.output_dir) / "redis"
+
+
+def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any) -> PipelineMode:
+    """Redis (private unless ``redis_url``), the trainer's ``PipelineBatchSource`` and publisher."""
+    from ludic.distributed.redis_server import RedisServer
+    from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher
+
+    p = cfg.pipeline
+    server = None if p.redis_url else RedisServer(data_dir=redis_dir(cfg)).start()
+    url = p.redis_url or server.url  # type: ignore[union-attr]
+    batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    source = PipelineBatchSource(
+        redis_url=url, run_id=p.run_id, batch_size=batch_size, max_staleness=p.max_staleness
+    )
+    publisher = PipelineVersionPublisher(inner_publisher, redis_url=url, run_id=p.run_id)
+    return PipelineMode(redis_url=url, server=server, batch_source=source, publisher=publisher)
+
+
+@contextlib.asynccontextmanager
+async def running_actors(
+    cfg: RunConfig, mode: PipelineMode, client: Any, make_source: Callable[[int], Any]
+) -> AsyncIterator[list[asyncio.Task]]:
+    """``[pipeline].actors`` tasks of ``run_pipeline_actor``; ``make_source(first_seed)`` builds each one's."""
+    from ludic.training.batching import run_pipeline_actor
+
+    stop = asyncio.Event()
+    batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    tasks = [
+        asyncio.create_task(
+            run_pipeline_actor(
+                source=make_source(cfg.rollout.seed + i * ACTOR_SEED_STRIDE),
+                redis_url=mode.redis_url,
+                run_id=cfg.pipeline.run_id,
+                trainer_batch_size=batch_size,
+                max_staleness=cfg.pipeline.max_staleness,
+                stop=stop,
+                policy_version_fn=client.get_policy_version,
+            )
+        )
+        for i in range(cfg.pipeline.actors)
+    ]
+    try:
+        yield tasks
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=300)
