@@ -65,6 +65,8 @@ def main() -> None:
     ap.add_argument("--export")
     ap.add_argument("--server-url")
     ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--backend", default="gloo", help="gloo (CPU) or nccl (one GPU per rank)")
+    ap.add_argument("--param-dtype", default=None, help="FSDP MixedPrecisionPolicy compute dtype")
     args = ap.parse_args()
     torch.manual_seed(0)
     distributed = "RANK" in os.environ
@@ -79,8 +81,10 @@ def main() -> None:
     if distributed:
         from ludic.distributed.fsdp import FSDPConfig, init_distributed, shard_model
 
-        init_distributed("gloo")
-        shard_model(model, FSDPConfig())
+        init_distributed(args.backend)
+        if args.backend == "nccl":
+            model.to(f"cuda:{torch.cuda.current_device()}")
+        shard_model(model, FSDPConfig(param_dtype=args.param_dtype))
     publisher = None
     if args.server_url:
         from ludic.distributed import create_vllm_publisher
@@ -92,6 +96,7 @@ def main() -> None:
     cfg = TrainerConfig(
         lr=1e-2, max_seq_len=24, micro_token_budget=48, max_grad_norm=1e-3, pad_token_id=0,
         sync_every_steps=1 if publisher else 0, share_prompt_prefix=False,
+        model_device=f"cuda:{torch.cuda.current_device()}" if args.backend == "nccl" else "cpu",
     )  # fmt: skip
     ckpt = CheckpointConfig(output_dir=args.ckpt_dir) if args.ckpt_dir else None
     vocab = model.config.vocab_size if not args.lora else model.get_base_model().config.vocab_size

@@ -207,3 +207,18 @@ def test_fsdp2_example_runs_grpo_on_two_cpu_processes(tmp_path):
     assert proc.stdout.count("[fsdp2 x2] step") == 2  # only rank 0 logs
     assert "train/num_samples=32.0000" in proc.stdout  # 4 prompts x 8: the whole broadcast batch
     AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+
+
+def test_items_cross_ranks_as_json_without_loss():
+    from ludic.training.distributed_batch import item_from_json, item_to_json
+    from ludic.training.types import ActorTokenLogps, SampleAttachments
+
+    original = SAWItem(input_ids=[5, 6, 7], attention_mask=[1, 1, 1], action_mask=[0, 1, 1], weight=-0.25,
+                       meta={"rollout_id": "r", "request_meta": {"group_id": 3}},
+                       attachments=SampleAttachments(ActorTokenLogps([-0.5, -1.5])))  # fmt: skip
+    again = item_from_json(json.loads(json.dumps(item_to_json(original))))
+    assert again == original
+    with pytest.raises(TypeError, match="JSON"):
+        from ludic.distributed.collectives import _encode
+
+        _encode({"bad": object()})
