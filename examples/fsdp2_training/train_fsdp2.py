@@ -137,7 +137,7 @@ def main() -> None:
         train_logger=PrintLogger(prefix=f"[fsdp2 x{world}]"),
         checkpoint_config=CheckpointConfig(args.output_dir, every_n_steps=5) if args.output_dir else None,
     )
-    stats = trainer.train_sync(args.steps)
+    stats = trainer.train_sync(args.steps)[-1]  # the last step's stats
     if args.output_dir:
         export_pretrained(trainer.model, f"{args.output_dir}/final")
     if rank == 0:
