@@ -50,6 +50,7 @@ def bench_size(label: str, repeats: int, root: Path) -> dict[str, float]:
     params = sum(p.numel() for p in model.parameters())
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
     dst = torch.empty_like(src)
+    dst.copy_(src)  # fault the pages in once: the copy below is memory bandwidth, not first touch
     times: dict[str, list[float]] = {"copy": [], "broadcast": [], "blob": []}
     with running_server(model_dir, ["--transfer-timeout", "600"]) as url:
         client = VLLMChatClient(base_url=url, enable_weight_updates=True, timeout_s=600)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ludic.inference._http import RequestRefused
 from ludic.inference.process_group import broadcast, create_group, free_port
-from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, update_info
+from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, packed_size, update_info
 
 WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
 
@@ -85,6 +85,7 @@ class BroadcastPolicyPublisher:
         self._group: Any = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-broadcast")
+        self._buffer: Tensor | None = None  # the packed bucket, reused from publish to publish
         self.last_stats: dict[str, float] = {}
 
     # ---- the PolicyPublisher seam ---------------------------------------------------------------
@@ -164,7 +165,13 @@ class BroadcastPolicyPublisher:
         except ValueError as exc:
             raise PublishError(f"{exc}; nothing of this update was applied") from exc
         tensors = [t.detach().to(self.device) for _, t in bucket]
-        payload = [pack(tensors, self.device)] if self.packed else [t.contiguous() for t in tensors]
+        if self.packed:
+            size = packed_size(metas)
+            if self._buffer is None or self._buffer.numel() < size:
+                self._buffer = torch.empty(max(size, min(self.bucket_bytes, 1 << 30)), dtype=torch.uint8, device=self.device)
+            payload = [pack(tensors, self.device, out=self._buffer)]
+        else:
+            payload = [t.contiguous() for t in tensors]
         sending = self._pool.submit(self._broadcast_all, payload)
         self._post("/update_weights", {"update_info": update_info(metas, packed=self.packed)})
         try:

@@ -59,6 +59,8 @@ class WeightReceiver:
         self.drop_updates = drop_updates  # fault injection for tests of the sync probe only
         self._group: Any = None
         self._staged: dict[str, torch.Tensor] | None = None
+        self._buffers: list[torch.Tensor] = []  # packed receive buffers, one per bucket
+        self._bucket = 0
         self._lock = threading.Lock()  # one transfer at a time
 
     @property
@@ -80,7 +82,7 @@ class WeightReceiver:
     def start(self) -> None:
         if self._group is None:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
-        self._staged = {}
+        self._staged, self._bucket = {}, 0
 
     def receive(self, update_info: Any) -> int:
         """Receive one ``update_info``'s tensors into staging; returns how many were staged."""
@@ -105,7 +107,12 @@ class WeightReceiver:
         broadcast(self._group, tensor, timeout_s=self.timeout_s)
 
     def _receive_packed(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
-        buffer = torch.empty(packed_size(metas), dtype=torch.uint8, device=self.device)
+        size, i = packed_size(metas), self._bucket
+        if i == len(self._buffers) or self._buffers[i].numel() < size:  # buffers are reused from update to update
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            self._buffers[i:i + 1] = [buffer]
+        self._bucket += 1
+        buffer = self._buffers[i][:size]
         self._broadcast(buffer)
         return unpack(buffer, metas)
 

@@ -32,7 +32,7 @@ def validate_state_dict(params: Mapping[str, torch.Tensor], target: Mapping[str,
                 f"sync_weights: {name!r} has dtype {tensor.dtype}, expected {target[name].dtype} "
                 "(floating-point casts such as bfloat16 -> float32 are fine)"
             )
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if tensor.is_floating_point() and tensor.numel() and not _finite(tensor):
             raise ValueError(f"sync_weights: {name!r} contains NaN or inf values")
 
 
@@ -56,3 +56,9 @@ def weight_info(model: torch.nn.Module) -> dict[str, list]:
         "dtype_names": [dtype_name(t.dtype) for t in state.values()],
         "shapes": [list(t.shape) for t in state.values()],
     }
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    """No NaN/inf: min and max in one pass (NaN propagates into both), no tensor-sized mask allocated."""
+    low, high = torch.aminmax(tensor.detach())
+    return bool(torch.isfinite(low) & torch.isfinite(high))
