@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ludic.envs.letter_repeat import letter_for_seed, letter_repeat_reward, prompt_for
 from ludic.quickstart.config import QuickstartConfig
-from ludic.quickstart.plot import read_metrics, series
 from ludic.quickstart.run import train_rl, warm_start
 from ludic.quickstart.runtime import build_runtime, make_evaluator, prepare_model_dir
-from ludic.quickstart.task import letter_for_seed, letter_repeat_reward, prompt_for
+from ludic.training.loggers.plot import read_metrics, series
 
 
 def last_tenth_mean(values: list[float]) -> float:

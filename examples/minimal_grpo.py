@@ -53,9 +53,10 @@ class SayLetterEnv(SingleAgentEnv):
 
 
 async def main(steps: int = 5) -> dict[str, float]:
-    model_dir = build_tiny_model(tempfile.mkdtemp())
-    client = TransformersChatClient(model_dir)  # the embedded inference engine
-    model = AutoModelForCausalLM.from_pretrained(model_dir)  # the trainer's copy
+    with tempfile.TemporaryDirectory(prefix="ludic-minimal-grpo-") as tmp:  # removed once loaded
+        model_dir = build_tiny_model(tmp)
+        client = TransformersChatClient(model_dir)  # the embedded inference engine
+        model = AutoModelForCausalLM.from_pretrained(model_dir)  # the trainer's copy
 
     def protocol() -> SingleAgentSyncProtocol:  # fresh agent per episode: agents are stateful
         agent = Agent(client=client, model="tiny", ctx=FullDialog(), parser=lambda t: ParseResult(t))

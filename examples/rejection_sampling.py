@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     parser.add_argument("--out", default="runs/rejection_sampling/wins.jsonl")
     args = parser.parse_args(argv)
 
-    model_dir = args.model or str(build_tiny_model(tempfile.mkdtemp(prefix="ludic-rs-")))
-    engine_client = TransformersChatClient(model_dir)
+    with tempfile.TemporaryDirectory(prefix="ludic-rs-") as tmp:  # a built tiny model is removed once loaded
+        engine_client = TransformersChatClient(args.model or str(build_tiny_model(tmp)))
     client = engine_client if args.policy == "tiny" else ExpertClient(engine_client.tokenizer, args.seed)
     engine = make_engine(client, engine_client.tokenizer, args.opponent)
     wins, played = asyncio.run(collect_wins(engine, args.episodes, args.seed, args.max_tokens))

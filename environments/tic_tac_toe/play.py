@@ -28,11 +28,11 @@ def tiny_model_client(workdir: Path):  # pragma: no cover - needs the embedded e
 
 async def play(episodes: int, seed: int, opponent: str, policy: str, max_steps: int) -> Counter:
     results: Counter = Counter()
-    client = (
-        heuristic_client(seed)
-        if policy == "heuristic"
-        else tiny_model_client(Path(tempfile.mkdtemp(prefix="ludic_tiny_")))
-    )
+    if policy == "heuristic":
+        client = heuristic_client(seed)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ludic_tiny_") as tmp:  # removed once the engine loaded it
+            client = tiny_model_client(Path(tmp))
     for ep in range(episodes):
         agent = make_agent(client, sampling=SamplingConfig(max_tokens=16))  # <move>N</move> is 13 bytes
         protocol = SingleAgentProtocol(agent=agent)  # fresh agent per episode

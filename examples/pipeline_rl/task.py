@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
-from ludic.quickstart.task import LetterRepeatEnv
 from ludic.registry.builtins import plain_harness, single_agent_protocol
 from ludic.training import EnvSpec, ProtocolSpec, RolloutBatchSource, RolloutEngine, RolloutRequest
 from ludic.training.batching import GRPORequestStrategy

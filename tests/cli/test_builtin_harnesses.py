@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ludic.quickstart.task import LetterRepeatEnv, letter_for_seed
+from ludic.envs.letter_repeat import LetterRepeatEnv, letter_for_seed
 from ludic.registry import HARNESS_REGISTRY, PROTOCOL_REGISTRY
 from ludic.registry.builtins import plain_parser
 from ludic.testing.scripted_client import ScriptedChatClient

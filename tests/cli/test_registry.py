@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ludic.quickstart.task import LetterRepeatEnv
+from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, Registry, get_env
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ludic.quickstart.dashboard import EveryNPrinter, RewardLossDashboard, make_train_logger
+from ludic.training.loggers.dashboard import EveryNPrinter, RewardLossDashboard, make_train_logger
 
 
 def test_dashboard_renders_reward_and_loss_sparklines() -> None:
@@ -26,7 +26,7 @@ def test_dashboard_renders_reward_and_loss_sparklines() -> None:
 
 
 def test_every_n_printer_prints_every_nth_step_and_eval_steps(capsys) -> None:
-    printer = EveryNPrinter(every=2)
+    printer = EveryNPrinter(every=2, prefix="[quickstart]")
     for step in range(1, 5):
         printer.log(step, {"train/loss": 1.0, "train/avg_total_reward": 0.5, "train/other": 9})
     printer.log(5, {"eval/avg_total_reward": 0.75})

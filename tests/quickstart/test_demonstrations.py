@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ludic.agents.prompt_ids import chat_template_ids
+from ludic.envs.letter_repeat import letter_for_seed
 from ludic.quickstart.demonstrations import demonstration_item
-from ludic.quickstart.task import letter_for_seed
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 from rich.console import Console
 
 from ludic.quickstart.config import QuickstartConfig
-from ludic.quickstart.plot import plot_metrics, read_metrics, series
 from ludic.quickstart.run import QuickstartResult
 from ludic.quickstart.summary import print_summary
+from ludic.training.loggers.plot import plot_metrics, read_metrics, series
 
 
 def _write_metrics(path: Path) -> None:

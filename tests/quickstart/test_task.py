@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ludic.quickstart.task import LetterRepeatEnv, letter_for_seed, letter_repeat_reward
+from ludic.envs.letter_repeat import LetterRepeatEnv, letter_for_seed, letter_repeat_reward
 
 
 @pytest.mark.parametrize(

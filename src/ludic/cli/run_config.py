@@ -192,8 +192,8 @@ def build_train_run(
 
     from ludic.cli.pipeline_mode import build_pipeline_mode
     from ludic.distributed import ClientPublisher
-    from ludic.quickstart.dashboard import make_train_logger
     from ludic.training.batching import RolloutBatchSource
+    from ludic.training.loggers.dashboard import make_train_logger
     from ludic.training.resume import drop_records_after, resume_latest
     from ludic.training.trainer import Trainer
 
@@ -255,8 +255,8 @@ def train_from_config(
 
 async def _train(cfg: RunConfig, reducers: dict[str, Any] | None, fresh: bool) -> dict[str, float]:
     from ludic.cli.pipeline_mode import running_actors
-    from ludic.quickstart.plot import plot_metrics
     from ludic.training.batching.pipeline_local import train_alongside
+    from ludic.training.loggers.plot import plot_metrics
 
     run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
     try:
@@ -313,7 +313,8 @@ def sft_to_dir(
     from ludic.training.trainer import Trainer
 
     torch.manual_seed(cfg.seed)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model.path).to(cfg.model.device)
+    dtype = getattr(torch, cfg.model.dtype)  # the warm start trains in [model].dtype, as ludic train does
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
     tokenizer = _tokenizer(cfg)
     trainer_cfg = dataclasses.replace(
         cfg.trainer, lr=lr, learning_rate=None, sync_every_steps=0, eval_every_n_steps=None

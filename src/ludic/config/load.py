@@ -112,15 +112,41 @@ def _as_json(data: Mapping[str, Any], file: str) -> str:
         raise ConfigError([f"{file}: {exc}"]) from exc
 
 
-def _checkpoint_dir_default(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``[checkpoint].output_dir`` defaults to ``<logging.output_dir>/checkpoints``."""
+def _derived_defaults(data: Mapping[str, Any], file: str) -> Mapping[str, Any]:
+    """Keys that one setting feeds into another table, so each is set once and takes effect.
+
+    ``[checkpoint].output_dir`` defaults to ``<logging.output_dir>/checkpoints``;
+    ``[trainer].model_device`` follows ``[model].device`` and ``[trainer].eval_every_n_steps``
+    follows ``[eval].every_n_steps``; both spelled out and different is an error.
+    """
+    data = dict(data)
+    model, trainer, evals = (data.get(k) for k in ("model", "trainer", "eval"))
+    trainer = dict(trainer) if isinstance(trainer, Mapping) else ({} if trainer is None else trainer)
+    errors = []
+    pairs = [("device", model, "model_device"), ("every_n_steps", evals, "eval_every_n_steps")]
+    for source_key, source, trainer_key in pairs:
+        if not isinstance(source, Mapping) or source_key not in source or not isinstance(trainer, dict):
+            continue
+        table = "model" if source is model else "eval"
+        value = source[source_key] if table == "model" or source[source_key] else None
+        if trainer_key not in trainer:
+            trainer[trainer_key] = value
+        elif trainer[trainer_key] != value:
+            errors.append(
+                f"{file}: [trainer].{trainer_key} = {trainer[trainer_key]!r} contradicts "
+                f"[{table}].{source_key} = {source[source_key]!r}; set only [{table}].{source_key}"
+            )
+    if errors:
+        raise ConfigError(errors)
+    if isinstance(trainer, dict) and (trainer or "trainer" in data):
+        data["trainer"] = trainer
     ckpt = data.get("checkpoint")
-    if not isinstance(ckpt, Mapping) or "output_dir" in ckpt:
-        return data
-    logging = data.get("logging")
-    out = logging.get("output_dir") if isinstance(logging, Mapping) else None
-    out = out if isinstance(out, str) else "runs/ludic"
-    return {**data, "checkpoint": {"output_dir": str(Path(out) / "checkpoints"), **ckpt}}
+    if isinstance(ckpt, Mapping) and "output_dir" not in ckpt:
+        logging = data.get("logging")
+        out = logging.get("output_dir") if isinstance(logging, Mapping) else None
+        out = out if isinstance(out, str) else "runs/ludic"
+        data["checkpoint"] = {"output_dir": str(Path(out) / "checkpoints"), **ckpt}
+    return data
 
 
 def parse_config(data: Mapping[str, Any], *, file: str = "<config>") -> RunConfig:
@@ -130,7 +156,7 @@ def parse_config(data: Mapping[str, Any], *, file: str = "<config>") -> RunConfi
     that would switch nested tables to Python mode, where a list is no longer a tuple).
     """
     try:
-        cfg = RunConfig.model_validate_json(_as_json(_checkpoint_dir_default(data), file), strict=True)
+        cfg = RunConfig.model_validate_json(_as_json(_derived_defaults(data, file), file), strict=True)
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, RunConfig, file=file)) from None
     cfg._source = file

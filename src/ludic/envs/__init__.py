@@ -2,11 +2,13 @@
 
 from ludic.envs.dataset_qa_env import DatasetQAEnv, gsm8k_target_parser, normalize_answer
 from ludic.envs.env import LudicEnv
+from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.envs.single_agent_env import SingleAgentEnv
 from ludic.envs.tic_tac_toe import TicTacToeEnv
 
 __all__ = [
     "DatasetQAEnv",
+    "LetterRepeatEnv",
     "LudicEnv",
     "SingleAgentEnv",
     "TicTacToeEnv",

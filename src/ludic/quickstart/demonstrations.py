@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ludic.quickstart.task import LETTERS, letter_for_seed, prompt_for, target_for
+from ludic.envs.letter_repeat import LETTERS, letter_for_seed, prompt_for, target_for
 from ludic.training.batching import sft_item
 from ludic.training.types import SAWItem
 

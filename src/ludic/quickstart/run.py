@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ludic.quickstart.config import QuickstartConfig
-from ludic.quickstart.dashboard import make_train_logger
 from ludic.quickstart.demonstrations import demonstration_items
 from ludic.quickstart.pipeline import pipeline_parts
-from ludic.quickstart.plot import plot_metrics
 from ludic.quickstart.runtime import (
     SFT_SEED_OFFSET,
     Runtime,
@@ -27,6 +25,8 @@ from ludic.quickstart.runtime import (
     prepare_model_dir,
 )
 from ludic.quickstart.summary import print_summary
+from ludic.training.loggers.dashboard import make_train_logger
+from ludic.training.loggers.plot import plot_metrics
 
 
 @dataclass
@@ -122,7 +122,7 @@ async def _train(
     from ludic.training.config import CheckpointConfig
     from ludic.training.trainer import Trainer
 
-    logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live)
+    logger = make_train_logger(out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.live, prefix="[quickstart]")
     # linear warm-up, then linear decay to 0 at the last step (why: ludic.training.schedule)
     schedule = {"lr_schedule": "linear", "warmup_steps": min(cfg.warmup_steps, cfg.steps), "total_steps": cfg.steps}
     trainer = Trainer(

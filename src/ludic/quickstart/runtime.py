@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
+from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.eval import Evaluator
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
 from ludic.quickstart.config import QuickstartConfig
-from ludic.quickstart.task import LetterRepeatEnv
 from ludic.registry.builtins import plain_harness, single_agent_protocol
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 

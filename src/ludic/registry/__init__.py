@@ -68,7 +68,7 @@ for _name in ("grpo", "cispo", "gspo", "reinforce", "reinforce_baseline", "scale
     ALGORITHM_REGISTRY.register_lazy(_name, f"ludic.training.presets:make_{_name}")
 ALGORITHM_REGISTRY.register_lazy("distill", "ludic.training.distill:make_distill")
 
-ENV_REGISTRY.register_lazy("letter_repeat", "ludic.quickstart.task:LetterRepeatEnv")
+ENV_REGISTRY.register_lazy("letter_repeat", "ludic.envs.letter_repeat:LetterRepeatEnv")
 ENV_REGISTRY.register_lazy("tic_tac_toe", "ludic.envs.tic_tac_toe:TicTacToeEnv")
 ENV_REGISTRY.register_lazy("dataset_qa", "ludic.envs.dataset_qa_env:DatasetQAEnv")
 HARNESS_REGISTRY.register_lazy("plain", "ludic.registry.builtins:plain_harness")

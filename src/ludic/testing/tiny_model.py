@@ -9,6 +9,8 @@ three ChatML specials and a ChatML chat template.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -143,5 +145,6 @@ def tiny_model_path(**kwargs: int) -> Path:
     key = tuple(sorted(kwargs.items()))
     if key not in _CACHE:
         out = Path(tempfile.mkdtemp(prefix="ludic-tiny-model-"))
+        atexit.register(shutil.rmtree, out, ignore_errors=True)  # removed when the process ends
         _CACHE[key] = build_tiny_model(out, **kwargs)
     return _CACHE[key]

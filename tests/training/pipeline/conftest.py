@@ -38,8 +38,8 @@ def make_item():
 
 def letter_rollout_source(client, *, prompts: int = 2, group_size: int = 4, seed: int = 0):
     """A real RolloutBatchSource: the quickstart's letter task, GRPO groups, on ``client``."""
+    from ludic.envs.letter_repeat import LetterRepeatEnv
     from ludic.inference.sampling import InferenceSpec, SamplingConfig
-    from ludic.quickstart.task import LetterRepeatEnv
     from ludic.registry.builtins import plain_harness, single_agent_protocol
     from ludic.training import EnvSpec, ProtocolSpec, RolloutBatchSource, RolloutEngine, RolloutRequest
     from ludic.training.batching import GRPORequestStrategy

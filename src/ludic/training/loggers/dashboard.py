@@ -1,4 +1,5 @@
-"""The quickstart's loggers: metrics JSONL plus a live dashboard with reward AND loss sparklines."""
+"""Run loggers of ``ludic train`` and ``ludic quickstart``: metrics JSONL plus a live dashboard with
+reward AND loss sparklines (or a line every N steps when not interactive)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,9 @@ class RewardLossDashboard(RichLiveLogger):
 class EveryNPrinter:
     """Non-interactive fallback: one line every ``every`` steps."""
 
-    def __init__(self, every: int = 10) -> None:
+    def __init__(self, every: int = 10, *, prefix: str = "[ludic]") -> None:
         self.every = every
-        self._printer = PrintLogger(prefix="[quickstart]", precision=3)
+        self._printer = PrintLogger(prefix=prefix, precision=3)
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
         if step % self.every == 0 or any(prefix_key(k) == EVAL_KEY for k in stats):
@@ -58,8 +59,10 @@ class EveryNPrinter:
             self._printer.log(step, shown)
 
 
-def make_train_logger(jsonl_path: Path, *, total_steps: int, live: bool) -> TeeLogger:
-    """JSONL of every step's stats, plus the live dashboard (or a line every 10 steps)."""
+def make_train_logger(
+    jsonl_path: Path, *, total_steps: int, live: bool, prefix: str = "[ludic]"
+) -> TeeLogger:
+    """JSONL of every step's stats, plus the live dashboard (or a ``prefix`` line every 10 steps)."""
     jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-    screen: Any = RewardLossDashboard(total_steps=total_steps) if live else EveryNPrinter()
+    screen: Any = RewardLossDashboard(total_steps=total_steps) if live else EveryNPrinter(prefix=prefix)
     return TeeLogger(JsonlLogger(jsonl_path), screen)

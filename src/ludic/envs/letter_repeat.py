@@ -1,4 +1,5 @@
-"""The quickstart task: repeat the letter named in the prompt a given number of times.
+"""The letter-repeat task (``ludic quickstart``'s; registry name ``letter_repeat``): repeat the
+letter named in the prompt a given number of times.
 
 Why this task: the right answer depends on the prompt (26 letters, so a policy that ignores
 the prompt scores about 1/26), the reward is dense (partial credit per correct character) so
