@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 def test_quickstart_pipeline_mode_trains_from_the_stream_within_max_staleness(tmp_path: Path) -> None:
     out = tmp_path / "qs"
-    argv = ["quickstart", "--pipeline", "--max-staleness", "1", "--steps", "4", "--sft-steps", "0",
+    argv = ["quickstart", "--pipeline", "--max-staleness", "1", "--steps", "4", "--sft-steps", "2",
             "--eval-episodes", "4", "--eval-every", "0", "--group-size", "4", "--prompts-per-step", "2",
             "--output-dir", str(out), "--no-live"]  # fmt: skip
     assert main(argv) == 0

@@ -18,6 +18,10 @@ async def pipeline_parts(cfg: QuickstartConfig, client: Any, actor_source: Any) 
     """A ``LocalPipeline`` (``batch_source``, ``publisher``) for the quickstart's RL phase."""
     from ludic.training.batching.pipeline_local import local_pipeline
 
+    # RL versions count RL steps (the trainer publishes version=step); the SFT warm start's publishes left
+    # the engine at its own count, which would tag the first items as newer than the trainer.
+    name, tensor = next(iter(client.model.state_dict().items()))
+    client.sync_weights({name: tensor.clone()}, version=0)  # same weights, version reset
     async with local_pipeline(
         client=client,
         actor_sources=[actor_source],
