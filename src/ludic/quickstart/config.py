@@ -39,7 +39,7 @@ class QuickstartConfig:
     device: str = _doc("cpu", "torch device for trainer and embedded engine")
     live: bool = _doc(True, "show the live Rich dashboard")
     pipeline: bool = _doc(
-        False, "pipeline mode: an actor task generates into a Redis stream while the trainer trains"
+        False, "pipeline mode: an actor task pushes to a private Redis stream that the trainer reads"
     )
     max_staleness: int = _doc(1, "pipeline mode: drop items more than this many policy versions old")
     redis_url: str | None = _doc(None, "pipeline mode: use this Redis instead of starting a private one")

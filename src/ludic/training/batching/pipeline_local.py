@@ -2,8 +2,9 @@
 
 Each actor task runs ``run_pipeline_actor`` on its own batch source (usually a ``RolloutBatchSource``
 on the shared inference client); the trainer reads a ``PipelineBatchSource`` and publishes through a
-``PipelineVersionPublisher`` wrapping the client's publisher. With an embedded engine that decodes on a
-worker thread, generation overlaps the trainer's step instead of taking turns with it. Without
+``PipelineVersionPublisher`` wrapping the client's publisher. The actors share the trainer's event loop,
+which the trainer's step holds, so generation and training still take turns here (measured in
+bench/bench_pipeline.py); for overlap run actors as processes (examples/pipeline_rl/). Without
 ``redis_url`` a private server is started in ``redis_dir`` (append-only: a resumed run finds its
 stream there) and stopped at the end.
 """
