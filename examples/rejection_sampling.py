@@ -9,6 +9,7 @@ move, so ``OfflineBatchSource`` reads the file straight back into SAW items for 
 ``--policy heuristic`` (default) is a scripted expert: its replies are tokenised with the policy's
 tokenizer, so the traces are real token ids of that tokenizer (no sampling log-probs: these are
 demonstrations, not samples). ``--policy tiny`` samples from a model on the embedded engine.
+A data-preparation demo: it trains nothing itself (``examples/tic_tac_toe`` trains on such games).
 """
 
 from __future__ import annotations

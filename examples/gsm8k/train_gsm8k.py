@@ -5,6 +5,9 @@
     python examples/gsm8k/train_gsm8k.py --model M --server-url http://127.0.0.1:8000  # python -m ludic.inference.server M, or vLLM
 
 The same run as a config file: see ``examples/configs/``; ``ludic train`` reads those.
+
+On the default tiny model this is a wiring demo: a ~0.8M-parameter model does not learn grade-school
+arithmetic, so the reward stays near 0. It needs a real model (``--model``) to show learning.
 """
 
 from __future__ import annotations

@@ -1,26 +1,41 @@
-"""Evaluate a model at Tic-Tac-Toe (greedy): win, draw and illegal-move rates over held-out games.
+"""Evaluate a model at Tic-Tac-Toe (greedy): win, draw and bad-move rates over held-out games.
 
-python examples/tic_tac_toe/eval_tic_tac_toe.py --model runs/tic_tac_toe/final_model
+.venv/bin/python examples/tic_tac_toe/eval_tic_tac_toe.py --model runs/tic_tac_toe/final_model
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_tic_tac_toe import REDUCERS, add_common_args, run_config
+from train_tic_tac_toe import EVAL_SEEDS, build_engine, game, summarise
 
-from ludic.cli.run_config import eval_from_config
+from ludic.eval import Evaluator
+from ludic.inference import SamplingConfig, TransformersChatClient
 
 
-def main() -> dict[str, float]:
+async def evaluate(model: str, *, device: str, games: int, opponent: str) -> dict[str, float]:
+    engine = build_engine(TransformersChatClient(model, device=device, model_name="policy"), "policy")
+    greedy = SamplingConfig(temperature=0.0, max_tokens=16)
+    requests = [game(EVAL_SEEDS + i, opponent, greedy) for i in range(games)]
+    evaluator = Evaluator(engine=engine, requests=requests, max_steps=6, concurrency=games)
+    await evaluator.evaluate()
+    return summarise(evaluator.last_rollouts)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_args(p)
-    stats = eval_from_config(run_config(p.parse_args()), REDUCERS)
+    p.add_argument("--model", required=True, help="a save_pretrained directory (e.g. runs/tic_tac_toe/final_model)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--games", type=int, default=64)
+    p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
+    args = p.parse_args(argv)
+    stats = asyncio.run(evaluate(args.model, device=args.device, games=args.games, opponent=args.opponent))
     print(json.dumps(stats, indent=2))
     return stats
 

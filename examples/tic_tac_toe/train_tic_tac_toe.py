@@ -1,18 +1,24 @@
-"""Tic-Tac-Toe against a bot: SFT warm start on heuristic games, GRPO, then evaluation (win rate).
+"""Tic-Tac-Toe against the random bot: SFT warm start on heuristic games, then GRPO, evaluated greedily.
 
-    python examples/tic_tac_toe/train_tic_tac_toe.py --steps 30              # tiny model, CPU
-    python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
-    python examples/tic_tac_toe/train_tic_tac_toe.py --model M --server-url http://127.0.0.1:8000  # python -m ludic.inference.server M, or vLLM
+    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, ~5 min
+    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
 
-Wiring is by name through Ludic's registries (env ``tic_tac_toe``, harness ``xml_move``,
-protocol ``single_agent``, algorithm ``grpo``) and the run-config API that ``ludic train`` uses.
+Written against the public API only: ``TicTacToeEnv``, an ``Agent`` that sees the latest board
+(``RecentMessages(keep=1)``: the observation holds the whole state, so the history only costs),
+``sft_items`` for the warm start, ``make_grpo`` + ``RolloutBatchSource`` (which forms the groups),
+``Trainer`` with a warm-up + linear-decay schedule, and an ``Evaluator`` on held-out games.
+It prints win rate and bad-move rate (illegal moves + replies without a ``<move>`` tag, per move)
+before training, at the start of RL (after the warm start) and at the end, and writes
+``metrics.jsonl``, ``summary.json`` and ``final_model/`` to ``--output-dir``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,81 +26,177 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from demonstrations import demonstration_items
 
-from ludic.cli.run_config import eval_from_config, sft_to_dir, train_from_config
-from ludic.config import parse_config
-from ludic.training.stats import Reducer
+from ludic.agents import Agent
+from ludic.context import RecentMessages
+from ludic.distributed import ClientPublisher
+from ludic.envs import TicTacToeEnv
+from ludic.eval import Evaluator
+from ludic.inference import InferenceSpec, SamplingConfig
+from ludic.interaction import SingleAgentProtocol
+from ludic.parsers import xml_tag_parser
+from ludic.training import (
+    EnvSpec,
+    JsonlLogger,
+    OfflineBatchSource,
+    ProtocolSpec,
+    RolloutBatchSource,
+    RolloutEngine,
+    RolloutRequest,
+    TeeLogger,
+    Trainer,
+    TrainerConfig,
+    make_grpo,
+    make_sft,
+)
 
-REDUCERS = {
-    "win_rate": Reducer(
-        kind="count_true", source="result", transform=lambda r: r == "win", normalize_by="rollouts"
-    ),
-    "draw_rate": Reducer(
-        kind="count_true", source="result", transform=lambda r: r == "draw", normalize_by="rollouts"
-    ),
-    "illegal_move_rate": Reducer(kind="count_true", source="illegal_move", normalize_by="samples"),
-}
+EVAL_SEEDS = 1_000_000  # held-out games; demonstrations and RL use seeds far below
+SFT_SEEDS = 500_000
 
 
-def add_common_args(p: argparse.ArgumentParser) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="model directory or hub name (default: build a tiny model)")
-    p.add_argument(
-        "--server-url",
-        default=None,
-        help="OpenAI-compatible server URL (python -m ludic.inference.server, or vLLM with return_token_ids)",
-    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--output-dir", default="runs/tic_tac_toe")
+    p.add_argument("--seed", type=int, default=0, help="fixes the tiny model, the data order and sampling")
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
-    p.add_argument("--eval-episodes", type=int, default=32)
-    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--sft-games", type=int, default=48, help="heuristic games used as demonstrations")
+    p.add_argument("--sft-steps", type=int, default=60, help="SFT warm-start steps (0 to skip)")
+    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--steps", type=int, default=60, help="GRPO steps")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--prompts-per-step", type=int, default=2)
+    p.add_argument("--max-turns", type=int, default=6, help="model calls per game (X moves at most 5 times)")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--eval-games", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=16, help="<move>N</move> is 14 tokens + end of turn")
+    p.add_argument("--log-every", type=int, default=5)
+    return p.parse_args(argv)
 
 
-def run_config(args: argparse.Namespace, **extra: Any) -> Any:
-    """A validated RunConfig for this example, from the flags."""
+def build_engine(client: Any, model: str) -> RolloutEngine:
+    """Env + agent registries: a fresh agent per episode (agents keep state)."""
+    parser = xml_tag_parser("move", success_reward=0.0, error_reward=-1.0)  # no tag: -1, like an illegal move
+
+    def protocol() -> SingleAgentProtocol:
+        agent = Agent(client=client, model=model, ctx=RecentMessages(keep=1), parser=parser)
+        return SingleAgentProtocol(agent=agent, use_env_sysprompt=False)  # the warm start teaches the format
+
+    return RolloutEngine(env_registry={"ttt": TicTacToeEnv}, protocol_registry={"agent": protocol})
+
+
+def game(seed: int, opponent: str, sampling: SamplingConfig) -> RolloutRequest:
+    return RolloutRequest(
+        EnvSpec("ttt", {"opponent": opponent}), ProtocolSpec("agent"), env_seed=seed, sampling_seed=seed,
+        inference=InferenceSpec(sampling),
+    )  # fmt: skip
+
+
+def summarise(rollouts: list[Any]) -> dict[str, float]:
+    """Win/draw rate per game and bad-move rate per move (illegal or unparsable)."""
+    results = [r.steps[-1].info.get("result") for r in rollouts]
+    moves = [s for r in rollouts for s in r.steps]
+    bad = [bool(s.info.get("parse_error")) or bool(s.info.get("illegal_move")) for s in moves]
+    n = max(len(rollouts), 1)
+    return {
+        "win_rate": results.count("win") / n,
+        "draw_rate": results.count("draw") / n,
+        "bad_move_rate": sum(bad) / max(len(bad), 1),
+        "parse_error_rate": sum(bool(s.info.get("parse_error")) for s in moves) / max(len(moves), 1),
+        "avg_reward": sum(r.total_reward for r in rollouts) / n,
+    }
+
+
+class ProgressLine:
+    """One short line per logged step (a ``TrainingLogger``: ``log(step, stats)``)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def log(self, step: int, stats: dict[str, float]) -> None:
+        print(
+            f"[tic_tac_toe] step {step}/{self.total}  reward {stats.get('train/avg_total_reward', float('nan')):+.2f}"
+            f"  loss {stats.get('train/loss', float('nan')):+.4f}  {stats.get('perf/step_seconds', 0.0):.1f} s/step",
+            flush=True,
+        )
+
+
+async def evaluate(evaluator: Evaluator, step: int) -> dict[str, float]:
+    await evaluator.evaluate(step=step)
+    return summarise(evaluator.last_rollouts)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ludic.inference import TransformersChatClient
+
     out = Path(args.output_dir)
-    model = args.model
-    if model is None:
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    model_path = args.model
+    if model_path is None:
         from ludic.testing import build_tiny_model
 
-        model = str(build_tiny_model(out / "tiny_model", seed=0))
-    sampling = {"temperature": 1.0, "max_tokens": args.max_new_tokens}
-    raw = {
-        "model": {"path": model, "device": args.device},
-        "env": {"name": "tic_tac_toe", "kwargs": {"opponent": args.opponent}},
-        "harness": {"name": "xml_move", "kwargs": {"tag": "move"}},
-        "inference": {"backend": "server", "server_url": args.server_url} if args.server_url else {},
-        "rollout": {"max_steps": 6, "sampling": sampling},
-        "eval": {"num_episodes": args.eval_episodes, "sampling": {**sampling, "temperature": 0.0}},
-        "trainer": {"max_seq_len": 1024, "micro_token_budget": 8192},
-        "logging": {"output_dir": str(out), "rich": False},
-        **extra,
-    }
-    return parse_config(raw, file="train_tic_tac_toe.py flags")
+        model_path = str(build_tiny_model(out / "initial_model", seed=args.seed))
+    model = AutoModelForCausalLM.from_pretrained(model_path).to(args.device)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    client = TransformersChatClient(model_path, device=args.device, model_name="policy")
+    engine = build_engine(client, "policy")
+    greedy = SamplingConfig(temperature=0.0, max_tokens=args.max_new_tokens)
+    evaluator = Evaluator(
+        engine=engine, requests=[game(EVAL_SEEDS + i, args.opponent, greedy) for i in range(args.eval_games)],
+        max_steps=args.max_turns, concurrency=args.eval_games, out_dir=out / "eval",
+    )  # fmt: skip
+    report: dict[str, Any] = {"initial": await evaluate(evaluator, -1)}
+    start = time.perf_counter()
+
+    if args.sft_steps:  # SFT warm start on the heuristic's moves
+        items = demonstration_items(tokenizer, seeds=range(SFT_SEEDS, SFT_SEEDS + args.sft_games))
+        source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=args.seed)
+        sft_cfg = TrainerConfig(
+            model_device=args.device, lr=args.sft_lr, max_seq_len=256, micro_token_budget=8192
+        )
+        sft = Trainer(
+            model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=sft_cfg
+        )
+        await sft.train(args.sft_steps)
+    report["start_of_rl"] = await evaluate(evaluator, 0)
+
+    sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
+    seeds = iter(range(args.seed * 100_000, 10**9))
+    algo = make_grpo(group_size=args.group_size)  # the one place for the group size
+    source = RolloutBatchSource(
+        engine=engine, algorithm=algo, max_steps=args.max_turns, concurrency=args.group_size * args.prompts_per_step,
+        request_fn=lambda: [game(next(seeds), args.opponent, sampling) for _ in range(args.prompts_per_step)],
+    )  # fmt: skip
+    cfg = TrainerConfig(
+        model_device=args.device, lr=args.lr, lr_schedule="linear", warmup_steps=min(args.warmup_steps, args.steps),
+        total_steps=args.steps, max_seq_len=256, micro_token_budget=8192, log_every=args.log_every,
+    )  # fmt: skip
+    logger = TeeLogger(JsonlLogger(out / "metrics.jsonl"), ProgressLine(args.steps))
+    trainer = Trainer(model=model, algo=algo, batch_source=source, publisher=ClientPublisher(client), cfg=cfg,
+                      train_logger=logger)  # fmt: skip
+    history = await trainer.train(args.steps)
+    report["end"] = await evaluate(evaluator, args.steps)
+    report["seconds"] = time.perf_counter() - start
+    report["rl_seconds_per_step"] = sum(h["perf/step_seconds"] for h in history) / max(len(history), 1)
+    model.save_pretrained(out / "final_model")
+    tokenizer.save_pretrained(out / "final_model")
+    (out / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_args(p)
-    p.add_argument("--steps", type=int, default=30, help="GRPO steps")
-    p.add_argument("--sft-steps", type=int, default=20, help="SFT warm-start steps (0 to skip)")
-    p.add_argument("--sft-games", type=int, default=64, help="heuristic games used as demonstrations")
-    p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--prompts-per-step", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-4)
-    args = p.parse_args()
-    cfg = run_config(args, steps=args.steps, algorithm={"name": "grpo"})
-    cfg.rollout.group_size, cfg.rollout.prompts_per_step = args.group_size, args.prompts_per_step
-    cfg.trainer.lr = cfg.trainer.learning_rate = args.lr
-    if args.sft_steps:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
-        items = demonstration_items(tokenizer, seeds=range(10_000, 10_000 + args.sft_games))
-        warm = Path(args.output_dir) / "sft_model"
-        sft_to_dir(cfg, items, steps=args.sft_steps, batch_size=16, lr=1e-3, out_dir=warm)
-        cfg.model.path = str(warm)
-    print(json.dumps({"before": eval_from_config(cfg, REDUCERS)}, indent=2))
-    print(json.dumps({"after": train_from_config(cfg, REDUCERS)}, indent=2))
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    report = asyncio.run(run(parse_args(argv)))
+    for phase in ("initial", "start_of_rl", "end"):
+        r = report[phase]
+        print(f"[tic_tac_toe] {phase:12s} win {r['win_rate']:.2f}  draw {r['draw_rate']:.2f}  "
+              f"bad moves {r['bad_move_rate']:.2f}  parse errors {r['parse_error_rate']:.2f}")  # fmt: skip
+    print(f"[tic_tac_toe] {report['seconds']:.0f} s (warm start + RL + evals)")
+    return report
 
 
 if __name__ == "__main__":

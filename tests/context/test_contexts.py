@@ -1,3 +1,5 @@
+import pytest
+
 from ludic.context import FullDialog, TruncatedThinkingContext, strip_thinking
 from ludic.types import ChatResponse
 
@@ -59,3 +61,22 @@ def test_truncated_thinking_leaves_user_messages_alone_and_uses_placeholder():
 
 def test_strip_thinking_handles_multiline_blocks():
     assert strip_thinking("<think>a\nb</think>\n\nanswer") == "answer"
+
+
+def test_recent_messages_sends_the_system_prompt_and_the_last_messages_only() -> None:
+    from ludic.context import RecentMessages
+    from ludic.types import ChatResponse
+
+    ctx = RecentMessages(keep=1, system_prompt="rules")
+    ctx.on_env_reset("board 1", {})
+    ctx.on_after_act(ChatResponse(text="<move>5</move>"))
+    ctx.on_after_step("board 2", {})
+    assert ctx.on_before_act() == [{"role": "system", "content": "rules"}, {"role": "user", "content": "board 2"}]
+    assert len(ctx.messages) == 4  # the full history is still recorded
+    two = RecentMessages(keep=2)
+    two.on_env_reset("a", {})
+    two.on_after_act(ChatResponse(text="x"))
+    two.on_after_step("b", {})
+    assert [m["content"] for m in two.on_before_act()] == ["x", "b"]
+    with pytest.raises(ValueError, match="keep must be an int >= 1"):
+        RecentMessages(keep=0)

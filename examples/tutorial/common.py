@@ -1,0 +1,115 @@
+"""Plumbing the tutorial scripts share: a tiny policy + engine pair, SFT warm start, GRPO, plot.
+
+Everything here is public Ludic API; it is kept apart only so each tutorial script shows its env,
+its agent and its training in one screen. See docs/tutorial.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ludic.distributed import ClientPublisher
+from ludic.eval import Evaluator
+from ludic.inference import TransformersChatClient
+from ludic.training import (
+    JsonlLogger,
+    OfflineBatchSource,
+    RolloutBatchSource,
+    RolloutEngine,
+    RolloutRequest,
+    SAWItem,
+    Trainer,
+    TrainerConfig,
+    make_grpo,
+    make_sft,
+)
+
+
+def tiny_policy(out: Path, seed: int) -> tuple[Any, Any, TransformersChatClient]:
+    """(trainer's model, tokenizer, embedded inference engine) for a freshly built ~0.8M-param model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ludic.testing import build_tiny_model
+
+    torch.manual_seed(seed)
+    path = build_tiny_model(out / "initial_model", seed=seed)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return model, AutoTokenizer.from_pretrained(path), TransformersChatClient(path, model_name="policy")
+
+
+async def warm_start(
+    model: Any, client: Any, items: list[SAWItem], *, steps: int, lr: float, seed: int
+) -> None:
+    """SFT on demonstrations (``sft_items``), then push the weights to the engine."""
+    source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=seed)
+    cfg = TrainerConfig(lr=lr, max_seq_len=256, micro_token_budget=8192)
+    trainer = Trainer(
+        model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=cfg
+    )
+    await trainer.train(steps)
+
+
+async def grpo(
+    model: Any,
+    client: Any,
+    engine: RolloutEngine,
+    request_fn: Callable[[], list[RolloutRequest]],
+    *,
+    steps: int,
+    group_size: int = 8,
+    lr: float = 5e-4,
+    max_turns: int = 1,
+    log_path: Path | None = None,
+) -> list[dict[str, float]]:
+    """GRPO with warm-up + linear decay; returns the per-step stats (``Trainer.train``'s history)."""
+    algo = make_grpo(group_size=group_size)  # the batch source forms groups of this size
+    source = RolloutBatchSource(
+        engine=engine, request_fn=request_fn, algorithm=algo, max_steps=max_turns, concurrency=64
+    )
+    cfg = TrainerConfig(
+        lr=lr,
+        lr_schedule="linear",
+        warmup_steps=min(10, steps),
+        total_steps=steps,
+        max_seq_len=512,
+        micro_token_budget=8192,
+    )
+    logger = JsonlLogger(log_path) if log_path is not None else None
+    trainer = Trainer(
+        model=model,
+        algo=algo,
+        batch_source=source,
+        publisher=ClientPublisher(client),
+        cfg=cfg,
+        train_logger=logger,
+    )
+    return await trainer.train(steps)
+
+
+async def held_out_reward(evaluator: Evaluator) -> float:
+    return (await evaluator.evaluate())["eval/avg_total_reward"]
+
+
+def plot(history: list[dict[str, float]], path: Path, title: str) -> Path:
+    """Training reward per step (and its 10-step mean) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rewards = [h.get("train/avg_total_reward", float("nan")) for h in history]
+    smooth = [
+        sum(rewards[max(0, i - 9) : i + 1]) / len(rewards[max(0, i - 9) : i + 1]) for i in range(len(rewards))
+    ]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(range(1, len(rewards) + 1), rewards, alpha=0.35, label="train reward")
+    ax.plot(range(1, len(rewards) + 1), smooth, label="10-step mean")
+    ax.set(xlabel="GRPO step", ylabel="reward", title=title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

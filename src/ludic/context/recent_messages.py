@@ -1,0 +1,27 @@
+"""A bounded memory: the system prompt plus the last few messages.
+
+For envs whose observation already holds the whole state (a board game's board), the history adds
+nothing the model needs, while its length grows every turn: prompts, prefill and training all pay
+for it. ``RecentMessages(keep=1)`` sends only the latest observation (or the parser's note after a
+rejected reply), so every turn costs the same.
+"""
+
+from __future__ import annotations
+
+from ludic.context.base import ContextStrategy
+from ludic.types import Message
+
+
+class RecentMessages(ContextStrategy):
+    """Sends the system prompt (if any) and the last ``keep`` messages; the full history is kept."""
+
+    def __init__(self, keep: int = 1, system_prompt: str | None = None) -> None:
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"RecentMessages.keep must be an int >= 1, got {keep!r}")
+        self.keep = keep
+        super().__init__(system_prompt)
+
+    def on_before_act(self) -> list[Message]:
+        messages = [dict(m) for m in self._messages]
+        head = messages[:1] if messages and messages[0]["role"] == "system" else []
+        return head + messages[len(head) :][-self.keep :]  # type: ignore[return-value]
