@@ -1,4 +1,4 @@
-"""Tic-Tac-Toe against the random bot: SFT warm start on heuristic games, then GRPO, evaluated greedily.
+"""Tic-Tac-Toe against the random bot: SFT warm start on heuristic games, then GRPO, then held-out games.
 
     .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, ~5 min
     .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
@@ -70,6 +70,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--eval-games", type=int, default=64)
+    p.add_argument(
+        "--eval-temperature",
+        type=float,
+        default=1.0,
+        help="1.0: the policy's expected play, seeded (greedy play of a tiny model repeats one illegal move)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=16, help="<move>N</move> is 14 tokens + end of turn")
     p.add_argument("--log-every", type=int, default=5)
     return p.parse_args(argv)
@@ -145,9 +151,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     client = TransformersChatClient(model_path, device=args.device, model_name="policy")
     engine = build_engine(client, "policy")
-    greedy = SamplingConfig(temperature=0.0, max_tokens=args.max_new_tokens)
+    eval_sampling = SamplingConfig(temperature=args.eval_temperature, max_tokens=args.max_new_tokens)
     evaluator = Evaluator(
-        engine=engine, requests=[game(EVAL_SEEDS + i, args.opponent, greedy) for i in range(args.eval_games)],
+        engine=engine, requests=[game(EVAL_SEEDS + i, args.opponent, eval_sampling) for i in range(args.eval_games)],
         max_steps=args.max_turns, concurrency=args.eval_games, out_dir=out / "eval",
     )  # fmt: skip
     report: dict[str, Any] = {"initial": await evaluate(evaluator, -1)}
