@@ -5,13 +5,15 @@ and the publish path's peak extra memory (layer-wise gather) against a full-stat
 
 Each variant runs in fresh processes (``torchrun --nproc_per_node=2`` for FSDP2), variants interleaved,
 ``--repeats`` times; medians printed. Memory is the rise of the process's peak RSS (``VmHWM``, reset
-through ``/proc/self/clear_refs``) over its RSS before the measured section, per rank. On a GPU the
+through ``/proc/self/clear_refs``) over its RSS before the measured section, per rank (glibc told to
+mmap large blocks and trimmed first, so freed memory does not hide new allocations). On a GPU the
 same figures would come from ``torch.cuda.max_memory_allocated`` (not run here: no GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import random
@@ -32,6 +34,7 @@ def _vm(field: str) -> float:
 
 
 def reset_peak() -> float:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand freed heap back, so new allocations show in RSS
     Path("/proc/self/clear_refs").write_text("5")
     return _vm("VmRSS")
 
@@ -117,7 +120,8 @@ def launch(args: argparse.Namespace, nproc: int, publish: str, out: str) -> list
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", __file__]  # fmt: skip
     cmd += ["--worker", "--model", args.model, "--out", out, "--publish", publish, "--steps", str(args.steps),
             "--batch", str(args.batch), "--seq-len", str(args.seq_len)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "MALLOC_MMAP_THRESHOLD_": "65536"}  # large tensors mmap'd: freed memory leaves RSS at once
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
