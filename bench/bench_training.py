@@ -1,11 +1,14 @@
 """Token-budget micro-batching and the lean token log-prob computation, measured on the CPU.
 
 Prints, for a synthetic macro-batch whose lengths are drawn uniformly between 32 and max_seq_len:
-1. padded-token efficiency (real / padded tokens) of token-budget batching vs fixed-count batching
-   with the same number of micro-batches (random order, as a fixed grad_accum_steps split gives);
-2. train-step tokens/s of both with a tiny real Qwen2 model (forward, GRPO loss, backward, AdamW);
-3. peak memory of the loss's log-prob computation (forward + backward) vs a naive full
-   ``log_softmax(logits).gather(...)``, each in a fresh subprocess (ru_maxrss increase).
+1. real / computed tokens of padding-free packing (what the Trainer does for tested architectures),
+   token-budget padded batching, and fixed-count batching with the same number of micro-batches
+   (random order, as a fixed grad_accum_steps split gives);
+2. train-step tokens/s of the three with a tiny real Qwen2 model (forward, GRPO loss, backward,
+   AdamW), interleaved, median of ``--repeats``;
+3. peak memory over forward + backward of the action tokens' log-probs from the last hidden states:
+   plain ``log_softmax(hidden @ W.T)`` vs the chunked head (``loss/head_logps.py``), and the
+   chunked log-probs from full logits, on a 150k vocabulary, each in a fresh subprocess (VmHWM).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_training.py
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -22,8 +26,10 @@ from typing import Any
 
 import torch
 
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.batching.micro_batching import split_items_by_token_budget
+from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
 from ludic.training.loss import TokenClippedSurrogateLoss, compute_token_logps
+from ludic.training.loss.head_logps import head_token_logps
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
 VOCAB = 259
@@ -79,25 +85,18 @@ def tiny_model(seed: int) -> torch.nn.Module:
     return Qwen2ForCausalLM(cfg)
 
 
-def train_step_seconds(model: torch.nn.Module, batches: list[list[SAWItem]], repeats: int) -> float:
-    """Best of ``repeats`` timings of one full macro-batch step."""
+def train_step_seconds(model: torch.nn.Module, batches: list[MicroBatch]) -> float:
+    """One full macro-batch step through the Trainer's own micro-batch forward."""
     loss_fn = TokenClippedSurrogateLoss()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    n = sum(len(mb) for mb in batches)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        for mb_items in batches:
-            mb = collate_saw_items(mb_items, pad_token_id=0, device="cpu")
-            logits = model(
-                input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], use_cache=False
-            ).logits
-            loss, _ = loss_fn.compute(logits, mb)
-            (loss * len(mb_items) / n).backward()
-        opt.step()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    n = sum(len(mb.items) for mb in batches)
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    for mb in batches:
+        loss, _, _ = micro_batch_loss(model, loss_fn, mb, pad_token_id=0, device=torch.device("cpu"))
+        (loss * len(mb.items) / n).backward()
+    opt.step()
+    return time.perf_counter() - t0
 
 
 def _status_mb(field: str) -> float:
@@ -106,34 +105,36 @@ def _status_mb(field: str) -> float:
     return int(line.split()[1]) / 1024  # kB
 
 
-def memory_worker(mode: str, B: int, T: int, V: int) -> dict[str, Any]:
-    """Run in a fresh process: memory held after the forward, and the peak over forward + backward.
+def memory_worker(mode: str, N: int, H: int, V: int) -> dict[str, Any]:
+    """Run in a fresh process: the peak memory over forward + backward of N tokens' log-probs.
 
     Peak = VmHWM after resetting it (``/proc/self/clear_refs``), since ru_maxrss is inherited
-    from the parent across fork/exec.
+    from the parent across fork/exec. All modes start from hidden [N, H] and a head W [V, H].
     """
     torch.manual_seed(0)
-    logits = torch.empty(B, T, V).normal_().requires_grad_(True)
-    ids = torch.randint(0, V, (B, T))
+    hidden = torch.randn(N, H).requires_grad_(True)
+    weight = (torch.randn(V, H) * 0.05).requires_grad_(True)
+    ids = torch.randint(0, V, (N,))
+    weight.grad = torch.zeros_like(weight)  # the parameter's gradient exists in training anyway
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak-RSS watermark to the current RSS
     base = _status_mb("VmRSS")
-    if mode == "naive":
-        full = torch.log_softmax(logits, dim=-1)  # [B, T, V] kept alive for backward
-        token_logps = full[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
-        del full
+    if mode == "plain":
+        logits = hidden @ weight.t()  # [N, V]
+        token_logps = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
+    elif mode == "chunked_logits":  # the [N, V] logits exist, their log-softmax never does
+        token_logps = compute_token_logps((hidden @ weight.t())[None], torch.cat([ids[:1], ids])[None, : N])[0]
     else:
-        token_logps = compute_token_logps(logits, ids)
-    held = _status_mb("VmRSS") - base
+        token_logps = head_token_logps(hidden, weight, None, ids)
     token_logps.sum().backward()
     peak = _status_mb("VmHWM") - base
-    return {"mode": mode, "held_mb": held, "peak_mb": peak, "logits_mb": logits.numel() * 4 / 2**20}
+    return {"mode": mode, "peak_mb": peak, "logits_mb": N * V * 4 / 2**20}
 
 
-def measure_memory(B: int, T: int, V: int) -> dict[str, dict[str, Any]]:
+def measure_memory(N: int, H: int, V: int) -> dict[str, dict[str, Any]]:
     out = {}
-    for mode in ("naive", "lean"):
-        cmd = [sys.executable, __file__, "--memory-worker", mode, "--mem-shape", f"{B},{T},{V}"]
+    for mode in ("plain", "chunked_logits", "hidden"):
+        cmd = [sys.executable, __file__, "--memory-worker", mode, "--mem-shape", f"{N},{H},{V}"]
         res = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[mode] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
@@ -144,52 +145,61 @@ def main() -> None:
     p.add_argument("--items", type=int, default=64)
     p.add_argument("--max-seq-len", type=int, default=512)
     p.add_argument("--budget", type=int, default=4096, help="micro_token_budget")
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mem-shape", default="2,1024,32768", help="B,T,V for the memory comparison")
-    p.add_argument("--memory-worker", choices=["naive", "lean"], help=argparse.SUPPRESS)
+    p.add_argument("--mem-shape", default="1024,256,150000", help="N,H,V for the memory comparison")
+    p.add_argument("--memory-worker", choices=["plain", "chunked_logits", "hidden"], help=argparse.SUPPRESS)
     args = p.parse_args()
-    B, T, V = (int(x) for x in args.mem_shape.split(","))
+    N, H, V = (int(x) for x in args.mem_shape.split(","))
     if args.memory_worker:
-        print(json.dumps(memory_worker(args.memory_worker, B, T, V)))
+        print(json.dumps(memory_worker(args.memory_worker, N, H, V)))
         return
 
     items = synthetic_items(args.items, args.max_seq_len, args.seed)
+    model = tiny_model(args.seed)
     budget_mbs = split_items_by_token_budget(
         items, micro_token_budget=args.budget, max_seq_len=args.max_seq_len
     )
+    packed = plan_micro_batches(model, items, micro_token_budget=args.budget, max_seq_len=args.max_seq_len)
+    assert all(mb.plan is not None for mb in packed)
     fixed_mbs = fixed_count_split(items, len(budget_mbs), args.seed)
     (real, pad_budget), (_, pad_fixed) = efficiency(budget_mbs), efficiency(fixed_mbs)
+    pad_packed = sum(len(mb.plan.rows) * mb.plan.row_length for mb in packed)  # type: ignore[union-attr]
     print(
-        f"{args.items} items, lengths U[32, {args.max_seq_len}], {real} real tokens, "
-        f"{len(budget_mbs)} micro-batches each"
+        f"{args.items} items, lengths U[32, {args.max_seq_len}], {real} real tokens, budget {args.budget}: "
+        f"{len(packed)} packed, {len(budget_mbs)} token-budget, {len(fixed_mbs)} fixed-count micro-batches"
     )
     print(
-        f"padding efficiency  token-budget {real / pad_budget:.3f}   fixed-count {real / pad_fixed:.3f}   "
-        f"(padded tokens {pad_budget} vs {pad_fixed}: {pad_fixed / pad_budget:.2f}x fewer)"
+        f"real / computed tokens  packed {real / pad_packed:.3f}   token-budget {real / pad_budget:.3f}   "
+        f"fixed-count {real / pad_fixed:.3f}"
+    )
+    variants = {
+        "packed": packed,
+        "token-budget": [MicroBatch(mb) for mb in budget_mbs],
+        "fixed-count": [MicroBatch(mb) for mb in fixed_mbs],
+    }
+    train_step_seconds(model, packed[:1])  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(args.repeats):  # interleaved
+        for name, mbs in variants.items():
+            times[name].append(train_step_seconds(model, mbs))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        "train step (median)     "
+        + "   ".join(f"{k} {real / t:,.0f} tok/s ({t:.2f} s)" for k, t in med.items())
+        + f"   packed vs token-budget {med['token-budget'] / med['packed']:.2f}x"
     )
 
-    model = tiny_model(args.seed)
-    train_step_seconds(model, budget_mbs[:1], 1)  # warm-up
-    t_budget = train_step_seconds(model, budget_mbs, args.repeats)
-    t_fixed = train_step_seconds(model, fixed_mbs, args.repeats)
+    mem = measure_memory(N, H, V)
+    plain, chunked, hidden = mem["plain"], mem["chunked_logits"], mem["hidden"]
     print(
-        f"train step          token-budget {real / t_budget:,.0f} tok/s ({t_budget:.2f} s)   "
-        f"fixed-count {real / t_fixed:,.0f} tok/s ({t_fixed:.2f} s)   speed-up {t_fixed / t_budget:.2f}x"
-    )
-
-    mem = measure_memory(B, T, V)
-    naive, lean = mem["naive"], mem["lean"]
-    print(f"log-probs of [B,T,V]=[{B},{T},{V}] logits ({naive['logits_mb']:.0f} MB fp32), memory above them:")
-    print(
-        f"  held between forward and backward: naive log_softmax {naive['held_mb']:.0f} MB, "
-        f"chunked {lean['held_mb']:.1f} MB ({naive['held_mb'] / max(lean['held_mb'], 0.1):.0f}x less; its tensors "
-        f"are only the [B,T] logsumexp, {B * T * 4 / 2**10:.0f} KiB: the rest is allocator slack)"
+        f"log-probs of {N} tokens, hidden {H}, vocabulary {V} ([N, V] logits = {plain['logits_mb']:.0f} MB fp32), "
+        "peak memory over forward + backward above the inputs:"
     )
     print(
-        f"  peak over forward + backward:      naive log_softmax {naive['peak_mb']:.0f} MB, "
-        f"chunked {lean['peak_mb']:.0f} MB ({naive['peak_mb'] / max(lean['peak_mb'], 0.1):.2f}x less; "
-        f"the logits' own gradient is {naive['logits_mb']:.0f} MB of it)"
+        f"  plain log_softmax {plain['peak_mb']:.0f} MB   chunked from full logits {chunked['peak_mb']:.0f} MB   "
+        f"chunked from hidden states {hidden['peak_mb']:.0f} MB "
+        f"({hidden['peak_mb'] / max(plain['peak_mb'], 0.1):.3f}x of plain)"
     )
 
 

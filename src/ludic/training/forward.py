@@ -24,6 +24,7 @@ from ludic.distributed.fsdp import is_fsdp_model
 from ludic.training._setup import forward_logits
 from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.batching.packing import (
+    ATTENTION_WEIGHT,
     PACKABLE_MODEL_TYPES,
     PackedBatch,
     PackPlan,
@@ -39,6 +40,15 @@ from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
 from ludic.training.sampling_temperature import apply_sampling_temperature, item_temperatures
 from ludic.training.types import SAWItem
+
+CUDA_PACKED_MAX_RATIO = 0.5
+"""On a GPU, pack only when the packed rows run at most this fraction of the padded positions.
+
+The padded forward there uses flash attention, the packed one a dense 4D mask (no flash kernel):
+on an H100 (bf16, 200M params) a layout at 0.29x the positions ran 1.56x faster, one at 0.52x ran
+0.66x as fast (``bench/bench_shared_prefix.py``). The CPU has no such kernel gap; there the cost
+estimate in ``plan_packed_micro_batches`` decides alone. Untested on a GPU since packing landed.
+"""
 
 
 @dataclass
@@ -65,8 +75,24 @@ def plan_micro_batches(
         return [MicroBatch(mb) for mb in mbs]
     cut = truncated(items, max_seq_len)  # input order: groups keep their members in order
     groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
-    plans = plan_packed_micro_batches(cut, groups, micro_token_budget=micro_token_budget)
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    weight = 1 / (6 * hidden) if isinstance(hidden, int) and hidden > 0 else ATTENTION_WEIGHT
+    plans = plan_packed_micro_batches(cut, groups, micro_token_budget=micro_token_budget, attention_weight=weight)
+    if _on_cuda(model) and _positions(plans) > CUDA_PACKED_MAX_RATIO * sum(_padded(mb) for mb in mbs):
+        return [MicroBatch(mb) for mb in mbs]
     return [MicroBatch(plan.items, plan) for plan in plans]
+
+
+def _on_cuda(model: nn.Module) -> bool:
+    return any(p.is_cuda for p in model.parameters())
+
+
+def _positions(plans: list[PackPlan]) -> int:
+    return sum(len(p.rows) * p.row_length for p in plans)
+
+
+def _padded(mb: list[SAWItem]) -> int:
+    return len(mb) * max(len(it.input_ids) for it in mb)
 
 
 def _model_inputs(

@@ -20,10 +20,12 @@ from transformers import (
 )
 
 from ludic.training._setup import forward_logits
-from ludic.training.batching.micro_batching import collate_saw_items
+from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.batching.packing import (
+    ATTENTION_WEIGHT,
     PACKABLE_MODEL_TYPES,
     pack_plan,
+    plan_cost,
     plan_packed_micro_batches,
     supports_packing,
 )
@@ -157,14 +159,26 @@ def group(prompt_len: int, reply_lens: list[int]) -> list[SAWItem]:
 
 
 @pytest.mark.parametrize(
-    "prompt_len,replies", [(40, [4, 6, 8, 5]), (4, [40, 30, 35, 38]), (69, [128] * 8), (3, [1, 1])]
+    "prompt_len,replies", [(40, [4, 6, 8, 5]), (4, [40, 30, 35, 38]), (69, [128] * 8), (69, [4] * 8), (3, [1, 1])]
 )
-def test_sharing_a_prompt_never_computes_more_positions_than_not_sharing(prompt_len, replies):
+def test_sharing_a_prompt_never_costs_more_than_not_sharing_or_padding(prompt_len, replies):
     items = group(prompt_len, replies) + group(prompt_len + 5, replies)
     shared = plan_packed_micro_batches(items, prompt_groups(items), micro_token_budget=4096)
     alone = plan_packed_micro_batches(items, [[i] for i in range(len(items))], micro_token_budget=4096)
-    positions = [sum(len(p.rows) * p.row_length for p in plans) for plans in (shared, alone)]
-    assert positions[0] <= positions[1]
+    padded = split_items_by_token_budget(items, micro_token_budget=4096, max_seq_len=512)
+    padded_cost = sum(
+        len(mb) * max(len(it.input_ids) for it in mb) * (1 + ATTENTION_WEIGHT * max(len(it.input_ids) for it in mb))
+        for mb in padded
+    )
+    assert plan_cost(shared) <= plan_cost(alone) <= padded_cost
+
+
+def test_short_replies_to_a_long_prompt_are_shared():
+    items = group(69, [4] * 8) + group(70, [4] * 8)
+    (plan,) = plan_packed_micro_batches(items, prompt_groups(items), micro_token_budget=4096)
+    assert sum(len(seg.members) > 1 for row in plan.rows for seg in row) == 2
+    # each prompt once (less its last token), then 8 tails of 5 tokens: rows of 108 and 109
+    assert len(plan.rows) * plan.row_length == 2 * 109  # padded: 16 x 74 = 1184
 
 
 def test_unsupported_models_and_short_sliding_windows_fall_back_to_padded_rows():

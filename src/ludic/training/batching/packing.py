@@ -11,10 +11,11 @@ over segments (and, inside a shared segment, lets each tail see the prompt and i
 Each token sees exactly the keys it would see in its own right-padded row, at the same positions,
 so logits and gradients are those of the plain forward (up to float rounding; tests).
 
-Rows are balanced, not filled first-fit: for ``R = ceil(total / capacity)`` rows the segments go,
+Rows are balanced, not filled first-fit: for ``R >= ceil(total / capacity)`` rows the segments go,
 longest first, to the least-filled row (LPT), so rows end up nearly equal and the padding after
-them is a few tokens. A shared segment is never longer than the positions its items would take
-alone, so sharing a prompt never costs more than not sharing it, and needs no on/off threshold.
+them is a few tokens. The row capacity, and whether prompts are shared, is chosen by an estimate
+of the compute (``plan_cost``: positions, plus attention over each row's dense mask), so sharing
+a prompt never costs more than not sharing it, and needs no on/off threshold.
 
 The loss sees each item's *view*: its tokens from ``s`` (the last prompt token for items with an
 action, whose logits score the first action token) to the end, gathered from the packed rows.
@@ -32,15 +33,16 @@ from torch import Tensor, nn
 from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
 from ludic.training.types import SAWItem
 
-ROW_TOKENS = 512
-"""Row capacity floor: rows hold up to this many positions (or the longest item, if longer).
+ATTENTION_WEIGHT = 1 / (6 * 128)
+"""Default cost of one attention position pair relative to one token through the linear layers.
 
-Why not one row per micro-batch: with sdpa/eager the block mask is dense, so attention costs
-``L^2`` per row whatever the blocks. On bench_training's spread (lengths U[32, 512], tiny Qwen2,
-CPU) rows of 512 ran a step 5% faster than padding, rows of 1024 25% slower, rows of 2048 40%
-slower, while all reached >= 0.986 real/computed tokens.
+Per layer a token costs about ``26 h^2`` FLOPs in the linear layers (q/k/v/o and a 3h MLP) and
+``4 L h`` in attention against a row of L keys, so a row of L positions costs about
+``L * (1 + L / (6.5 h))`` token-equivalents. With sdpa/eager the block mask is dense: attention runs
+over the whole row whatever the blocks, so longer rows pay quadratically. ``training.forward``
+passes ``1 / (6 h)`` for the model's hidden size h (on a 0.8M Qwen2 on the CPU this predicted the
+measured attention share within 10%).
 """
-
 
 PACKABLE_MODEL_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
 """HF ``model_type``s whose packed forward (4D block mask + restarting position ids) is tested equal
@@ -149,19 +151,38 @@ def _segment(members: list[int], start: int, length: int) -> Segment:
 
 
 def balance_rows(segments: list[Segment], capacity: int) -> list[list[Segment]]:
-    """Fewest rows of at most ``capacity`` positions that LPT (longest first, least-filled row) finds."""
+    """Rows of at most ``capacity`` positions, balanced by LPT (longest first, to the least-filled row).
+
+    Tries the fewest rows that could hold the segments and a few more, keeping the layout with
+    the fewest positions (rows * longest row).
+    """
     total = sum(seg.length for seg in segments)
     ordered = sorted(segments, key=lambda seg: -seg.length)
-    for n_rows in range(max(1, math.ceil(total / capacity)), len(segments) + 1):
+    best: list[list[Segment]] | None = None
+    first = max(1, math.ceil(total / capacity))
+    for n_rows in range(first, len(segments) + 1):
         rows: list[list[Segment]] = [[] for _ in range(n_rows)]
         heap = [(0, r) for r in range(n_rows)]
         for seg in ordered:
             fill, r = heapq.heappop(heap)
             rows[r].append(seg)
             heapq.heappush(heap, (fill + seg.length, r))
-        if max(fill for fill, _ in heap) <= capacity:
-            return [row for row in rows if row]
-    return [[seg] for seg in ordered]  # unreachable: one segment per row always fits
+        longest = max(fill for fill, _ in heap)
+        if longest <= capacity and (best is None or n_rows * longest < _positions(best)):
+            best = rows
+        if best is not None and n_rows >= first + 3:
+            break
+    assert best is not None  # one segment per row always fits
+    return best
+
+
+def _positions(rows: list[list[Segment]]) -> int:
+    return len(rows) * max(sum(seg.length for seg in row) for row in rows)
+
+
+def plan_cost(plans: list[PackPlan], attention_weight: float = ATTENTION_WEIGHT) -> float:
+    """Estimated compute of a layout in token-equivalents: sum over micro-batches of R * L * (1 + w L)."""
+    return sum(len(p.rows) * p.row_length * (1 + attention_weight * p.row_length) for p in plans)
 
 
 def plan_packed_micro_batches(
@@ -169,14 +190,36 @@ def plan_packed_micro_batches(
     groups: list[list[int]],
     *,
     micro_token_budget: int,
-    row_tokens: int = ROW_TOKENS,
+    row_tokens: int | None = None,
+    attention_weight: float = ATTENTION_WEIGHT,
 ) -> list[PackPlan]:
     """Split ``items`` (already truncated) into micro-batches of balanced rows, ``R * L <= budget``.
 
-    ``groups`` lists item indices that share a prompt (singletons when not sharing).
+    ``groups`` lists item indices that share a prompt. Row capacity is ``max(longest item,
+    row_tokens)`` when given; otherwise the cheapest by ``plan_cost`` of 1, 2, 4 and 8 times the
+    longest item, with and without the sharing ``groups`` propose: sharing is used exactly when
+    it is estimated cheaper, so it never costs more than not sharing and needs no threshold.
     """
     longest = max(len(it.input_ids) for it in items)
-    capacity = min(max(longest, row_tokens), max(micro_token_budget, longest))
+    ceiling = max(micro_token_budget, longest)
+    if row_tokens is not None:
+        capacities = [min(max(longest, row_tokens), ceiling)]
+    else:
+        capacities = sorted({min(longest * k, ceiling) for k in (1, 2, 4, 8)})
+    layouts = [groups]
+    if any(len(g) > 1 for g in groups):
+        layouts.append([[i] for i in range(len(items))])
+    candidates = [
+        _micro_batches(items, layout, capacity, micro_token_budget)
+        for layout in layouts
+        for capacity in capacities
+    ]
+    return min(candidates, key=lambda plans: plan_cost(plans, attention_weight))
+
+
+def _micro_batches(
+    items: list[SAWItem], groups: list[list[int]], capacity: int, micro_token_budget: int
+) -> list[PackPlan]:
     rows = balance_rows(make_segments(items, groups, capacity), capacity)
     rows.sort(key=lambda row: -sum(seg.length for seg in row))
     plans: list[PackPlan] = []
