@@ -8,7 +8,8 @@ reward over the last tenth of the steps, and held-out eval reward for each.
 
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=ACTIVE .venv/bin/python bench/bench_vs_trl.py --steps 100 --seeds 0 1 2
 
-Needs the bench extra: ``pip install -e '.[bench]'`` (trl, datasets).
+Needs the bench extra: ``pip install -e '.[bench]'`` (trl, datasets). The speed curve over model
+sizes and reply lengths is ``bench_vs_trl_curve.py``.
 """
 
 from __future__ import annotations
@@ -77,29 +78,19 @@ def trl_reward_fn(max_tokens: int, eos_id: int, count: int) -> Any:
     return reward
 
 
-def run_trl(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+def trl_grpo_args(cfg: QuickstartConfig, out: Path, *, steps: int | None = None, warmup_steps: int | None = None) -> Any:
+    """TRL's GRPOConfig set as close to Ludic's ``make_grpo`` and the quickstart's knobs as it goes."""
+    from trl import GRPOConfig
 
-    tokenizer = AutoTokenizer.from_pretrained(warm)
-    seeds = range(cfg.seed * 100_000, cfg.seed * 100_000 + cfg.steps * cfg.prompts_per_step)
-    letters = [letter_for_seed(s, cfg.letters) for s in seeds]
-    data = Dataset.from_dict(
-        {
-            "prompt": [[{"role": "user", "content": prompt_for(x, cfg.count)}] for x in letters],
-            "letter": letters,
-        }
-    )
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(out / "trl"),
         use_cpu=True,
         report_to="none",
-        max_steps=cfg.steps,
+        max_steps=cfg.steps if steps is None else steps,
         seed=cfg.seed,
         learning_rate=cfg.lr,
         lr_scheduler_type="linear",
-        warmup_steps=cfg.warmup_steps,
+        warmup_steps=cfg.warmup_steps if warmup_steps is None else warmup_steps,
         beta=0.0,
         weight_decay=0.0,
         num_generations=cfg.group_size,
@@ -121,6 +112,23 @@ def run_trl(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
         scale_rewards="group",
         gradient_checkpointing=False,
     )
+
+
+def run_trl(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(warm)
+    seeds = range(cfg.seed * 100_000, cfg.seed * 100_000 + cfg.steps * cfg.prompts_per_step)
+    letters = [letter_for_seed(s, cfg.letters) for s in seeds]
+    data = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": prompt_for(x, cfg.count)}] for x in letters],
+            "letter": letters,
+        }
+    )
+    args = trl_grpo_args(cfg, out)
     model = AutoModelForCausalLM.from_pretrained(warm)
     reward = trl_reward_fn(cfg.max_new_tokens, int(tokenizer.eos_token_id), cfg.count)
     trainer = GRPOTrainer(

@@ -1,0 +1,194 @@
+"""The speed curve against TRL: model size x reply length, Ludic and TRL side by side per cell.
+
+Cells: models of about 0.8M, 6M and 25M parameters (tiny Qwen2s built locally, random init) x
+replies capped at 4, 32 and 128 tokens, on the quickstart letter task (69-token prompt, group 8 x 4
+prompts, lr 1e-3, no KL). Untrained models rarely stop early, so replies run to the cap on both
+sides: the cells measure speed at a known reply length, with both trainers doing the same work (the
+learning comparison at equal reward is ``bench_vs_trl.py``). Each cell runs Ludic, then TRL, then
+Ludic and TRL again (interleaved rounds), each round a warm-up step plus ``--steps`` timed steps,
+and reports medians over the timed steps: s/step, generated tokens/s, and where Ludic's step goes
+(generation, training, weight push), with the mean training reward of each side.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_vs_trl_curve.py [--sizes 0.8M 6M 25M --replies 4 32 128]
+
+Needs the bench extra (trl, datasets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_vs_trl import trl_grpo_args, trl_reward_fn
+
+from ludic.quickstart.config import QuickstartConfig
+from ludic.quickstart.runtime import TrainRequests, build_runtime
+from ludic.quickstart.task import letter_for_seed, prompt_for
+from ludic.testing import build_tiny_model
+
+SIZES = {  # name: build_tiny_model kwargs
+    "0.8M": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
+    "6M": dict(hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=2, intermediate_size=768),
+    "25M": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536),
+}
+KNOBS = {"group_size": 8, "prompts_per_step": 4, "lr": 1e-3, "warmup_steps": 0}
+
+
+class TimedSource:
+    """Wraps a batch source: how long each batch took to generate and how many tokens it sampled."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.seconds: list[float] = []
+        self.tokens: list[int] = []
+        self.rewards: list[float] = []
+
+    async def next_batch(self) -> Any:
+        t0 = time.perf_counter()
+        batch = await self.inner.next_batch()
+        self.seconds.append(time.perf_counter() - t0)
+        self.tokens.append(sum(sum(it.action_mask) for it in batch.items))
+        self.rewards.append(float(batch.meta.get("avg_total_reward", float("nan"))))
+        return batch
+
+
+async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> list[dict[str, float]]:
+    from ludic.distributed import ClientPublisher
+    from ludic.registry import get_algorithm
+    from ludic.training._setup import make_adamw
+    from ludic.training.batching import RolloutBatchSource
+    from ludic.training.config import TrainerConfig
+    from ludic.training.trainer import Trainer
+
+    runtime = build_runtime(cfg, model_dir)
+    algo = get_algorithm("grpo")(group_size=cfg.group_size)
+    source = TimedSource(
+        RolloutBatchSource(
+            engine=runtime.engine, request_fn=TrainRequests(cfg, runtime.sampling), algorithm=algo,
+            max_steps=1, concurrency=cfg.group_size * cfg.prompts_per_step,
+        )
+    )  # fmt: skip
+    tcfg = TrainerConfig(
+        lr=cfg.lr, max_seq_len=256, micro_token_budget=256 * 64, max_grad_norm=1.0, sync_every_steps=1,
+        pad_token_id=int(runtime.tokenizer.pad_token_id),
+    )  # fmt: skip
+    trainer = Trainer(
+        model=runtime.model, algo=algo, batch_source=source, publisher=ClientPublisher(runtime.client), cfg=tcfg,
+        optimizer=make_adamw(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0),
+    )  # fmt: skip
+    rows = []
+    for _ in range(steps + 1):
+        stats = await trainer.train_step()
+        gen, push = source.seconds[-1], stats.get("perf/publish_seconds", 0.0)
+        total = stats["perf/step_seconds"]
+        rows.append({
+            "step": total, "generation": gen, "push": push, "training": total - gen - push,
+            "tokens": source.tokens[-1], "reward": source.rewards[-1],
+        })  # fmt: skip
+    runtime.client.close() if hasattr(runtime.client, "close") else None
+    return rows[1:]  # the first step warms up
+
+
+def trl_round(cfg: QuickstartConfig, model_dir: Path, steps: int, out: Path) -> list[dict[str, float]]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    n = (steps + 1) * cfg.prompts_per_step
+    letters = [letter_for_seed(s, cfg.letters) for s in range(cfg.seed * 100_000, cfg.seed * 100_000 + n)]
+    data = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": prompt_for(x, cfg.count)}] for x in letters], "letter": letters}
+    )
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            times.append(time.perf_counter() - self.t0)
+
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=trl_reward_fn(cfg.max_new_tokens, int(tokenizer.eos_token_id), cfg.count),
+        args=trl_grpo_args(cfg, out, steps=steps + 1, warmup_steps=0),
+        train_dataset=data, processing_class=tokenizer, callbacks=[StepTimer()],
+    )  # fmt: skip
+    trainer.train()
+    logs = [row for row in trainer.state.log_history if "reward" in row]
+    batch = cfg.group_size * cfg.prompts_per_step
+    rows = [
+        {"step": t, "tokens": float(log.get("completions/mean_length", 0.0)) * batch, "reward": float(log["reward"])}
+        for t, log in zip(times, logs, strict=False)
+    ]
+    return rows[1:]
+
+
+def median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def run_cell(size: str, reply: int, steps: int, rounds: int, out: Path) -> dict[str, Any]:
+    model_dir = build_tiny_model(out / "model", seed=0, **SIZES[size])
+    cfg = QuickstartConfig(
+        steps=steps + 1, seed=0, output_dir=str(out), live=False, eval_every=0, max_new_tokens=reply, **KNOBS
+    )
+    ludic: list[dict[str, float]] = []
+    trl: list[dict[str, float]] = []
+    for r in range(rounds):
+        ludic += asyncio.run(ludic_round(cfg, model_dir, steps))
+        trl += trl_round(cfg, model_dir, steps, out / f"trl{r}")
+    cell = {"size": size, "reply_tokens": reply}
+    for side, rows in (("ludic", ludic), ("trl", trl)):
+        cell[side] = {
+            "s_per_step": median(rows, "step"),
+            "tokens_per_s": median([{"v": r["tokens"] / r["step"]} for r in rows], "v"),
+            "reward": statistics.fmean(r["reward"] for r in rows),
+        }
+    cell["ludic"].update({k: median(ludic, k) for k in ("generation", "training", "push")})
+    cell["lead"] = cell["trl"]["s_per_step"] / cell["ludic"]["s_per_step"]
+    return cell
+
+
+def table(cells: list[dict[str, Any]]) -> str:
+    lines = [
+        "| model | reply tokens | Ludic s/step (gen / train / push) | TRL s/step | Ludic tok/s | TRL tok/s | lead |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        lu, tr = c["ludic"], c["trl"]
+        lines.append(
+            f"| {c['size']} | {c['reply_tokens']} | {lu['s_per_step']:.3f} ({lu['generation']:.3f} / "
+            f"{lu['training']:.3f} / {lu['push']:.3f}) | {tr['s_per_step']:.3f} | {lu['tokens_per_s']:.0f} | "
+            f"{tr['tokens_per_s']:.0f} | {c['lead']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--replies", nargs="+", type=int, default=[4, 32, 128])
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side per round")
+    parser.add_argument("--rounds", type=int, default=1, help="Ludic-then-TRL rounds per cell")
+    parser.add_argument("--out", default="runs/bench_vs_trl_curve")
+    args = parser.parse_args()
+    out = Path(args.out)
+    cells = []
+    for size in args.sizes:
+        for reply in args.replies:
+            cell = run_cell(size, reply, args.steps, args.rounds, out / f"{size}_{reply}")
+            print(json.dumps(cell), flush=True)
+            cells.append(cell)
+    print(table(cells))
+    (out / "results.json").write_text(json.dumps(cells, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
