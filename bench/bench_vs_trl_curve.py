@@ -74,7 +74,7 @@ async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> lis
         )
     )  # fmt: skip
     tcfg = TrainerConfig(
-        lr=cfg.lr, max_seq_len=256, micro_token_budget=256 * 64, max_grad_norm=1.0, sync_every_steps=1,
+        max_seq_len=256, micro_token_budget=256 * 64, max_grad_norm=1.0, sync_every_steps=1,
         pad_token_id=int(runtime.tokenizer.pad_token_id),
     )  # fmt: skip
     trainer = Trainer(
