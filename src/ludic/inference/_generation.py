@@ -12,14 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ludic.inference._kv_cache import preallocated_cache
 from ludic.inference.sampling import SamplingConfig
-
-DRAW_BLOCK = 64
-"""Uniforms drawn per row at a time: one generator call per row every 64 tokens, not every token."""
-
-CACHE_RESERVE = 1024
-"""New-token positions reserved in the KV buffers up front (they double if a reply runs longer)."""
 
 
 @dataclass
@@ -108,17 +101,13 @@ class BatchGenerator:
         for row in rows:
             seed = row.sampling.seed if row.sampling.seed is not None else random.getrandbits(63)
             gens.append(torch.Generator().manual_seed(seed))
-        draws = torch.empty(len(rows), 0)  # each row's uniforms, drawn in blocks from its own generator
-        step = 0
         logits, cache, mask, positions = self._prefill(rows)
         results = [RowResult() for _ in rows]
         alive = list(range(len(rows)))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
         params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows])
         while alive:
-            if step == draws.shape[1]:
-                draws = torch.cat([draws, torch.stack([torch.rand(DRAW_BLOCK, generator=g) for g in gens])], 1)
-            uniforms = draws[alive, step]
+            uniforms = torch.tensor([torch.rand(1, generator=gens[i]).item() for i in alive])
             sampled, logps = sample_with_logprobs(
                 logits, params[alive].to(logits.device), uniforms.to(logits.device)
             )
@@ -144,7 +133,6 @@ class BatchGenerator:
                 input_ids=step_ids, attention_mask=mask, position_ids=next_pos, past_key_values=cache
             )
             next_pos = next_pos + 1
-            step += 1
         return results
 
     def _prefill(self, rows: list[RowRequest]) -> tuple[torch.Tensor, object, torch.Tensor, torch.Tensor]:
@@ -163,11 +151,7 @@ class BatchGenerator:
             mask[i, width - len(prompt) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        capacity = width + min(max(r.sampling.max_tokens for r in rows), CACHE_RESERVE)  # grows if needed
-        logits, cache = self._forward(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions,
-            past_key_values=preallocated_cache(self.model.config, capacity),
-        )  # fmt: skip
+        logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
         if len(prompts) < len(rows):
             index = torch.tensor(row_to_unique, device=self.device)
             cache.batch_select_indices(index)
