@@ -26,9 +26,9 @@ from typing import Any
 
 from bench_vs_trl import trl_grpo_args, trl_reward_fn
 
+from ludic.envs.letter_repeat import letter_for_seed, prompt_for
 from ludic.quickstart.config import QuickstartConfig
 from ludic.quickstart.runtime import TrainRequests, build_runtime
-from ludic.quickstart.task import letter_for_seed, prompt_for
 from ludic.testing import build_tiny_model
 
 SIZES = {  # name: build_tiny_model kwargs
