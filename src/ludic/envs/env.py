@@ -41,6 +41,11 @@ class LudicEnv(ABC, Generic[AgentT, ObsT, ActionT]):
     def step(self, actions: dict[AgentT, ActionT]) -> dict[AgentT, StepOutcome]:
         """Apply the actions of the active agents."""
 
+    async def astep(self, actions: dict[AgentT, ActionT]) -> dict[AgentT, StepOutcome]:
+        """What the protocols call. Defaults to ``step``; an env whose step waits on I/O or heavy CPU
+        work (running code, a verifier) overrides it so other episodes run meanwhile."""
+        return self.step(actions)
+
     @property
     def suggested_sysprompt(self) -> str | None:
         """A system prompt the env recommends to agents (optional)."""

@@ -35,10 +35,20 @@ class SingleAgentEnv(LudicEnv[str, str, str]):
     def reset(self, seed: int | None = None) -> dict[str, tuple[Obs, Info]]:
         return {self.agent_id: self.env_reset(seed=seed)}
 
+    async def env_astep(self, action: str) -> StepOutcome:
+        """Async step; defaults to ``env_step``. Override for steps that wait (see ``LudicEnv.astep``)."""
+        return self.env_step(action)
+
     def step(self, actions: dict[str, str]) -> dict[str, StepOutcome]:
+        return {self.agent_id: self.env_step(self._only_action(actions))}
+
+    async def astep(self, actions: dict[str, str]) -> dict[str, StepOutcome]:
+        return {self.agent_id: await self.env_astep(self._only_action(actions))}
+
+    def _only_action(self, actions: dict[str, str]) -> str:
         if set(actions) != {self.agent_id}:
             raise KeyError(
                 f"{type(self).__name__} expects exactly one action for {self.agent_id!r}, "
                 f"got actions for {sorted(actions)}"
             )
-        return {self.agent_id: self.env_step(actions[self.agent_id])}
+        return actions[self.agent_id]

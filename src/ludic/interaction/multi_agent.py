@@ -93,7 +93,7 @@ class MultiAgentProtocol(InteractionProtocol):
             if any(parse.action is None for _, parse, _ in acted):
                 self._replay_turn(collector, acted)
                 continue
-            outcomes = env.step({a: parse.action for a, parse, _ in acted})
+            outcomes = await env.astep({a: parse.action for a, parse, _ in acted})
             if self._absorb(collector, acted, outcomes):
                 break
         else:

