@@ -1,3 +1,5 @@
+import pytest
+
 from ludic.parsers import (
     ParseResult,
     boxed_parser,
@@ -95,3 +97,35 @@ def test_compose_parsers_stops_at_first_failure_keeping_rewards_so_far():
     assert result.action is None
     assert abs(result.reward - (-0.9)) < 1e-12
     assert result.obs.startswith("Invalid format. Expected <move>")
+
+
+def test_xml_tag_parser_matches_tags_case_insensitively():
+    assert xml_tag_parser("answer")("<ANSWER>4</Answer>").action == "4"
+    assert xml_tag_parser("Answer", exact=True)(" <answer>4</ANSWER> ").action == "4"
+    assert xml_tag_parser("answer", exact=True)("<answer>4</answer> tail").action is None
+
+
+def test_xml_tag_parser_pairs_each_opening_with_the_next_closing_and_keeps_the_last_block():
+    parse = xml_tag_parser("a")
+    assert parse("<a>1</a> <a>2 <a>3</a> </a>").action == "2 <a>3"
+    assert parse("<a>1</a> <a>unclosed").action == "1"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<answer>" * 120_000,  # ~1 MB of unclosed tags: the lazy regex rescanned to the end from each
+        "<answer>" + "x" * 1_000_000,
+        "</answer><answer>" * 60_000,
+        "<" * 1_000_000,
+    ],
+)
+def test_parsers_run_in_linear_time_on_megabyte_adversarial_replies(text):
+    import time
+
+    started = time.perf_counter()
+    xml_tag_parser("answer")(text)
+    xml_tag_parser("answer", exact=True)(text)
+    think_prefix_parser()(text)
+    boxed_parser()("\\boxed{" + text)
+    assert time.perf_counter() - started < 2.0  # quadratic behaviour would take minutes at 1 MB

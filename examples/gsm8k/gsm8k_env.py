@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ludic.envs.dataset_qa_env import canonical_number
 from ludic.envs.single_agent_env import SingleAgentEnv
 from ludic.registry import ENV_REGISTRY
 from ludic.types import Info, Obs, StepOutcome
@@ -52,7 +53,8 @@ class GSM8KEnv(SingleAgentEnv):
             raise RuntimeError("GSM8KEnv: call reset() first")
         target = final_answer(self._row["answer"])
         parsed = last_number(action)
-        correct = parsed is not None and float(parsed) == float(target)
+        # exact: float() would round big integers together and turn "1e999" into inf
+        correct = parsed is not None and canonical_number(parsed) == canonical_number(target)
         info = {"correct": correct, "parsed_answer": parsed, "target_answer": target}
         return StepOutcome(
             obs=None, reward=1.0 if correct else 0.0, truncated=False, terminated=True, info=info

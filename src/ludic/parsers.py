@@ -28,27 +28,23 @@ Parser = Callable[[str], ParseResult]
 def xml_tag_parser(
     tag: str, exact: bool = False, success_reward: float = 0.0, error_reward: float = -1.0
 ) -> Parser:
-    """Extract the content of ``<tag>...</tag>``.
+    """Extract the content of ``<tag>...</tag>`` (tag names match case-insensitively).
 
     exact=False: the last such block anywhere in the text is used (models often think first).
     exact=True: the whole reply, stripped, must be exactly one ``<tag>...</tag>`` block.
-    Empty content is a failure too.
+    Empty content is a failure too. Runs in time linear in the reply, whatever it holds.
     """
     if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w\-.]*", tag):
         raise ValueError(f"xml_tag_parser: tag must be an XML name like 'move', got {tag!r}")
-    block = re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
+    marker = re.compile(rf"<(/?){re.escape(tag)}>", re.IGNORECASE)
     where = "as your whole reply" if exact else "in your reply"
     expected = f"Expected <{tag}>...</{tag}> {where}, e.g. <{tag}>your answer</{tag}>."
 
     def parse(text: str) -> ParseResult:
-        if exact:
-            m = block.fullmatch(text.strip())
-            found = [m.group(1)] if m else []
-        else:
-            found = block.findall(text)
-        if not found:
+        content = _exact_block(text.strip(), marker) if exact else _last_block(text, marker)
+        if content is None:
             return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
-        content = found[-1].strip()
+        content = content.strip()
         if not content:
             return ParseResult(
                 action=None, reward=error_reward, obs=f"Empty <{tag}></{tag}> block. {expected}"
@@ -57,6 +53,31 @@ def xml_tag_parser(
 
     parse.__name__ = f"xml_tag_parser_{tag}"
     return parse
+
+
+def _last_block(text: str, marker: re.Pattern[str]) -> str | None:
+    """The content of the last ``<tag>...</tag>`` pair, pairing each opening with the first
+    closing after it (as a lazy regex would), in one left-to-right pass over the tag markers."""
+    last, open_end = None, -1
+    for m in marker.finditer(text):
+        if not m.group(1):
+            if open_end < 0:
+                open_end = m.end()
+        elif open_end >= 0:
+            last, open_end = (open_end, m.start()), -1
+    return None if last is None else text[last[0] : last[1]]
+
+
+def _exact_block(text: str, marker: re.Pattern[str]) -> str | None:
+    first = marker.match(text)
+    if first is None or first.group(1):
+        return None
+    closing = None
+    for m in marker.finditer(text, first.end()):
+        closing = m
+    if closing is None or not closing.group(1) or closing.end() != len(text):
+        return None
+    return text[first.end() : closing.start()]
 
 
 xml_parser = xml_tag_parser

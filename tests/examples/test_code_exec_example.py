@@ -4,6 +4,8 @@ loop runs with the sandbox in it."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from ludic.envs.code_exec import BubblewrapRunner, CodeExecutor, TestCase
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code_exec" / "train_code_exec.py"
@@ -16,6 +18,7 @@ def _module():
     return module
 
 
+@pytest.mark.slow
 async def test_every_shipped_problem_is_solved_by_its_reference_solution_and_not_by_a_wrong_one():
     problems = _module().load_problems()
     assert len(problems) == 12
@@ -28,6 +31,7 @@ async def test_every_shipped_problem_is_solved_by_its_reference_solution_and_not
         assert not bad.all_passed, p["id"]
 
 
+@pytest.mark.slow
 async def test_code_exec_example_trains_one_step_with_the_sandbox_in_the_loop():
     stats = await _module().main(steps=1, group_size=2, prompts_per_step=2, max_tokens=16)
     assert stats["train/num_samples"] == 4.0

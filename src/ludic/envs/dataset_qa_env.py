@@ -6,6 +6,7 @@ agent's parser's job (e.g. ``boxed_parser`` or ``xml_tag_parser("answer")``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -13,7 +14,10 @@ from typing import Any
 from ludic.envs.single_agent_env import SingleAgentEnv
 from ludic.types import Info, Obs, StepOutcome
 
-_NUMBER = re.compile(r"[-+]?\d*\.?\d+(?:[eE][-+]?\d+)?")
+# one unambiguous way to match each number, so a failing match backtracks in linear time
+_NUMBER = re.compile(r"([-+]?)(?:(\d+)(?:\.(\d*))?|\.(\d+))(?:[eE]([-+]?\d{1,6}))?")
+PLAIN_DIGITS = 100
+"""Numbers whose canonical form needs at most this many zeros/fraction digits are written out in full."""
 
 
 def gsm8k_target_parser(answer: str) -> str:
@@ -21,16 +25,51 @@ def gsm8k_target_parser(answer: str) -> str:
     return answer.rsplit("####", 1)[-1].strip()
 
 
+def canonical_number(text: str) -> str | None:
+    """The exact canonical form of a decimal number, or None if ``text`` is not one.
+
+    Pure string arithmetic, no floats: "3.0", "3", "+3", "0.3e1" all give "3"; "2.50" gives "2.5";
+    integers of any length stay exact; "1e999999" stays "1e999999" instead of becoming ``inf``.
+    Linear in the length of the text.
+    """
+    m = _NUMBER.fullmatch(text)
+    if m is None:
+        return None
+    sign, whole, frac, only_frac, exp = m.groups()
+    frac = frac if frac is not None else only_frac or ""
+    digits = ((whole or "") + frac).lstrip("0")
+    if not digits:
+        return "0"
+    exponent = (int(exp) if exp else 0) - len(frac)
+    stripped = digits.rstrip("0")
+    exponent += len(digits) - len(stripped)
+    if 0 <= exponent <= PLAIN_DIGITS:
+        body = stripped + "0" * exponent
+    elif -PLAIN_DIGITS <= exponent < 0:
+        point = len(stripped) + exponent
+        body = stripped[:point] + "." + stripped[point:] if point > 0 else "0." + "0" * -point + stripped
+    else:
+        body = f"{stripped}e{exponent}"
+    return ("-" if sign == "-" else "") + body
+
+
 def normalize_answer(text: str) -> str:
     """Canonical form for comparison: trimmed, lower case, no thousands commas, no trailing dot/$.
 
-    Numbers compare by value: "3.0", "3" and "$3" all become "3".
+    Numbers compare exactly by value ("3.0", "3" and "$3" all become "3"; see ``canonical_number``).
     """
     t = text.strip().lower().replace(",", "").rstrip(".").lstrip("$").strip()
-    if _NUMBER.fullmatch(t):
-        value = float(t)
-        return str(int(value)) if value.is_integer() else repr(value)
-    return " ".join(t.split())
+    number = canonical_number(t)
+    return number if number is not None else " ".join(t.split())
+
+
+def answers_match(answer: str | None, target: str | None) -> bool:
+    """True when both are present, non-empty and equal after ``normalize_answer``; a missing
+    answer (None, or empty) never matches anything, not even the string "None"."""
+    if answer is None or target is None:
+        return False
+    a, t = normalize_answer(answer), normalize_answer(target)
+    return bool(a) and a == t
 
 
 class DatasetQAEnv(SingleAgentEnv):
@@ -39,7 +78,9 @@ class DatasetQAEnv(SingleAgentEnv):
     sample: one dataset row (a mapping with the question and the answer).
     target_parser: turns the raw answer field into the target (e.g. ``gsm8k_target_parser``);
         identity when None.
-    Step info: ``correct``, ``parsed_answer`` (the normalised action), ``target_answer``.
+    Step info: ``correct``, ``parsed_answer`` (the normalised action), ``target_answer``,
+    ``question_id`` (the row's ``id``/``question_id``/``idx``, else a hash of the question; also in
+    the reset info). A row whose answer is None is never answered correctly.
     """
 
     def __init__(
@@ -58,8 +99,12 @@ class DatasetQAEnv(SingleAgentEnv):
                 raise KeyError(f"DatasetQAEnv: sample has no {key!r} field; fields: {sorted(sample)}")
         self.sample = dict(sample)
         self.question = str(sample[question_key])
-        raw = str(sample[answer_key])
-        self.target_answer = target_parser(raw) if target_parser is not None else raw.strip()
+        self.question_id = _question_id(sample, self.question)
+        raw = sample[answer_key]
+        if raw is None:  # a missing answer stays missing: it must never match a reply "None"
+            self.target_answer: str | None = None
+        else:
+            self.target_answer = target_parser(str(raw)) if target_parser is not None else str(raw).strip()
         self._system_prompt = system_prompt
         self.correct_reward = correct_reward
         self.incorrect_reward = incorrect_reward
@@ -71,7 +116,7 @@ class DatasetQAEnv(SingleAgentEnv):
 
     def env_reset(self, *, seed: int | None = None) -> tuple[Obs, Info]:
         self._done = False
-        return self.question, {"target_answer": self.target_answer}
+        return self.question, {"target_answer": self.target_answer, "question_id": self.question_id}
 
     def env_current_obs(self) -> Obs:
         return self.question
@@ -81,7 +126,20 @@ class DatasetQAEnv(SingleAgentEnv):
             raise RuntimeError("DatasetQAEnv: the question was already answered; call reset()")
         self._done = True
         parsed = normalize_answer(action)
-        correct = parsed == normalize_answer(self.target_answer)
-        info = {"correct": correct, "parsed_answer": parsed, "target_answer": self.target_answer}
+        correct = answers_match(action, self.target_answer)
+        info = {
+            "correct": correct,
+            "parsed_answer": parsed,
+            "target_answer": self.target_answer,
+            "question_id": self.question_id,
+        }
         reward = self.correct_reward if correct else self.incorrect_reward
         return StepOutcome(obs=None, reward=reward, truncated=False, terminated=True, info=info)
+
+
+def _question_id(sample: Mapping[str, Any], question: str) -> str:
+    """The row's own id (``id``, ``question_id``, ``idx``) when it has one, else a hash of the question."""
+    for key in ("id", "question_id", "idx"):
+        if sample.get(key) is not None:
+            return str(sample[key])
+    return "q-" + hashlib.sha256(question.encode("utf-8", errors="replace")).hexdigest()[:16]

@@ -45,6 +45,7 @@ from ludic.training.presets import (
 )
 from ludic.training.stats import Reducer, aggregate_stats, apply_reducers_to_records, default_reducers
 from ludic.training.trainer import Trainer
+from ludic.training.turn_credit import PerTurnReturn
 from ludic.training.types import (
     ActorTokenLogps,
     BatchSource,
@@ -80,6 +81,7 @@ __all__ = [
     "MonteCarloReturn",
     "OfflineBatchSource",
     "PerStepReward",
+    "PerTurnReturn",
     "PipelineBatchSource",
     "PrintLogger",
     "ProtocolSpec",

@@ -85,3 +85,25 @@ async def test_a_tool_call_reply_without_token_ids_is_an_error_not_dropped(token
     rollout.steps[0].tool_traces[1] = None
     with pytest.raises(ValueError, match=r"missing rollout-time token trace for rollout .* step 0 call 1"):
         rollouts_to_saw_items([rollout], {(rollout.id, 0): 1.0})
+
+
+async def test_react_agent_trains_every_call_including_the_one_past_its_budget(tokenizer):
+    from ludic.agents import ReActAgent
+
+    replies = [_call({"a": 1, "b": 1}), _call({"a": 2, "b": 2}), "<answer>2</answer>"]
+    client = ScriptedChatClient(replies, tokenizer=tokenizer)
+    agent = ReActAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[add], max_react_steps=1
+    )
+    env = DatasetQAEnv({"question": "1+1?", "answer": "2"})
+    (rollout,) = await SingleAgentProtocol(agent).run(env=env, max_steps=1)
+    items = rollouts_to_saw_items([rollout], {(rollout.id, 0): -0.5})
+    assert [it.meta["tool_call"] for it in items] == [True, True, False]
+    for item, request, reply in zip(items, client.requests, replies, strict=True):
+        n = len(request.prompt_token_ids)
+        assert item.action_mask == [0] * n + [1] * len(reply.encode()) and item.weight == -0.5
+    last_prompt = tokenizer.decode(client.requests[2].prompt_token_ids)
+    assert last_prompt.endswith(
+        "<|im_start|>user\nYou have used all 1 tool steps. Give your final answer now, without tool calls."
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
