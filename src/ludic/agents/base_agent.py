@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ludic.agents.prompt_ids import chat_template_ids
+from ludic.agents.sequence_ids import LastCall, extend_prompt_ids
 from ludic.context.base import ContextStrategy
 from ludic.inference.client import ChatClient
 from ludic.inference.request import ChatCompletionRequest
@@ -38,6 +39,11 @@ class Agent:
         such a reply is always a parse failure scored with this reward (the env is not stepped,
         the agent is asked to reply again, more briefly). Either way the step's
         ``info["finish_reason"]`` says "length", so ``drop_incomplete_completions()`` can drop it.
+    exact_sequence: build each prompt as the previous prompt + the sampled completion ids + the
+        template ids of the new messages (``agents.sequence_ids``), so a multi-turn episode is one
+        exact token sequence (``RolloutEngine(one_sequence=True)`` trains it as one). Where the chat
+        template or context cannot be extended that way the prompt is re-rendered, the reason is
+        in the step info (``sequence_break``) and training falls back to per-step items.
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class Agent:
         tokenizer: Any = None,
         sampling: SamplingConfig | None = None,
         incomplete_reward: float | None = None,
+        exact_sequence: bool = False,
     ) -> None:
         if not isinstance(ctx, ContextStrategy):
             raise TypeError(f"Agent.ctx must be a ContextStrategy, got {type(ctx).__name__}")
@@ -76,11 +83,15 @@ class Agent:
             )
         self.sampling = sampling if sampling is not None else SamplingConfig()
         self.incomplete_reward = incomplete_reward
+        self.exact_sequence = exact_sequence
+        self._last_call: LastCall | None = None
+        self.sequence_break: str | None = None
 
     # --- context hooks -------------------------------------------------------------------
     def reset(self, system_prompt: str | None = None) -> None:
         """Start a new episode (optionally with a new system prompt)."""
         self.ctx.reset(system_prompt)
+        self._last_call, self.sequence_break = None, None
 
     def on_env_reset(self, obs: Obs, info: Info) -> None:
         self.ctx.on_env_reset(obs, info)
@@ -111,6 +122,10 @@ class Agent:
             response, info = await self.client.complete(request)
         else:
             response, info = await asyncio.wait_for(self.client.complete(request), timeout=timeout_s)
+        if self.exact_sequence and request.prompt_token_ids is not None and response.completion_token_ids:
+            self._last_call = LastCall(
+                request.messages, list(request.prompt_token_ids), list(response.completion_token_ids), response.text
+            )
         # the trainer rescales its logits by the same temperature (log-probs of one distribution)
         used = {"sampling_temperature": request.sampling.temperature, "sampling_top_p": request.sampling.top_p}
         return response, {**info, **used}
@@ -121,7 +136,11 @@ class Agent:
         messages = self.prepare_messages(validate_messages(messages))
         tools = self.tool_schemas()
         prompt_ids = None
-        if self.tokenizer is not None:
+        if self.tokenizer is not None and self._last_call is not None:
+            prompt_ids, why = extend_prompt_ids(self.tokenizer, self._last_call, messages, tools)
+            if prompt_ids is None and self.sequence_break is None:
+                self.sequence_break = why
+        if self.tokenizer is not None and prompt_ids is None:
             prompt_ids = chat_template_ids(self.tokenizer, messages, tools=tools)
         return ChatCompletionRequest(
             model=self.model, messages=messages, sampling=sampling, prompt_token_ids=prompt_ids, tools=tools
@@ -144,8 +163,7 @@ class Agent:
             raise TypeError(f"parser {self.parser!r} returned {type(result).__name__}, not ParseResult")
         return result
 
-    @staticmethod
-    def reply_info(response: ChatResponse, client_info: dict[str, Any]) -> dict[str, Any]:
+    def reply_info(self, response: ChatResponse, client_info: dict[str, Any]) -> dict[str, Any]:
         version = response.policy_version
         if version is None:
             version = client_info.get("policy_version")
@@ -157,4 +175,5 @@ class Agent:
             "sampling_temperature": client_info.get("sampling_temperature"),
             "sampling_top_p": client_info.get("sampling_top_p"),
             "chat_response": response,
+            **({"sequence_break": self.sequence_break} if self.exact_sequence else {}),
         }

@@ -27,7 +27,9 @@ def step_sampling(
 
 
 def _agent_info(parse: ParseResult, act_info: dict[str, Any]) -> dict[str, Any]:
+    extra = {"sequence_break": act_info["sequence_break"]} if act_info.get("sequence_break") else {}
     return {
+        **extra,
         "parsed_action": parse.action,
         "parse_error": parse.action is None,
         "parser_reward": parse.reward,

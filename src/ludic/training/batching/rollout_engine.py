@@ -21,6 +21,7 @@ from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching.jsonl import rollout_to_dict
 from ludic.training.batching.requests import derive_seed
 from ludic.training.batching.saw_builder import batch_meta, rollouts_to_saw_items
+from ludic.training.batching.sequence_items import rollouts_to_sequence_items
 from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
 from ludic.types import Rollout
 
@@ -43,6 +44,7 @@ class RolloutEngine:
         jsonl_path: str | Path | None = None,
         max_failure_frac: float = 0.5,
         default_max_steps: int = 16,
+        one_sequence: bool = False,
     ) -> None:
         if not 0.0 <= max_failure_frac <= 1.0:
             raise ValueError(f"max_failure_frac must be in [0, 1], got {max_failure_frac!r}")
@@ -51,6 +53,8 @@ class RolloutEngine:
         self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
         self.max_failure_frac = max_failure_frac
         self.default_max_steps = default_max_steps
+        self.one_sequence = one_sequence
+        """Train each rollout as one sequence where its ids allow (``batching.sequence_items``)."""
 
     # ---- rollouts ---------------------------------------------------------------------------
     async def generate_rollouts(
@@ -158,7 +162,8 @@ class RolloutEngine:
         broken_groups = {_group_id(r) for r in failed} - {None}
         usable = [r for r in rollouts if not r.meta.get("failed") and _group_id(r) not in broken_groups]
         weights = algorithm.credit_assigner.compute(usable)
-        items = rollouts_to_saw_items(usable, weights)
+        build = rollouts_to_sequence_items if self.one_sequence else rollouts_to_saw_items
+        items = build(usable, weights)
         num_before_filter = len(items)
         if sample_filter is not None:
             items = [item for item in items if sample_filter(item)]

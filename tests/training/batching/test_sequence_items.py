@@ -1,0 +1,171 @@
+"""A multi-turn episode trained as one exact sequence: the ids trained are the ids sampled, and
+the gradient is the sum of the per-step items' gradients."""
+
+import itertools
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ludic.agents import Agent
+from ludic.context import FullDialog
+from ludic.envs import SingleAgentEnv
+from ludic.inference import SamplingConfig, TransformersChatClient
+from ludic.interaction import SingleAgentProtocol
+from ludic.parsers import ParseResult
+from ludic.testing import tiny_model_path
+from ludic.training.batching import rollouts_to_saw_items
+from ludic.training.batching.micro_batching import collate_saw_items
+from ludic.training.batching.sequence_items import rollout_to_sequence_items
+from ludic.training.loss import ReinforceLoss
+from ludic.types import StepOutcome
+
+
+class CountTurnsEnv(SingleAgentEnv):
+    """``turns`` turns; each observation names the turn; reward 1 per turn."""
+
+    def __init__(self, turns: int = 4) -> None:
+        self.turns = turns
+
+    def env_reset(self, *, seed=None):
+        self.t = 0
+        return self.env_current_obs(), {}
+
+    def env_current_obs(self) -> str:
+        return f"turn {self.t}"
+
+    def env_step(self, action: str) -> StepOutcome:
+        self.t += 1
+        return StepOutcome(self.env_current_obs(), 1.0, False, self.t >= self.turns)
+
+
+@pytest.fixture(scope="module")
+def client():
+    return TransformersChatClient(tiny_model_path())
+
+
+async def _episode(client, *, exact: bool, ctx=None, turns: int = 4):
+    agent = Agent(
+        client=client,
+        model="tiny",
+        ctx=ctx or FullDialog(system_prompt="Count."),
+        parser=lambda t: ParseResult(t),
+        sampling=SamplingConfig(temperature=1.0, max_tokens=6, seed=3),
+        exact_sequence=exact,
+    )
+    (rollout,) = await SingleAgentProtocol(agent).run(env=CountTurnsEnv(turns), max_steps=turns, sampling_seed=7)
+    return rollout
+
+
+async def test_one_sequence_holds_exactly_the_ids_sent_and_sampled(client):
+    rollout = await _episode(client, exact=True)
+    traces = [s.trace for s in rollout.steps]
+    assert len(traces) == 4 and all("sequence_break" not in s.info for s in rollout.steps)
+    (item,) = rollout_to_sequence_items(rollout, {(rollout.id, s.index): 0.5 for s in rollout.steps})
+    assert item.input_ids == traces[-1].prompt_token_ids + traces[-1].completion_token_ids
+    expected_mask, pos = [0] * len(item.input_ids), 0
+    for trace in traces:  # each call's prompt is the sequence so far: never a re-tokenised reply
+        assert item.input_ids[: len(trace.prompt_token_ids)] == trace.prompt_token_ids
+        pos = len(trace.prompt_token_ids)
+        assert item.input_ids[pos : pos + len(trace.completion_token_ids)] == trace.completion_token_ids
+        expected_mask[pos : pos + len(trace.completion_token_ids)] = [1] * len(trace.completion_token_ids)
+    assert item.action_mask == expected_mask
+    assert item.attachments.actor_logps.token_logps == [x for t in traces for x in t.completion_logprobs]
+    assert item.meta["step_indices"] == [0, 1, 2, 3] and item.meta["num_calls"] == 4
+    per_step = rollouts_to_saw_items([rollout], {(rollout.id, s.index): 0.5 for s in rollout.steps})
+    assert item.num_tokens < sum(it.num_tokens for it in per_step)
+
+
+async def test_gradient_of_the_sequence_equals_the_sum_over_per_step_items(client):
+    rollout = await _episode(client, exact=True)
+    # turns 0-1 and 2-3 have different credit: two sequences, each with its own weight
+    weights = {(rollout.id, s.index): (0.7 if s.index < 2 else -0.3) for s in rollout.steps}
+    seq_items = rollout_to_sequence_items(rollout, weights)
+    assert [it.meta["step_indices"] for it in seq_items] == [[0, 1], [2, 3]]
+    step_items = rollouts_to_saw_items([rollout], weights)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path()).double()
+    loss_fn = ReinforceLoss(old_logp_key=None)  # -sum_i A_i * sum_t logp_t, per item
+
+    def grad_of(items):
+        model.zero_grad()
+        total = 0.0
+        for it in items:
+            batch = collate_saw_items([it], pad_token_id=0, device="cpu")
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            loss, _ = loss_fn.compute(logits, batch)
+            loss.backward()
+            total += float(loss.detach())
+        return total, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    seq_loss, seq_grad = grad_of(seq_items)
+    step_loss, step_grad = grad_of(step_items)
+    assert seq_loss == pytest.approx(step_loss, rel=1e-6)
+    assert seq_grad.norm() > 1e-2  # a real gradient, not two zeros
+    # equal up to the loss's float32 log-prob arithmetic (the model runs in float64 here)
+    torch.testing.assert_close(seq_grad, step_grad, rtol=1e-4, atol=1e-6)
+
+
+class EditingDialog(FullDialog):
+    """A context that records the reply edited (as a history-trimming context might)."""
+
+    def on_after_act(self, response):
+        self._messages.append({"role": "assistant", "content": "[edited] " + response.text})
+
+
+async def test_a_context_that_rewrites_the_reply_falls_back_to_per_step_items_and_says_why(client):
+    rollout = await _episode(client, exact=True, ctx=EditingDialog(system_prompt="Count."))
+    assert rollout.steps[1].info["sequence_break"] == (
+        "the chat template does not render the reply exactly as sampled after the prompt"
+    )
+    items = rollout_to_sequence_items(rollout, {(rollout.id, s.index): 1.0 for s in rollout.steps})
+    assert [it.meta["step_indices"] for it in items] == [[0], [1], [2], [3]]
+    for item, step in zip(items, rollout.steps, strict=True):  # each exactly its per-step item
+        assert item.input_ids == step.trace.prompt_token_ids + step.trace.completion_token_ids
+
+
+async def test_without_exact_sequence_a_byte_level_template_still_extends_but_a_rewrite_splits(client):
+    rollout = await _episode(client, exact=False)
+    traces = [s.trace for s in rollout.steps]
+    items = rollout_to_sequence_items(rollout, {(rollout.id, s.index): 1.0 for s in rollout.steps})
+    extends = all(
+        b.prompt_token_ids[: len(a.prompt_token_ids) + len(a.completion_token_ids)]
+        == a.prompt_token_ids + a.completion_token_ids
+        for a, b in itertools.pairwise(traces)
+    )
+    assert (len(items) == 1) is extends  # merged only where the ids really extend
+
+
+async def test_rollout_engine_one_sequence_option_trains_each_episode_as_one_item(client):
+    from ludic.training import (
+        EnvSpec,
+        EpisodicReturn,
+        ProtocolSpec,
+        RLAlgorithm,
+        RolloutEngine,
+        RolloutRequest,
+        make_reinforce,
+    )
+
+    def protocol():
+        agent = Agent(
+            client=client,
+            model="tiny",
+            ctx=FullDialog(),
+            parser=lambda t: ParseResult(t),
+            sampling=SamplingConfig(max_tokens=4),
+            exact_sequence=True,
+        )
+        return SingleAgentProtocol(agent)
+
+    engine = RolloutEngine(
+        env_registry={"count": CountTurnsEnv}, protocol_registry={"p": protocol}, one_sequence=True
+    )
+    request = RolloutRequest(EnvSpec("count", {"turns": 3}), ProtocolSpec("p"), num_episodes=2)
+    episodic = RLAlgorithm("episodic", EpisodicReturn(), ReinforceLoss())  # every turn gets the episode's return
+    batch = await engine.generate_batch([request], episodic, max_steps=3)
+    assert len(batch.items) == 2
+    assert all(it.meta["step_indices"] == [0, 1, 2] and it.meta["one_sequence"] for it in batch.items)
+    # Monte Carlo returns change from turn to turn unless the rewards are 0: a new item at each change
+    batch = await engine.generate_batch([request], make_reinforce(), max_steps=3)
+    covered = sorted((it.meta["rollout_id"], i) for it in batch.items for i in it.meta["step_indices"])
+    assert len(covered) == len(set(covered)) == 6  # every turn trained exactly once
