@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
+from ludic.envs import SingleAgentEnv
 from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
@@ -33,16 +33,27 @@ from ludic.training.batching import rollouts_to_saw_items
 from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.sequence_items import rollout_to_sequence_items
 from ludic.training.loss import ReinforceLoss
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "training" / "batching"))
-from test_sequence_items import CountTurnsEnv
+from ludic.types import StepOutcome
 
 TURNS = 8
 
 
-class WordyEnv(CountTurnsEnv):
+class WordyEnv(SingleAgentEnv):
+    """``turns`` turns, a 46-byte observation each, reward 1 per turn."""
+
+    def __init__(self, turns: int = TURNS) -> None:
+        self.turns = turns
+
+    def env_reset(self, *, seed=None):
+        self.t = 0
+        return self.env_current_obs(), {}
+
     def env_current_obs(self) -> str:
-        return f"Turn {self.t}: say something new about the number {self.t}, in a few words."
+        return f"Turn {self.t}: say something new about {self.t:>3}, briefly."
+
+    def env_step(self, action: str) -> StepOutcome:
+        self.t += 1
+        return StepOutcome(self.env_current_obs(), 1.0, False, self.t >= self.turns)
 
 
 async def play(model_dir: Path):
