@@ -122,3 +122,21 @@ def test_extract_code_takes_the_last_fenced_block_in_linear_time():
     extract_code("```python\n" * 100_000 + "```")
     extract_code("`" * 1_000_000)
     assert time.perf_counter() - started < 1.0
+
+
+def test_concurrent_runs_never_share_a_sandbox_uid_even_across_processes():
+    import subprocess
+    import sys
+
+    from ludic.envs.code_exec.bwrap import claimed_uid
+
+    with claimed_uid(70000, 0) as a, claimed_uid(70000, 0) as b:
+        assert a != b  # same slot asked twice: the second gets the next free uid
+        other = subprocess.run(
+            [sys.executable, "-c", "from ludic.envs.code_exec.bwrap import claimed_uid\n"
+             "with claimed_uid(70000, 0) as u: print(u)"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert int(other.stdout) not in (a, b)
+    with claimed_uid(70000, 0) as again:
+        assert again == a  # released on exit

@@ -14,9 +14,29 @@ LIMITS = SandboxLimits(wall_s=3.0, cpu_s=1, memory_mb=256, max_processes=8, max_
 POOL = 2
 
 
+class RecordingRunner:
+    """The real sandbox, remembering which uid each run used (to check none of it survives)."""
+
+    name = "bubblewrap"
+
+    def __init__(self) -> None:
+        self.inner = BubblewrapRunner()
+        self.uids: list[int] = []
+
+    async def run(self, code_dir, stdin, limits, *, slot):
+        outcome = await self.inner.run(code_dir, stdin, limits, slot=slot)
+        self.uids.append(outcome.uid)
+        return outcome
+
+
 @pytest.fixture(scope="module")
-def executor():
-    return CodeExecutor(BubblewrapRunner(), limits=LIMITS, pool_size=POOL)
+def runner():
+    return RecordingRunner()
+
+
+@pytest.fixture(scope="module")
+def executor(runner):
+    return CodeExecutor(runner, limits=LIMITS, pool_size=POOL)
 
 
 @pytest.fixture
@@ -35,13 +55,13 @@ def host(tmp_path, monkeypatch):
     server.close()
 
 
-def _sandbox_processes() -> list[int]:
-    """Host processes still running under a pool slot's uid (there must be none after a run)."""
+def _processes_of(uid: int) -> list[int]:
+    """Host processes still running under the run's uid (there must be none after the run)."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if BASE_UID <= os.stat(entry.path).st_uid < BASE_UID + POOL:
+                if os.stat(entry.path).st_uid == uid:
                     pids.append(int(entry.name))
             except OSError:
                 pass
@@ -134,7 +154,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-async def test_adversarial_program_is_contained(case, executor, host):
+async def test_adversarial_program_is_contained(case, executor, runner, host):
     template, expected = CASES[case]
     code = textwrap.dedent(template).format(
         secret=host["secret"], secret_dir=host["secret"].parent, port=host["port"], pid=host["pid"]
@@ -151,7 +171,8 @@ async def test_adversarial_program_is_contained(case, executor, host):
     assert "TOP-SECRET" not in test.stdout_head + test.stderr_tail
     with pytest.raises(BlockingIOError):
         host["server"].accept()  # nobody connected
-    assert _sandbox_processes() == []
+    uid = runner.uids[-1]
+    assert uid >= BASE_UID and _processes_of(uid) == []
     if case == "fork_count":
         assert int(test.stdout_head) < LIMITS.max_processes
     if case == "write_outside_tmp":

@@ -4,8 +4,9 @@ Each run: a fresh mount namespace with only the system's ``/usr`` (and its ``/li
 links) read-only, the program read-only at ``/code``, a private size-limited tmpfs at ``/tmp``,
 new ``/proc`` and ``/dev``; every namespace unshared (no network but a down ``lo``, its own pid
 space so it cannot see or signal the host's processes); a cleared environment. It runs under an
-unprivileged user id (one per pool slot, so process limits are per run: the kernel does not
-enforce RLIMIT_NPROC for root, even inside bubblewrap) with rlimits on CPU, memory, processes,
+unprivileged user id held by this run alone (claimed with a lock file, so process limits are per
+run and concurrent runs, even from other processes, never share one; the kernel does not enforce
+RLIMIT_NPROC for root, even inside bubblewrap) with rlimits on CPU, memory, processes,
 open files and file size; the parent kills the whole sandbox at the wall limit or when the
 output passes its cap.
 
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,7 +34,7 @@ from ludic.envs.code_exec.sandbox import RunOutcome, SandboxLimits, SandboxUnava
 
 SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 BASE_UID = 61000
-"""Pool slot k runs as uid/gid ``BASE_UID + k`` when the parent is root."""
+"""As root, each run takes a free uid/gid from ``BASE_UID`` up (pool slot k tries ``BASE_UID + k`` first)."""
 
 
 def find_bwrap() -> str | None:
@@ -88,15 +92,42 @@ class BubblewrapRunner:
 
     async def run(self, code_dir: Path, stdin: bytes, limits: SandboxLimits, *, slot: int) -> RunOutcome:
         if self.is_root:
-            uid = self.base_uid + slot
-            try:
-                return await run_limited(self.argv(code_dir, limits), stdin, limits, user=uid, env={})
-            finally:  # the slot's uid is this run's alone: nothing of it may outlive the run
-                await _kill_uid(uid)
+            with claimed_uid(self.base_uid, slot) as uid:
+                try:
+                    outcome = await run_limited(self.argv(code_dir, limits), stdin, limits, user=uid, env={})
+                finally:  # the uid is this run's alone: nothing of it may outlive the run
+                    await _kill_uid(uid)
+                return dataclasses.replace(outcome, uid=uid)
         # not root: the rlimits hold for this uid, but RLIMIT_NPROC counts its other processes too
         own = _process_count(os.getuid())
         raised = SandboxLimits(**{**vars(limits), "max_processes": limits.max_processes + own})
         return await run_limited(self.argv(code_dir, limits), stdin, raised, user=None, env={})
+
+
+UID_SPAN = 4096
+"""Sandbox uids are ``base_uid .. base_uid + UID_SPAN - 1``."""
+
+
+@contextlib.contextmanager
+def claimed_uid(base_uid: int, slot: int) -> Iterator[int]:
+    """An unprivileged uid no other run on this host holds (an flock per uid, so runs in other
+    processes, e.g. two trainers or two test suites, never share one and never kill each other's)."""
+    lock_dir = Path(tempfile.gettempdir()) / "ludic-sandbox-uids"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    for k in range(UID_SPAN):
+        uid = base_uid + (slot + k) % UID_SPAN
+        fd = os.open(lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(fd)  # releases the lock
+        return
+    raise RuntimeError(f"all {UID_SPAN} sandbox uids from {base_uid} are in use")
 
 
 def _interpreter_prefix(python: str) -> str | None:

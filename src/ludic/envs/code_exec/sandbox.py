@@ -60,6 +60,8 @@ class RunOutcome:
     stdout: bytes
     stderr: bytes
     wall_s: float
+    uid: int | None = None
+    """The user id the program ran as (None: the caller's own)."""
 
 
 @runtime_checkable
