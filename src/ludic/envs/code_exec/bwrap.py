@@ -94,7 +94,9 @@ class BubblewrapRunner:
         if self.is_root:
             with claimed_uid(self.base_uid, slot) as uid:
                 try:
-                    outcome = await run_limited(self.argv(code_dir, limits), stdin, limits, user=uid, env={})
+                    outcome = await run_limited(
+                        self.argv(code_dir, limits), stdin, limits, user=uid, env={}, kill_rest=lambda: _kill_uid(uid)
+                    )
                 finally:  # the uid is this run's alone: nothing of it may outlive the run
                     await _kill_uid(uid)
                 return dataclasses.replace(outcome, uid=uid)

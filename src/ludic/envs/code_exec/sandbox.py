@@ -13,6 +13,7 @@ import contextlib
 import os
 import resource
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -92,10 +93,18 @@ def rlimit_setter(limits: SandboxLimits, *, nproc: bool = True):
 
 
 async def run_limited(
-    argv: list[str], stdin: bytes, limits: SandboxLimits, *, user: int | None, env: dict[str, str] | None
+    argv: list[str],
+    stdin: bytes,
+    limits: SandboxLimits,
+    *,
+    user: int | None,
+    env: dict[str, str] | None,
+    kill_rest: Callable[[], Awaitable[None]] | None = None,
 ) -> RunOutcome:
     """Start ``argv`` in its own session with the limits, feed stdin, collect capped output,
-    kill the whole process group on the wall limit or too much output."""
+    kill the whole process group on the wall limit or too much output. ``kill_rest`` kills
+    whatever else the run started (processes outside the group still holding its pipes) before
+    the exit is awaited, so that wait cannot hang."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
@@ -123,7 +132,12 @@ async def run_limited(
         status = "output_limit"
     finally:
         _kill_group(proc.pid)
-        await proc.wait()
+        if kill_rest is not None:
+            await kill_rest()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=30)
+        except TimeoutError:
+            raise RuntimeError(f"{argv[0]}: the run did not end 30 s after SIGKILL") from None
     stdout, stderr = out.data(), err.data()
     return RunOutcome(
         status or classify(proc.returncode, stderr), proc.returncode, stdout, stderr, loop.time() - started
