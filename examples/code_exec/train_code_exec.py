@@ -101,7 +101,8 @@ async def main(
         cfg=TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=8192, pad_token_id=0),
         reducers=REDUCERS,
     )
-    return await trainer.train(num_steps=steps)
+    history = await trainer.train(num_steps=steps)
+    return history[-1]  # the last step's stats
 
 
 if __name__ == "__main__":
