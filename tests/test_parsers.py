@@ -128,4 +128,4 @@ def test_parsers_run_in_linear_time_on_megabyte_adversarial_replies(text):
     xml_tag_parser("answer", exact=True)(text)
     think_prefix_parser()(text)
     boxed_parser()("\\boxed{" + text)
-    assert time.perf_counter() - started < 2.0  # quadratic behaviour would take minutes at 1 MB
+    assert time.perf_counter() - started < 10.0  # linear: well under 1 s at 1 MB; quadratic would take minutes

@@ -98,4 +98,4 @@ def test_answer_normalisation_is_linear_on_megabyte_inputs(text):
 
     started = time.perf_counter()
     normalize_answer(text)
-    assert time.perf_counter() - started < 1.0  # the old float regex took minutes on "1"*1e6 + "x"
+    assert time.perf_counter() - started < 10.0  # the old float regex took minutes on "1"*1e6 + "x"

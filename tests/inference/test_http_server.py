@@ -40,7 +40,10 @@ def server(model_dir: Path) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "ludic.inference.server", str(model_dir), "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The log goes to a file, not a pipe nobody drains: a full pipe would block the server mid-request.
+    log_path = model_dir.parent / f"server-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 (closed at teardown)
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -51,11 +54,19 @@ def server(model_dir: Path) -> Iterator[str]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"server did not start: {proc.stdout.read().decode()[-2000:]}") from None
+                log.close()
+                raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}") from None
             time.sleep(0.2)
     yield url
     proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+        raise
+    finally:
+        log.close()
 
 
 def request(content: str = "hello", prompt_ids: list[int] | None = None, **sampling) -> ChatCompletionRequest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +21,10 @@ def start_server(model_dir: str | Path, *args: str, port: int | None = None) -> 
     port = port or free_port()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     cmd = [sys.executable, "-m", "ludic.inference.server", str(model_dir), "--port", str(port), *args]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The log goes to a temporary file, not a pipe nobody drains: a full pipe would stall the server.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop_server)
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc.log = log  # type: ignore[attr-defined]
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -30,8 +34,9 @@ def start_server(model_dir: str | Path, *args: str, port: int | None = None) -> 
         except httpx.TransportError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            out = log.read().decode(errors="replace")[-2000:]
             stop_server(proc)
-            out = proc.stdout.read().decode()[-2000:] if proc.stdout else ""
             raise RuntimeError(f"server did not start: {out}")
         time.sleep(0.2)
 
@@ -44,8 +49,9 @@ def stop_server(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    if proc.stdout:
-        proc.stdout.close()
+    log = getattr(proc, "log", None)
+    if log is not None:
+        log.close()
 
 
 @contextmanager
