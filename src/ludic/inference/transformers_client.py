@@ -45,9 +45,10 @@ class TransformersChatClient:
     (episodes, timeouts, other clients); False decodes on the loop's own thread. None (default)
     picks by device: False on a CPU, True elsewhere. On a CPU where the trainer runs in the same
     process, decoding on the loop's thread keeps one OpenMP thread team instead of two that hand
-    the cores back and forth; the quickstart's steps ran ~1.25x faster that way on 2 idle cores.
-    ``bench/bench_engine_thread.py`` (a GRPO step of the tiny model, 32 episodes x 16 tokens):
-    with OMP_NUM_THREADS=1 both settings take the same time (0.58 vs 0.63 s/step); with 2 OpenMP
+    the cores back and forth. ``bench/bench_engine_thread.py`` (a GRPO step of the tiny model,
+    32 episodes x 16 tokens), 2 OpenMP threads on 2 idle cores: 0.088 s/step on the loop's thread vs
+    0.211 on a worker thread (2.4x). With OMP_NUM_THREADS=1 on a loaded machine both settings took
+    the same time (0.58 vs 0.63 s/step); with 2 OpenMP
     threads on cores that other processes also load (load average 12 on 2 cores), decoding on
     the loop's thread was far slower (7-26 s vs 0.1-0.5 s per decode batch), so pass True, or
     set OMP_NUM_THREADS=1, on a busy machine. False blocks the loop while a batch decodes, which
