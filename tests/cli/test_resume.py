@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from ludic.cli import main
 from ludic.cli.run_config import train_from_config
 from ludic.config import load_config
+from ludic.testing.run_config import tiny_run_toml
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +29,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(folder: Path, model: Path, *, steps: int, every: int = 5) -> Path:
-    text = f"""
-steps = {steps}
-[model]
-path = "{model}"
-[env]
-name = "letter_repeat"
-kwargs = {{ count = 2, letters = "ab" }}
-[rollout]
-prompts_per_step = 2
-group_size = 2
-sampling = {{ temperature = 1.0, max_tokens = 4 }}
+    text = tiny_run_toml(model, steps=steps, tables=f"""
 [eval]
 num_episodes = 1
 sampling = {{ temperature = 0.0, max_tokens = 4 }}
@@ -53,7 +44,7 @@ max_to_keep = 2
 output_dir = "{folder / "out"}"
 rich = false
 plot = false
-"""
+""")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "run.toml"
     path.write_text(text)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ludic.cli import main
+from ludic.testing.run_config import tiny_run_toml
 
 pytestmark = pytest.mark.integration
 
@@ -20,17 +21,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tmp_path: Path, model: Path) -> Path:
-    text = f"""
-steps = 2
-[model]
-path = "{model}"
-[env]
-name = "letter_repeat"
-kwargs = {{ count = 2, letters = "ab" }}
-[rollout]
-prompts_per_step = 2
-group_size = 2
-sampling = {{ temperature = 1.0, max_tokens = 4 }}
+    text = tiny_run_toml(model, steps=2, tables=f"""
 [eval]
 num_episodes = 4
 every_n_steps = 1
@@ -42,7 +33,7 @@ micro_token_budget = 1024
 [logging]
 output_dir = "{tmp_path / "out"}"
 rich = false
-"""
+""")
     path = tmp_path / "run.toml"
     path.write_text(text)
     return path

@@ -8,22 +8,13 @@ from pathlib import Path
 import pytest
 
 from ludic.cli import main
+from ludic.testing.run_config import tiny_run_toml
 
 pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path: Path, model: Path, steps: int) -> Path:
-    text = f"""
-steps = {steps}
-[model]
-path = "{model}"
-[env]
-name = "letter_repeat"
-kwargs = {{ count = 2, letters = "ab" }}
-[rollout]
-prompts_per_step = 2
-group_size = 2
-sampling = {{ temperature = 1.0, max_tokens = 4 }}
+    text = tiny_run_toml(model, steps=steps, tables=f"""
 [pipeline]
 enabled = true
 actors = 2
@@ -42,7 +33,7 @@ every_n_steps = 2
 output_dir = "{tmp_path / "out"}"
 rich = false
 plot = false
-"""
+""")
     path = tmp_path / "run.toml"
     path.write_text(text)
     return path

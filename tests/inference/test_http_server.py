@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 from ludic.distributed import create_vllm_publisher
 from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
 from ludic.testing import build_tiny_model
+from ludic.testing.run_config import tiny_run_toml
 
 pytestmark = pytest.mark.integration
 
@@ -172,17 +173,7 @@ def test_ludic_train_with_a_server_backend(server, model_dir, tmp_path):
 
     config = tmp_path / "run.toml"
     config.write_text(
-        f"""
-steps = 2
-[model]
-path = "{model_dir}"
-[env]
-name = "letter_repeat"
-kwargs = {{ count = 2, letters = "ab" }}
-[rollout]
-prompts_per_step = 2
-group_size = 2
-sampling = {{ temperature = 1.0, max_tokens = 4 }}
+        tiny_run_toml(model_dir, steps=2, tables=f"""
 [inference]
 backend = "server"
 server_url = "{server}"
@@ -193,7 +184,7 @@ micro_token_budget = 1024
 [logging]
 output_dir = "{tmp_path / "out"}"
 rich = false
-"""
+""")
     )
     assert main(["train", str(config)]) == 0
     rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
