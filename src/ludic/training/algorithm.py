@@ -63,8 +63,32 @@ def validate_actor_logps(batch: SAWBatch) -> SAWBatch:
 
 
 def drop_zero_weight(batch: SAWBatch) -> SAWBatch:
-    """Drop items whose credit weight is exactly 0 (they add no gradient, only normaliser mass)."""
-    return set_items(batch, [it for it in batch.items if it.weight != 0.0])
+    """Drop items whose credit weight is exactly 0 (they add no gradient, only normaliser mass).
+
+    An item with per-token weights is dropped only when every one of them is 0.
+    """
+    return set_items(batch, [it for it in batch.items if any(w != 0.0 for w in _token_credit(it))])
+
+
+def _token_credit(item: SAWItem) -> list[float]:
+    return [item.weight] if item.token_weights is None else item.token_weights
+
+
+def credit_units(item: SAWItem) -> list[float]:
+    """The item's credit, one value per unit: ``[weight]``, or with per-token weights one value per
+    action span (a maximal run of action tokens, i.e. one model call): the mean of its weights."""
+    if item.token_weights is None:
+        return [float(item.weight)]
+    units: list[list[float]] = []
+    k, inside = 0, False
+    for flag in item.action_mask:
+        if flag:
+            if not inside:
+                units.append([])
+            units[-1].append(item.token_weights[k])
+            k += 1
+        inside = bool(flag)
+    return [statistics.fmean(u) for u in units]
 
 
 def drop_zero_variance_groups(batch: SAWBatch) -> SAWBatch:
@@ -86,17 +110,24 @@ def drop_zero_variance_groups(batch: SAWBatch) -> SAWBatch:
 def center_weights(normalize: bool = False) -> PreprocessFn:
     """Batch-mean baseline over the whole macro-batch: ``w_i - mean(w)`` (``/ (std(w) + 1e-8)``).
 
-    Done here rather than in the loss so the result does not depend on the micro-batch split.
+    Done here rather than in the loss so the result does not depend on the micro-batch split. The
+    mean and std run over ``credit_units``: an item with per-token weights counts once per action
+    span (a one-sequence episode is centred as its per-call items would be), and its token weights
+    are shifted and scaled like ``weight``.
     """
 
     def _center(batch: SAWBatch) -> SAWBatch:
         if not batch.items:
             return set_items(batch, [])
-        weights = [it.weight for it in batch.items]
+        weights = [w for it in batch.items for w in credit_units(it)]
+        if not weights:
+            return set_items(batch, list(batch.items))
         mean = statistics.fmean(weights)
         scale = statistics.pstdev(weights) + 1e-8 if normalize else 1.0
         for item in batch.items:
             item.weight = (item.weight - mean) / scale
+            if item.token_weights is not None:
+                item.token_weights = [(w - mean) / scale for w in item.token_weights]
         return set_items(batch, list(batch.items))
 
     return _center

@@ -31,6 +31,7 @@ def item_to_json(item: SAWItem) -> dict[str, Any]:
         "weight": float(item.weight),
         "meta": item.meta,
         "actor_logps": None if actor is None else list(actor.token_logps),
+        "token_weights": item.token_weights,
     }
 
 
@@ -43,6 +44,7 @@ def item_from_json(data: dict[str, Any]) -> SAWItem:
         weight=data["weight"],
         meta=data["meta"],
         attachments=SampleAttachments(actor_logps=None if logps is None else ActorTokenLogps(logps)),
+        token_weights=data.get("token_weights"),
     )
 
 

@@ -49,6 +49,12 @@ class SAWItem:
     ``input_ids = prompt_token_ids + completion_token_ids``; ``action_mask`` is 0 on the
     state and 1 on the action; ``attachments.actor_logps`` (if any) has one entry per
     action token.
+
+    ``token_weights`` (optional) gives each action token its own credit, one entry per action
+    token in order (a multi-turn episode trained as one sequence: each turn's reply carries that
+    turn's return). When set, the losses use it in place of ``weight`` (collated as
+    ``batch["token_weight"]``), and ``weight`` is only a summary for filters and logs (the
+    sequence builders set it to the mean over action tokens).
     """
 
     input_ids: list[int]
@@ -57,6 +63,7 @@ class SAWItem:
     weight: float
     meta: dict[str, Any] = field(default_factory=dict)
     attachments: SampleAttachments = field(default_factory=SampleAttachments)
+    token_weights: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -79,6 +86,8 @@ class SAWItem:
                     f"{where}: actor_logps has {len(actor.token_logps)} entries, "
                     f"action_mask marks {n_action} action tokens"
                 )
+        if self.token_weights is not None:
+            check_token_weights(where, self.token_weights, sum(self.action_mask))
         for key, values in self.attachments.frozen_logps.items():
             if len(values) != sum(self.action_mask):
                 raise ValueError(
@@ -93,6 +102,18 @@ class SAWItem:
     @property
     def num_action_tokens(self) -> int:
         return int(sum(self.action_mask))
+
+
+def check_token_weights(where: str, values: Any, n_action: int) -> None:
+    """ValueError (naming ``where``) unless ``values`` is a list of ``n_action`` finite numbers."""
+    if not isinstance(values, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in values
+    ):
+        raise ValueError(f"{where}: token_weights must be a list of finite numbers, got {values!r:.80}")
+    if len(values) != n_action:
+        raise ValueError(
+            f"{where}: token_weights has {len(values)} entries, action_mask marks {n_action} action tokens"
+        )
 
 
 @dataclass

@@ -75,6 +75,7 @@ def saw_item_to_dict(item: SAWItem) -> dict[str, Any]:
                 "meta": item.meta,
                 "actor_logps": None if actor is None else actor.token_logps,
                 "frozen_logps": item.attachments.frozen_logps,
+                "token_weights": item.token_weights,
             }
         )
     )
@@ -84,7 +85,7 @@ def saw_item_from_dict(data: dict[str, Any]) -> SAWItem:
     missing = [k for k in ("input_ids", "action_mask") if k not in data]
     if missing:
         raise KeyError(f"SAW item record lacks {missing}; got keys {sorted(data)}")
-    actor = data.get("actor_logps")
+    actor, token_weights = data.get("actor_logps"), data.get("token_weights")
     return SAWItem(
         input_ids=list(data["input_ids"]),
         attention_mask=list(data.get("attention_mask") or [1] * len(data["input_ids"])),
@@ -95,6 +96,7 @@ def saw_item_from_dict(data: dict[str, Any]) -> SAWItem:
             ActorTokenLogps(list(actor)) if actor is not None else None,
             {str(k): [float(x) for x in v] for k, v in (data.get("frozen_logps") or {}).items()},
         ),
+        token_weights=None if token_weights is None else list(token_weights),
     )
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ludic.training.shapes import Float, Int, shape_checked
-from ludic.training.types import ActorTokenLogps, SAWItem
+from ludic.training.types import ActorTokenLogps, SAWItem, check_token_weights
 
 
 def _where(item: SAWItem, index: int) -> str:
@@ -27,7 +27,8 @@ def _where(item: SAWItem, index: int) -> str:
 def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
     """A copy of ``item`` cut to its first ``max_seq_len`` tokens, with truncation recorded in meta.
 
-    The actor's logprobs are trimmed to the action tokens that survive, so they stay aligned.
+    The actor's logprobs and any per-token weights are trimmed to the action tokens that survive,
+    so they stay aligned.
     Items that fit get the same meta keys (``seq_len_truncated=False``) so reducers see every item.
     """
     n = len(item.input_ids)
@@ -57,6 +58,7 @@ def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
         weight=item.weight,
         meta=meta,
         attachments=attachments,
+        token_weights=None if item.token_weights is None else list(item.token_weights[:n_action]),
     )
 
 
@@ -120,6 +122,8 @@ def _validate_for_collate(item: SAWItem, index: int) -> None:
             f"{where}: actor_logps has {len(actor.token_logps)} entries, "
             f"action_mask marks {int(sum(item.action_mask))} action tokens"
         )
+    if item.token_weights is not None:
+        check_token_weights(where, item.token_weights, int(sum(item.action_mask)))
 
 
 def collate_saw_items(
@@ -127,8 +131,9 @@ def collate_saw_items(
 ) -> dict[str, torch.Tensor]:
     """Right-pad a micro-batch into tensors.
 
-    Keys: ``input_ids``/``attention_mask``/``action_mask`` [B, T] (long), ``weight`` [B] (float32),
-    and, when every item carries actor logprobs, ``old_logp_action`` [B] (their sum over the action)
+    Keys: ``input_ids``/``attention_mask``/``action_mask`` [B, T] (long), ``weight`` [B] (float32);
+    when any item has ``token_weights``, ``token_weight`` [B, T] (float32: each action token's
+    weight, an item without them repeating its ``weight``, 0 off the action); and, when every item carries actor logprobs, ``old_logp_action`` [B] (their sum over the action)
     and ``actor_logps`` [B, T] (each actor logprob at its action position, 0 elsewhere); likewise one
     [B, T] tensor per key of ``attachments.frozen_logps`` (``ref_logps``, ``teacher_logps``).
     """
@@ -162,6 +167,12 @@ def collate_saw_items(
         actor_logps = _at_action_positions([it.attachments.actor_logps.token_logps for it in items], action_mask)  # type: ignore[union-attr]
         out["actor_logps"] = actor_logps
         out["old_logp_action"] = actor_logps.sum(dim=1)
+    if any(it.token_weights is not None for it in items):
+        per_token = [
+            it.token_weights if it.token_weights is not None else [float(it.weight)] * it.num_action_tokens
+            for it in items
+        ]
+        out["token_weight"] = _at_action_positions(per_token, action_mask)
     for key in _frozen_keys(items):
         out[key] = _at_action_positions([it.attachments.frozen_logps[key] for it in items], action_mask)
     _check_collated(input_ids, attention_mask, action_mask, out["weight"])

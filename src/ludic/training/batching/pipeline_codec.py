@@ -60,6 +60,7 @@ def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]
         "action_mask": bytes(item.action_mask),
         "actor_logps": None if actor is None else _le_bytes("f", actor.token_logps),
         "weight": float(item.weight),
+        "token_weights": None if item.token_weights is None else _le_bytes("d", item.token_weights),  # float64
         "meta": item.meta,
     }
     try:
@@ -143,6 +144,9 @@ def _item(body: dict[str, Any]) -> SAWItem:
     attention_mask = _array(body, "attention_mask", "u1")
     action_mask = _array(body, "action_mask", "u1")
     actor = None if body.get("actor_logps") is None else _checked_logps(_array(body, "actor_logps", "<f4"))
+    token_weights = None if body.get("token_weights") is None else _array(body, "token_weights", "<f8")
+    if token_weights is not None and not np.isfinite(token_weights).all():
+        raise BadEntry("invalid", "token_weights holds NaN or inf")
     weight, meta = body.get("weight"), body.get("meta")
     if not isinstance(weight, float) or not isinstance(meta, dict):
         raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__}")
@@ -156,6 +160,7 @@ def _item(body: dict[str, Any]) -> SAWItem:
             weight=weight,
             meta=meta,
             attachments=SampleAttachments(actor_logps=actor),
+            token_weights=None if token_weights is None else token_weights.tolist(),
         )
     except (TypeError, ValueError) as exc:  # lengths disagree, weight not finite, ...
         raise BadEntry("invalid", str(exc)) from exc

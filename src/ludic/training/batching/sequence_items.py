@@ -5,11 +5,15 @@ O(T^2) prompt tokens. When every model call's prompt ids begin with the previous
 completion ids (agents built with ``Agent(exact_sequence=True)`` make them so), the calls of a
 rollout are one sequence: ``input_ids`` = the last call's prompt + completion, ``action_mask`` 1 on
 each call's sampled completion and 0 on everything else (templates, env observations, tool results),
-actor log-probs concatenated in order. A segment also needs one weight, so a run of calls is
-merged while the credit stays the same; where the ids do not extend (a template that rewrote
-history) or the credit changes (per-turn credit), a new item starts. Each item is exactly the union
-of the per-step items it replaces: for a loss that sums over action tokens its gradient is the sum
-of theirs.
+actor log-probs concatenated in order. Each call's action span carries its step's credit: where the
+credit differs between calls (per-turn credit, ``PerTurnReturn``), the item gets ``token_weights``
+(one per action token, its call's weight; ``weight`` is then their mean, a summary); where it is
+the same throughout, the plain scalar ``weight``. Where the ids do not extend (a template that
+rewrote history), a new item starts. Each item is exactly the union of the per-step items it
+replaces: for a loss that sums over action tokens with per-token advantages (REINFORCE without the
+sequence ratio, token-level PPO/GRPO clip, CISPO, SFT) its gradient is the sum of theirs. Losses
+with a sequence-level ratio (REINFORCE's IS correction, GSPO) take one ratio over the whole episode
+instead of one per call; on-policy the ratios are 1 either way.
 """
 
 from __future__ import annotations
@@ -25,18 +29,19 @@ from ludic.types import Rollout, Step, TokenTrace
 
 @dataclass
 class _Segment:
-    weight: float
     first: Step
     last: Step
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logps: list[float] | None = field(default_factory=list)
+    token_weights: list[float] = field(default_factory=list)
+    call_weights: list[float] = field(default_factory=list)
     calls: int = 0
     steps: list[int] = field(default_factory=list)
 
 
 def rollout_to_sequence_items(rollout: Rollout, weights: Mapping[RolloutStepKey, float]) -> list[SAWItem]:
-    """The rollout's model calls merged into as few sequences as the ids and credit allow."""
+    """The rollout's model calls merged into as few sequences as the ids allow."""
     items: list[SAWItem] = []
     seg: _Segment | None = None
     for step in rollout.steps:
@@ -49,12 +54,12 @@ def rollout_to_sequence_items(rollout: Rollout, weights: Mapping[RolloutStepKey,
                     f"missing rollout-time token trace for rollout {rollout.id!r} step {step.index}: the "
                     "client must return prompt/completion token ids (Ludic never re-tokenises generated text)"
                 )
-            if seg is not None and (seg.weight != weights[key] or not _extends(seg.ids, trace)):
+            if seg is not None and not _extends(seg.ids, trace):
                 items.append(_item(rollout, seg))
                 seg = None
             if seg is None:
-                seg = _Segment(weight=weights[key], first=step, last=step)
-            _append(seg, step, trace)
+                seg = _Segment(first=step, last=step)
+            _append(seg, step, trace, float(weights[key]))
     if seg is not None:
         items.append(_item(rollout, seg))
     return items
@@ -71,11 +76,13 @@ def _extends(ids: list[int], trace: TokenTrace) -> bool:
     return len(prompt) >= len(ids) and prompt[: len(ids)] == ids
 
 
-def _append(seg: _Segment, step: Step, trace: TokenTrace) -> None:
+def _append(seg: _Segment, step: Step, trace: TokenTrace, weight: float) -> None:
     new_prompt = trace.prompt_token_ids[len(seg.ids) :]
     completion = list(trace.completion_token_ids)
     seg.ids += [*new_prompt, *completion]
     seg.mask += [0] * len(new_prompt) + [1] * len(completion)
+    seg.token_weights += [weight] * len(completion)
+    seg.call_weights.append(weight)
     if seg.logps is not None and trace.completion_logprobs is not None:
         seg.logps += [float(x) for x in trace.completion_logprobs]
     else:
@@ -87,7 +94,13 @@ def _append(seg: _Segment, step: Step, trace: TokenTrace) -> None:
 
 
 def _item(rollout: Rollout, seg: _Segment) -> SAWItem:
-    template = step_to_saw_item(rollout, seg.last, seg.weight)  # the last step's meta (env results)
+    uniform = len(set(seg.call_weights)) == 1
+    if uniform:
+        weight, token_weights = seg.call_weights[0], None
+    else:  # per-call credit: each action token carries its call's weight; `weight` summarises them
+        weight = sum(seg.token_weights) / len(seg.token_weights) if seg.token_weights else 0.0
+        token_weights = seg.token_weights
+    template = step_to_saw_item(rollout, seg.last, weight)  # the last step's meta (env results)
     meta: dict[str, Any] = {
         **template.meta,
         "step_index": seg.first.index,
@@ -102,7 +115,8 @@ def _item(rollout: Rollout, seg: _Segment) -> SAWItem:
         input_ids=seg.ids,
         attention_mask=[1] * len(seg.ids),
         action_mask=seg.mask,
-        weight=float(seg.weight),
+        weight=float(weight),
         meta=meta,
         attachments=SampleAttachments(actor_logps=actor),
+        token_weights=token_weights,
     )

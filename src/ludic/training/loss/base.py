@@ -122,6 +122,15 @@ def action_mask_f(batch: Mapping[str, Tensor], owner: str) -> Tensor:
     return require(batch, "action_mask", owner).to(torch.float32)
 
 
+def token_advantages(batch: Mapping[str, Tensor], owner: str, dtype: torch.dtype) -> Tensor:
+    """``A_{i,t}`` broadcastable to [B, T]: ``batch["token_weight"]`` [B, T] when collation made one
+    (items with per-token weights, e.g. one sequence per episode with per-turn credit), else
+    ``batch["weight"][:, None]`` [B, 1] (one weight per sequence: ``A_{i,t} = A_i``)."""
+    if "token_weight" in batch:
+        return batch["token_weight"].to(dtype)
+    return require(batch, "weight", owner).to(dtype)[:, None]
+
+
 @shape_checked
 def seq_reduce(x: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"], *, length_normalize: bool) -> Float[Tensor, " B"]:
     """Per-sequence ``sum_t mask * x`` [B], divided by the action-token count when ``length_normalize``."""

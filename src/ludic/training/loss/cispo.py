@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
+from ludic.training.loss.base import (
+    Stats,
+    TokenLogpLoss,
+    action_mask_f,
+    require,
+    seq_reduce,
+    token_advantages,
+    token_mean,
+)
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards
 from ludic.training.shapes import Float, shape_checked
 
@@ -25,6 +33,7 @@ class CISPOLoss(TokenLogpLoss, MismatchGuards):
     ``r_t = exp(policy_logp_t - actor_logp_t)``; ``red_t`` averages over action tokens when
     ``length_normalize`` (the default, as in the paper), else sums. The default ``clip_eps_low=1e6``
     leaves the weight unbounded below. ``tis_cap`` further caps the weight: ``sg(min(w_t, tis_cap))``.
+    With per-token weights (``batch["token_weight"]``) ``A_i`` becomes ``A_{i,t}``.
     """
 
     clip_eps_low: float = 1e6
@@ -48,20 +57,20 @@ class CISPOLoss(TokenLogpLoss, MismatchGuards):
     ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
-        adv = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
+        adv = token_advantages(batch, owner, policy_logps.dtype)  # A_it [B, T], or A_i [B, 1]
         actor_logps = require(batch, "actor_logps", owner).to(policy_logps.dtype)  # [B, T]
         ratio = torch.exp((policy_logps.detach() - actor_logps) * mask)  # [B, T], no gradient
         is_weight = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)  # sg(clip(r))
         if self.tis_cap is not None:
             is_weight = is_weight.clamp(max=self.tis_cap)
-        per_token = is_weight * adv[:, None] * policy_logps  # [B, T]
+        per_token = is_weight * adv * policy_logps  # [B, T]
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         loss = (-seq_reduce(per_token, mask, length_normalize=self.length_normalize) * keep).mean()
         with torch.no_grad():
             clipped = (ratio < 1.0 - self.clip_eps_low) | (ratio > 1.0 + self.clip_eps_high)
             stats.update(
                 loss=loss.detach(),
-                adv_mean=adv.mean(),
+                adv_mean=token_mean(adv, mask) if "token_weight" in batch else adv.mean(),
                 logp_mean=token_mean(policy_logps.detach(), mask),
                 ratio_mean=token_mean(ratio, mask),
                 clip_frac=token_mean(clipped.to(mask.dtype), mask),

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
+from ludic.training.loss.base import (
+    Stats,
+    TokenLogpLoss,
+    action_mask_f,
+    require,
+    seq_reduce,
+    token_advantages,
+    token_mean,
+)
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards, tis_surrogate_factor
 from ludic.training.shapes import Float, shape_checked
 
@@ -39,7 +47,8 @@ class TokenClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
     """Token-level PPO clip (GRPO): ``L = -mean_i[ red_t( min(r_t A_i, clip(r_t) A_i) ) ]``.
 
     ``r_t = exp(policy_logp_t - actor_logp_t)``; ``red_t`` sums over action tokens, or averages
-    when ``length_normalize``. With ``tis_cap`` each token's surrogate is multiplied by
+    when ``length_normalize``. With per-token weights (``batch["token_weight"]``) ``A_i`` becomes
+    ``A_{i,t}``: ``min(r_t A_{i,t}, clip(r_t) A_{i,t})``. With ``tis_cap`` each token's surrogate is multiplied by
     ``sg(min(1, tis_cap / r_t))`` (see ``mismatch``); MIS-masked sequences add 0.
     """
 
@@ -61,12 +70,10 @@ class TokenClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
     ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
-        adv = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
+        adv = token_advantages(batch, owner, policy_logps.dtype)  # A_it [B, T], or A_i [B, 1]
         actor_logps = require(batch, "actor_logps", owner).to(policy_logps.dtype)  # [B, T]
         ratio = torch.exp((policy_logps - actor_logps) * mask)  # [B, T]; 1 off the action
-        surr, clipped = clipped_surrogate(
-            ratio, adv[:, None], self.clip_eps_low, self.clip_eps_high, self.ratio_clip
-        )
+        surr, clipped = clipped_surrogate(ratio, adv, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
         surr = surr * tis_surrogate_factor(ratio, self.tis_cap)
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         per_seq = -seq_reduce(surr, mask, length_normalize=self.length_normalize) * keep  # [B]
@@ -74,7 +81,7 @@ class TokenClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
         with torch.no_grad():
             stats.update(
                 loss=loss.detach(),
-                adv_mean=adv.mean(),
+                adv_mean=token_mean(adv, mask) if "token_weight" in batch else adv.mean(),
                 logp_mean=token_mean(policy_logps.detach(), mask),
                 ratio_mean=token_mean(ratio.detach(), mask),
                 clip_frac=token_mean(clipped.to(mask.dtype), mask),
@@ -91,6 +98,11 @@ class ClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
     ``s_i = exp((logp_i - old_i) / |y_i|)`` (geometric-mean token ratio) when ``length_normalize``,
     else ``exp(logp_i - old_i)``; ``logp_i`` sums the policy's action log-probs and ``old_i`` is
     ``batch[old_logp_key]``. ``tis_cap`` multiplies by ``sg(min(1, tis_cap / s_i))``.
+
+    Per-token weights (``batch["token_weight"]``, ``A_{i,t}``): the surrogate is averaged over the
+    action tokens, ``mean_t min(s_i A_{i,t}, clip(s_i) A_{i,t})``, which is the form above when every
+    ``A_{i,t} = A_i``. The ratio stays the sequence's: unlike the token-level losses this is not the
+    sum of per-turn items' losses (each of those has its own ``s``).
     """
 
     clip_eps_low: float = 3e-4
@@ -118,17 +130,25 @@ class ClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
         if self.length_normalize:
             log_ratio = log_ratio / mask.sum(-1).clamp(min=1.0)
         ratio = torch.exp(log_ratio)  # s_i [B]
-        surr, clipped = clipped_surrogate(ratio, adv, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
+        eps = (self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
+        if "token_weight" in batch:  # mean_t min(s_i A_it, clip(s_i) A_it) over action tokens
+            adv_t = token_advantages(batch, owner, policy_logps.dtype)  # [B, T]
+            surr_t, clipped_t = clipped_surrogate(ratio[:, None].expand_as(adv_t), adv_t, *eps)
+            surr = seq_reduce(surr_t, mask, length_normalize=True)  # [B]
+            adv_mean, clip_frac = token_mean(adv_t, mask), token_mean(clipped_t.to(mask.dtype), mask)
+        else:
+            surr, clipped = clipped_surrogate(ratio, adv, *eps)
+            adv_mean, clip_frac = adv.mean(), clipped.to(mask.dtype).mean()
         surr = surr * tis_surrogate_factor(ratio, self.tis_cap)
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         loss = (-surr * keep).mean()
         with torch.no_grad():
             stats.update(
                 loss=loss.detach(),
-                adv_mean=adv.mean(),
+                adv_mean=adv_mean,
                 logp_mean=token_mean(policy_logps.detach(), mask),
                 ratio_mean=ratio.detach().mean(),
-                clip_frac=clipped.to(mask.dtype).mean(),
+                clip_frac=clip_frac,
             )
             if self.ratio_clip is not None:
                 stats["ratio_clip_frac"] = (ratio > self.ratio_clip).to(mask.dtype).mean()

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, require, seq_reduce, token_mean
+from ludic.training.loss.base import (
+    Stats,
+    TokenLogpLoss,
+    action_mask_f,
+    require,
+    seq_reduce,
+    token_advantages,
+    token_mean,
+)
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards
 from ludic.training.shapes import Float, shape_checked
 
@@ -23,6 +31,9 @@ class ReinforceLoss(TokenLogpLoss, MismatchGuards):
       (always the full sum, also under ``length_normalize``). ``old_logp_key=None`` disables the
       correction (``r = 1``, plain REINFORCE: ``-E[A * log pi]``).
     - ``w_i = min(r_i, tis_cap)`` with ``tis_cap``; sequences masked by ``mis_threshold`` add 0.
+    - Per-token weights (``batch["token_weight"]``, ``A_{i,t}``): ``L = -mean_i[ sg(w_i) *
+      red_t(A_{i,t} * logp_{i,t}) ]`` (``red_t`` sums, or averages under ``length_normalize``); equal to
+      the form above when every ``A_{i,t} = A_i``. ``r_i`` stays the whole sequence's ratio.
     """
 
     length_normalize: bool = False
@@ -36,13 +47,15 @@ class ReinforceLoss(TokenLogpLoss, MismatchGuards):
     def _advantages(self, batch: Mapping[str, Tensor]) -> Tensor:
         return require(batch, "weight", type(self).__name__).to(torch.float32)
 
+    def _token_advantages(self, batch: Mapping[str, Tensor], dtype: torch.dtype) -> Tensor:
+        return token_advantages(batch, type(self).__name__, dtype)
+
     @shape_checked
     def compute_from_logps(
         self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
     ) -> tuple[Float[Tensor, ""], Stats]:
         owner = type(self).__name__
         mask = action_mask_f(batch, owner)  # [B, T]
-        adv = self._advantages(batch)  # [B]
         seq_logp = seq_reduce(policy_logps, mask, length_normalize=self.length_normalize)  # [B]
         if self.old_logp_key is None:
             ratio = torch.ones_like(seq_logp)
@@ -52,12 +65,20 @@ class ReinforceLoss(TokenLogpLoss, MismatchGuards):
             ratio = torch.exp(full_logp.detach() - old)  # r_i, no gradient
         is_weight = ratio if self.tis_cap is None else ratio.clamp(max=self.tis_cap)
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
-        per_seq = -is_weight * adv * seq_logp * keep  # [B]
+        if "token_weight" in batch:  # per-token credit: -sg(w_i) * red_t(A_it * logp_it)
+            adv_t = self._token_advantages(batch, policy_logps.dtype)  # [B, T]
+            weighted = seq_reduce(adv_t * policy_logps, mask, length_normalize=self.length_normalize)
+            per_seq = -is_weight * weighted * keep  # [B]
+            adv_mean = token_mean(adv_t.detach(), mask)
+        else:
+            adv = self._advantages(batch)  # [B]
+            per_seq = -is_weight * adv * seq_logp * keep  # [B]
+            adv_mean = adv.mean()
         loss = per_seq.mean()
         with torch.no_grad():
             stats.update(
                 loss=loss.detach(),
-                adv_mean=adv.mean(),
+                adv_mean=adv_mean,
                 logp_mean=token_mean(policy_logps.detach(), mask),
                 ratio_mean=ratio.mean(),
             )
@@ -76,6 +97,13 @@ class ReinforceBaselineLoss(ReinforceLoss):
     """
 
     normalize: bool = False
+
+    def _token_advantages(self, batch: Mapping[str, Tensor], dtype: torch.dtype) -> Tensor:
+        raise ValueError(
+            "ReinforceBaselineLoss centres one weight per sequence over the micro-batch, but this batch "
+            "has per-token weights (batch['token_weight']); centre them over the macro-batch instead "
+            "(make_reinforce_baseline: center_weights preprocessing + ReinforceLoss)"
+        )
 
     def _advantages(self, batch: Mapping[str, Tensor]) -> Tensor:
         weight = super()._advantages(batch)
