@@ -15,9 +15,14 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
 from ludic.testing import tiny_model_path
 from ludic.training.batching import rollouts_to_saw_items
-from ludic.training.batching.micro_batching import collate_saw_items
+from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
 from ludic.training.batching.sequence_items import rollout_to_sequence_items
-from ludic.training.loss import ReinforceLoss
+from ludic.training.loss import (
+    CISPOLoss,
+    MaskedCausalLMCrossEntropyLoss,
+    ReinforceLoss,
+    TokenClippedSurrogateLoss,
+)
 from ludic.types import StepOutcome
 
 
@@ -76,33 +81,64 @@ async def test_one_sequence_holds_exactly_the_ids_sent_and_sampled(client):
     assert item.num_tokens < sum(it.num_tokens for it in per_step)
 
 
-async def test_gradient_of_the_sequence_equals_the_sum_over_per_step_items(client):
+def _grad_of(model, loss_fn, items):
+    """Summed loss and flat gradient over ``items``, each its own batch (losses that sum over tokens)."""
+    model.zero_grad()
+    total = 0.0
+    for it in items:
+        batch = collate_saw_items([it], pad_token_id=0, device="cpu")
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        loss, _ = loss_fn.compute(logits, batch)
+        loss.backward()
+        total += float(loss.detach())
+    return total, torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+SUMMED_LOSSES = {
+    "reinforce": ReinforceLoss(old_logp_key=None),  # -sum_i sum_t A_it logp_it
+    "grpo_token_clip": TokenClippedSurrogateLoss(),  # -sum_t min(r_t A_t, clip(r_t) A_t)
+    "cispo_summed": CISPOLoss(length_normalize=False),  # -sum_t sg(clip(r_t)) A_t logp_t
+    "sft": MaskedCausalLMCrossEntropyLoss(),  # -sum_t w_t logp_t
+}
+
+
+@pytest.mark.parametrize("loss_name", sorted(SUMMED_LOSSES))
+async def test_per_turn_credit_trains_one_sequence_whose_gradient_is_the_per_step_sum(client, loss_name):
     rollout = await _episode(client, exact=True)
-    # turns 0-1 and 2-3 have different credit: two sequences, each with its own weight
-    weights = {(rollout.id, s.index): (0.7 if s.index < 2 else -0.3) for s in rollout.steps}
-    seq_items = rollout_to_sequence_items(rollout, weights)
-    assert [it.meta["step_indices"] for it in seq_items] == [[0, 1], [2, 3]]
+    weights = {(rollout.id, s.index): w for s, w in zip(rollout.steps, [0.7, 0.7, -0.3, 1.2], strict=True)}
+    (item,) = rollout_to_sequence_items(rollout, weights)  # per-turn credit: still ONE sequence
+    assert item.meta["step_indices"] == [0, 1, 2, 3] and item.token_weights is not None
     step_items = rollouts_to_saw_items([rollout], weights)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path()).double()
-    loss_fn = ReinforceLoss(old_logp_key=None)  # -sum_i A_i * sum_t logp_t, per item
-
-    def grad_of(items):
-        model.zero_grad()
-        total = 0.0
-        for it in items:
-            batch = collate_saw_items([it], pad_token_id=0, device="cpu")
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            loss, _ = loss_fn.compute(logits, batch)
-            loss.backward()
-            total += float(loss.detach())
-        return total, torch.cat([p.grad.flatten() for p in model.parameters()])
-
-    seq_loss, seq_grad = grad_of(seq_items)
-    step_loss, step_grad = grad_of(step_items)
-    assert seq_loss == pytest.approx(step_loss, rel=1e-6)
+    seq_loss, seq_grad = _grad_of(model, SUMMED_LOSSES[loss_name], [item])
+    step_loss, step_grad = _grad_of(model, SUMMED_LOSSES[loss_name], step_items)
+    assert seq_loss == pytest.approx(step_loss, rel=1e-5)
     assert seq_grad.norm() > 1e-2  # a real gradient, not two zeros
     # equal up to the loss's float32 log-prob arithmetic (the model runs in float64 here)
     torch.testing.assert_close(seq_grad, step_grad, rtol=1e-4, atol=1e-6)
+
+
+async def test_each_action_token_carries_its_turns_weight_through_collation_and_truncation(client):
+    rollout = await _episode(client, exact=True)
+    per_turn = [0.7, 0.7, -0.3, 1.2]
+    weights = {(rollout.id, s.index): w for s, w in zip(rollout.steps, per_turn, strict=True)}
+    (item,) = rollout_to_sequence_items(rollout, weights)
+    expected = torch.zeros(len(item.input_ids), dtype=torch.float32)
+    for trace, w in zip([s.trace for s in rollout.steps], per_turn, strict=True):
+        start = len(trace.prompt_token_ids)  # this call's completion span in the one sequence
+        expected[start : start + len(trace.completion_token_ids)] = w
+    batch = collate_saw_items([item], pad_token_id=0, device="cpu")
+    torch.testing.assert_close(batch["token_weight"][0], expected, rtol=0, atol=0)  # token by token
+    assert ((batch["token_weight"][0] != 0) == batch["action_mask"][0].bool()).all()
+    assert item.weight == pytest.approx(float(expected.sum() / batch["action_mask"].sum()))  # the summary
+    # cut inside the third turn's reply: the surviving tokens keep their weights, the rest go
+    third = rollout.steps[2].trace
+    keep = len(third.prompt_token_ids) + len(third.completion_token_ids) // 2 + 1
+    cut = truncate_item(item, keep)
+    assert len(cut.token_weights) == sum(cut.action_mask) == len(cut.attachments.actor_logps.token_logps)
+    cut_batch = collate_saw_items([cut], pad_token_id=0, device="cpu")
+    torch.testing.assert_close(cut_batch["token_weight"][0], expected[:keep], rtol=0, atol=0)
+    assert set(cut.token_weights) == {0.7, -0.3}
 
 
 class EditingDialog(FullDialog):
@@ -139,11 +175,11 @@ async def test_rollout_engine_one_sequence_option_trains_each_episode_as_one_ite
     from ludic.training import (
         EnvSpec,
         EpisodicReturn,
+        PerTurnReturn,
         ProtocolSpec,
         RLAlgorithm,
         RolloutEngine,
         RolloutRequest,
-        make_reinforce,
     )
 
     def protocol():
@@ -165,7 +201,17 @@ async def test_rollout_engine_one_sequence_option_trains_each_episode_as_one_ite
     batch = await engine.generate_batch([request], episodic, max_steps=3)
     assert len(batch.items) == 2
     assert all(it.meta["step_indices"] == [0, 1, 2] and it.meta["one_sequence"] for it in batch.items)
-    # Monte Carlo returns change from turn to turn unless the rewards are 0: a new item at each change
-    batch = await engine.generate_batch([request], make_reinforce(), max_steps=3)
-    covered = sorted((it.meta["rollout_id"], i) for it in batch.items for i in it.meta["step_indices"])
-    assert len(covered) == len(set(covered)) == 6  # every turn trained exactly once
+    # per-turn credit (reward-to-go 3, 2, 1): still one item per episode, each reply with its turn's return
+    per_turn = RLAlgorithm("per_turn", PerTurnReturn(), ReinforceLoss(old_logp_key=None))
+    batch = await engine.generate_batch([request], per_turn, max_steps=3)
+    assert len(batch.items) == 2
+    for item in batch.items:
+        assert item.meta["step_indices"] == [0, 1, 2]
+        spans, k = [], 0  # each action span's weights, in order
+        for i, flag in enumerate(item.action_mask):
+            if flag and (i == 0 or not item.action_mask[i - 1]):
+                spans.append([])
+            if flag:
+                spans[-1].append(item.token_weights[k])
+                k += 1
+        assert [set(span) for span in spans] == [{3.0}, {2.0}, {1.0}]

@@ -133,9 +133,10 @@ def collate_saw_items(
 
     Keys: ``input_ids``/``attention_mask``/``action_mask`` [B, T] (long), ``weight`` [B] (float32);
     when any item has ``token_weights``, ``token_weight`` [B, T] (float32: each action token's
-    weight, an item without them repeating its ``weight``, 0 off the action); and, when every item carries actor logprobs, ``old_logp_action`` [B] (their sum over the action)
-    and ``actor_logps`` [B, T] (each actor logprob at its action position, 0 elsewhere); likewise one
-    [B, T] tensor per key of ``attachments.frozen_logps`` (``ref_logps``, ``teacher_logps``).
+    weight, an item without them repeating its ``weight``, 0 off the action); and, when every item
+    carries actor logprobs, ``old_logp_action`` [B] (their sum over the action) and ``actor_logps``
+    [B, T] (each actor logprob at its action position, 0 elsewhere); likewise one [B, T] tensor per
+    key of ``attachments.frozen_logps`` (``ref_logps``, ``teacher_logps``).
     """
     if not items:
         raise ValueError("collate_saw_items got an empty list of items")
