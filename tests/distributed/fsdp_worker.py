@@ -126,9 +126,9 @@ def main() -> None:
         assert params == {}, "only rank 0 receives the gathered weights"
     trainer.close()
     if distributed:
-        import torch.distributed as dist
+        from ludic.distributed.fsdp import shutdown_distributed
 
-        dist.destroy_process_group()
+        shutdown_distributed()
 
 
 if __name__ == "__main__":

@@ -67,6 +67,19 @@ def init_distributed(backend: str | None = None, *, timeout_s: float = 600.0) ->
     return dist.get_rank(), dist.get_world_size()
 
 
+def shutdown_distributed() -> None:
+    """Wait for every rank, then destroy the process groups (no-op when none is initialised).
+
+    Why the barrier: a rank that tears its group down while a peer is still busy (rank 0 writing files,
+    a publish in flight) closes connections under that peer; with gloo that can end in an abort at exit
+    instead of a clean return code.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def is_fsdp_model(model: nn.Module) -> bool:
     """True when ``model`` (the root) was sharded with ``fully_shard``."""
     from torch.distributed.fsdp import FSDPModule

@@ -32,6 +32,7 @@ def item_to_json(item: SAWItem) -> dict[str, Any]:
         "meta": item.meta,
         "actor_logps": None if actor is None else list(actor.token_logps),
         "token_weights": item.token_weights,
+        "frozen_logps": {key: list(values) for key, values in item.attachments.frozen_logps.items()},
     }
 
 
@@ -43,7 +44,10 @@ def item_from_json(data: dict[str, Any]) -> SAWItem:
         action_mask=data["action_mask"],
         weight=data["weight"],
         meta=data["meta"],
-        attachments=SampleAttachments(actor_logps=None if logps is None else ActorTokenLogps(logps)),
+        attachments=SampleAttachments(
+            actor_logps=None if logps is None else ActorTokenLogps(logps),
+            frozen_logps=dict(data.get("frozen_logps") or {}),
+        ),
         token_weights=data.get("token_weights"),
     )
 
