@@ -73,5 +73,5 @@ def test_json_round_trip_keeps_every_field():
     item = SAWItem(input_ids=[1, 2, 3], attention_mask=[1, 1, 1], action_mask=[0, 1, 1], weight=0.5,
                    meta={"k": "v"}, attachments=SampleAttachments(ActorTokenLogps([-1.0, -2.0]),
                                                                   frozen_logps={"teacher_logps": [-0.1, -0.2]}),
-                   token_weights=[0.0, 0.5, -1.0])  # fmt: skip
+                   token_weights=[0.5, -1.0])  # fmt: skip
     assert item_from_json(json.loads(json.dumps(item_to_json(item)))) == item
