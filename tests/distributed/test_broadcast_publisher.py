@@ -90,6 +90,7 @@ def test_bad_tensors_are_refused_with_the_reason_and_the_old_weights_keep_servin
         publisher.publish(nan, version=99)
     after, after_version = greedy_logps(client)
     assert after_version == version and after == pytest.approx(before, abs=1e-6)
+    assert client.is_paused_sync() is False  # each failed publish still resumed the server
     publisher.close()
 
 

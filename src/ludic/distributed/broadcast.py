@@ -7,6 +7,8 @@ Tensors travel in packed buckets of up to ``bucket_bytes`` (one broadcast per bu
 parameter); each bucket's broadcast runs on a worker thread while the matching ``/update_weights``
 call waits for the server to receive it. A dead server or a lost broadcast makes ``publish`` raise
 ``PublishError`` within the timeouts instead of hanging; the server then keeps its old weights.
+Around the update the server is paused (``POST /pause?mode=keep`` ... ``POST /resume``, vLLM's
+async-RL recipe): requests in flight freeze and continue with the new weights afterwards.
 
 ``publish`` takes any Mapping or iterable of ``(name, tensor)`` pairs and walks it lazily, so a
 caller can gather one layer at a time (FSDP) without holding the whole model twice.
@@ -23,7 +25,9 @@ import torch
 from torch import Tensor
 
 from ludic.inference._http import RequestRefused
+from ludic.inference.pause import check_mode
 from ludic.inference.process_group import broadcast, create_group, free_port
+from ludic.inference.vllm_client import VLLMChatClient
 from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, packed_size, update_info
 
 WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
@@ -62,6 +66,7 @@ class BroadcastPolicyPublisher:
     master_address/master_port: where this trainer (rank 0) hosts the rendezvous (port 0 = any free
     port); the server must reach it. backend: "gloo" or "nccl" (default: nccl when CUDA is up).
     packed: one packed buffer per bucket (else one broadcast per tensor, vLLM's unpacked mode).
+    pause_mode: how the server pauses during the update ("keep", "wait", "abort"; None: no pause).
     """
 
     def __init__(
@@ -74,7 +79,10 @@ class BroadcastPolicyPublisher:
         bucket_bytes: int = 256 << 20,
         packed: bool = True,
         timeout_s: float = 120.0,
+        pause_mode: str | None = "keep",
     ) -> None:
+        if pause_mode is not None:
+            check_mode(pause_mode)
         if bucket_bytes < 1 or timeout_s <= 0:
             raise ValueError(f"bucket_bytes and timeout_s must be positive, got {bucket_bytes}, {timeout_s}")
         self.client = client
@@ -82,6 +90,7 @@ class BroadcastPolicyPublisher:
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
         self.bucket_bytes, self.packed, self.timeout_s = bucket_bytes, packed, timeout_s
+        self.pause_mode = pause_mode
         self._group: Any = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-broadcast")
@@ -91,6 +100,21 @@ class BroadcastPolicyPublisher:
     # ---- the PolicyPublisher seam ---------------------------------------------------------------
     def publish(self, state_dict: WeightSource, version: int | None = None) -> None:
         self._ensure_group()
+        if self.pause_mode is None:
+            return self._update(state_dict, version)
+        try:
+            self._post(VLLMChatClient.pause_path(self.pause_mode, True), {})
+        except Exception as exc:
+            raise PublishError(f"could not pause the server before the update (nothing was sent): {exc}") from exc
+        try:
+            self._update(state_dict, version)
+        finally:  # resumed whether or not the update applied: a stuck pause would stall every rollout
+            try:
+                self.client.post_json_sync("/resume", {}, timeout_s=self.timeout_s, retry=True)
+            except Exception as exc:
+                raise PublishError(f"the server did not resume after the update and may stay paused: {exc}") from exc
+
+    def _update(self, state_dict: WeightSource, version: int | None) -> None:
         count = nbytes = 0
         try:
             self._post("/start_weight_update", {})

@@ -8,6 +8,7 @@ from the batch (and the KV cache) so they stop costing compute. Each row samples
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -96,7 +97,10 @@ class BatchGenerator:
         return out.logits[:, -1, :], out.past_key_values
 
     @torch.inference_mode()
-    def generate(self, rows: list[RowRequest]) -> list[RowResult]:
+    def generate(
+        self, rows: list[RowRequest], between_steps: Callable[[int], None] | None = None
+    ) -> list[RowResult]:
+        """``between_steps(tokens generated so far)`` runs before each decoding forward (a pause may hold there)."""
         gens = []
         for row in rows:
             seed = row.sampling.seed if row.sampling.seed is not None else random.getrandbits(63)
@@ -116,7 +120,10 @@ class BatchGenerator:
                 res = results[i]
                 res.completion_ids.append(tok)
                 res.logprobs.append(logp)
-                if rows[i].cancelled or self._finished(res, rows[i].sampling, tok):
+                if rows[i].cancelled:
+                    res.finish_reason = "abort"
+                    continue
+                if self._finished(res, rows[i].sampling, tok):
                     continue
                 tokens.append(tok)
                 keep.append(b)
@@ -127,6 +134,8 @@ class BatchGenerator:
                 cache.batch_select_indices(index)
                 mask, next_pos = mask[index], next_pos[index]
                 alive = [alive[b] for b in keep]
+            if between_steps is not None:
+                between_steps(len(results[alive[0]].completion_ids))
             step_ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
             mask = torch.cat([mask, torch.ones_like(step_ids)], dim=-1)
             logits, cache = self._forward(

@@ -70,9 +70,10 @@ def parse_chat_request(body: Any, model_name: str) -> ChatCompletionRequest:
         raise BadRequest(f"messages/prompt_token_ids: {exc}") from exc
 
 
-def weight_versions(response: ChatResponse) -> list[dict[str, Any]]:
-    """vLLM's spans: every output token of one engine batch comes from one policy version."""
-    return [{"version": str(response.policy_version), "start": 0, "end": len(response.completion_token_ids or [])}]
+def weight_versions(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """vLLM's spans: which policy version produced which output tokens (one span unless a ``keep``
+    pause froze the request across a weight update)."""
+    return info["weight_versions"]
 
 
 def _token_logprobs(response: ChatResponse) -> list[dict[str, Any]]:
@@ -94,13 +95,14 @@ def _envelope(kind: str, model: str, choice: dict[str, Any], response: ChatRespo
     }
 
 
-async def _checked_complete(engine: TransformersChatClient, ids: list[int], sampling: SamplingConfig) -> ChatResponse:
+async def _checked_complete(
+    engine: TransformersChatClient, ids: list[int], sampling: SamplingConfig
+) -> tuple[ChatResponse, dict[str, Any]]:
     vocab = engine.model.get_input_embeddings().num_embeddings
     if max(ids) >= vocab:
         raise BadRequest(f"prompt contains ids {[t for t in ids if t >= vocab][:5]} outside the vocabulary of size {vocab}")
     engine.check_fits(len(ids), sampling.max_tokens)
-    response, _ = await engine.complete_ids(ids, sampling)
-    return response
+    return await engine.complete_ids(ids, sampling)
 
 
 async def chat_completions(request: web.Request) -> web.Response:
@@ -109,13 +111,13 @@ async def chat_completions(request: web.Request) -> web.Response:
     chat = parse_chat_request(body, engine.model_name)
     # rendering a long chat template is CPU work: keep it off the event loop
     ids = await asyncio.to_thread(engine.prompt_ids_for, chat)
-    response = await _checked_complete(engine, ids, chat.sampling)
+    response, info = await _checked_complete(engine, ids, chat.sampling)
     choice: dict[str, Any] = {
         "index": 0,
         "message": {"role": "assistant", "content": response.text},
         "finish_reason": response.finish_reason,
         "token_ids": response.completion_token_ids,
-        "weight_versions": weight_versions(response),
+        "weight_versions": weight_versions(info),
     }
     if body.get("logprobs"):
         choice["logprobs"] = {"content": _token_logprobs(response)}
@@ -133,14 +135,14 @@ async def completions(request: web.Request) -> web.Response:
         raise BadRequest("prompt must be a list of token ids: this server never tokenises text on the training path")
     ids = parse_token_ids(prompt, "prompt")
     sampling = parse_sampling(body)
-    response = await _checked_complete(engine, ids, sampling)
+    response, info = await _checked_complete(engine, ids, sampling)
     choice: dict[str, Any] = {
         "index": 0,
         "text": response.text,
         "finish_reason": response.finish_reason,
         "token_ids": response.completion_token_ids,
         "prompt_token_ids": ids,
-        "weight_versions": weight_versions(response),
+        "weight_versions": weight_versions(info),
     }
     if body.get("logprobs") is not None:
         choice["logprobs"] = {
@@ -161,12 +163,12 @@ async def generate(request: web.Request) -> web.Response:
         raise BadRequest("request body must be a JSON object")
     ids = parse_token_ids(body.get("token_ids"), "token_ids")
     params = body.get("sampling_params") or {}
-    response = await _checked_complete(engine, ids, parse_sampling(params))
+    response, info = await _checked_complete(engine, ids, parse_sampling(params))
     choice: dict[str, Any] = {
         "index": 0,
         "token_ids": response.completion_token_ids,
         "finish_reason": response.finish_reason,
-        "weight_versions": weight_versions(response),
+        "weight_versions": weight_versions(info),
     }
     if isinstance(params, dict) and params.get("logprobs") is not None:
         choice["logprobs"] = {"content": _token_logprobs(response)}

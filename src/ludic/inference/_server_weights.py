@@ -3,8 +3,9 @@
 vLLM's routes (``VLLM_SERVER_DEV_MODE=1``): ``POST /init_weight_transfer_engine {"init_info"}``,
 ``POST /start_weight_update``, ``POST /update_weights {"update_info"}`` (receives the tensors the
 trainer broadcasts meanwhile), ``POST /finish_weight_update {"weight_version"}``, ``GET
-/get_world_size``, ``GET /weight_info``. The data plane work runs on worker threads so generation
-keeps being served. ``POST /ludic/update_weights_blob?version=N`` takes a safetensors blob instead
+/get_world_size``, ``GET /weight_info``, and ``POST /pause?mode=abort|wait|keep``, ``POST /resume``,
+``GET /is_paused`` (``ludic.inference.pause``). The data plane work runs on worker threads so
+generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` takes a safetensors blob instead
 (no collective needed), bounded by the model's own size.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
+from ludic.inference.pause import PAUSE_MODES
 from ludic.inference.weight_receiver import InitInfo, WeightReceiver
 from ludic.inference.weights import weight_info as model_weight_info
 
@@ -62,6 +64,41 @@ async def weight_info(request: web.Request) -> web.Response:
     return web.json_response(model_weight_info(request.app[ENGINE_KEY].model))
 
 
+def _query_bool(request: web.Request, name: str, default: bool) -> bool:
+    value = request.query.get(name)
+    if value is None:
+        return default
+    if value.lower() in ("true", "1"):
+        return True
+    if value.lower() in ("false", "0"):
+        return False
+    raise BadRequest(f"query parameter {name} must be true or false, got {value!r}")
+
+
+async def pause(request: web.Request) -> web.Response:
+    """vLLM's ``/pause``: ``mode`` (abort, the default | wait | keep), ``wait_for_inflight_requests``
+    (deprecated: true means mode=wait), ``clear_cache`` (this engine keeps no KV or prefix cache
+    between requests, so after abort or wait there is nothing left to clear; vLLM ignores it for keep)."""
+    mode = request.query.get("mode", "abort")
+    if mode not in PAUSE_MODES:
+        raise BadRequest(f"unknown pause mode {mode!r}: mode must be one of {list(PAUSE_MODES)}")
+    if _query_bool(request, "wait_for_inflight_requests", False):
+        mode = "wait"
+    _query_bool(request, "clear_cache", True)  # checked for the caller's sake; see the docstring
+    in_flight = await request.app[ENGINE_KEY].pause(mode)
+    return web.json_response({"status": "paused", "mode": mode, "in_flight": in_flight})
+
+
+async def resume(request: web.Request) -> web.Response:
+    request.app[ENGINE_KEY].resume()
+    return web.json_response({"status": "resumed"})
+
+
+async def is_paused(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    return web.json_response({"is_paused": engine.gate.paused, **engine.load()})
+
+
 def max_blob_bytes(engine: Any) -> int:
     """A full-model blob plus safetensors' header room (names, offsets)."""
     state = engine.model.state_dict()
@@ -101,3 +138,6 @@ def add_weight_routes(app: web.Application) -> None:
     app.router.add_get("/get_world_size", get_world_size)
     app.router.add_get("/weight_info", weight_info)
     app.router.add_post("/ludic/update_weights_blob", update_weights_blob)
+    app.router.add_post("/pause", pause)
+    app.router.add_post("/resume", resume)
+    app.router.add_get("/is_paused", is_paused)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
+from ludic.inference.pause import PauseGate, check_mode, version_spans
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.weights import validate_state_dict
@@ -99,7 +100,10 @@ class TransformersChatClient:
         self._weights_lock = threading.Lock()
         self._generator = BatchGenerator(self.model, tokenizer, self._eos_ids(), self._pad_id(), self.device)
         self._pending: list[_Pending] = []
+        self._running: list[_Pending] = []  # the batch being decoded
+        self._held = 0  # requests waiting for a resume (counted against max_pending)
         self._worker: asyncio.Task | None = None
+        self.gate = PauseGate()
 
     # ---- set-up helpers -------------------------------------------------------------------
     def _eos_ids(self) -> set[int]:
@@ -170,10 +174,17 @@ class TransformersChatClient:
         self, prompt_ids: list[int], sampling: SamplingConfig, *, return_logprobs: bool = True
     ) -> tuple[ChatResponse, dict[str, Any]]:
         """Sample from exactly ``prompt_ids`` (already checked); the batching core of ``complete``."""
-        if len(self._pending) >= self.max_pending:
+        if len(self._pending) + self._held >= self.max_pending:
             raise EngineOverloaded(
-                f"{len(self._pending)} requests already pending (max_pending={self.max_pending}); retry later"
+                f"{len(self._pending) + self._held} requests already pending (max_pending={self.max_pending}); "
+                "retry later"
             )
+        if self.gate.paused:  # held, not refused: it starts on resume
+            self._held += 1
+            try:
+                await self.gate.wait_resumed()
+            finally:
+                self._held -= 1
         loop = asyncio.get_running_loop()
         pending = _Pending(RowRequest(prompt_ids, sampling), loop.create_future())
         self._pending.append(pending)
@@ -181,22 +192,26 @@ class TransformersChatClient:
             self._worker = loop.create_task(self._serve())
         started = time.perf_counter()
         try:
-            result, version = await pending.future
+            result, spans = await pending.future
         except asyncio.CancelledError:  # the caller gave up: drop its row, queued or mid-batch
             pending.row.cancelled = True
             if pending in self._pending:
                 self._pending.remove(pending)
             raise
-        response = self._response(prompt_ids, result, version)
+        response = self._response(prompt_ids, result, spans[0][1])
         if not return_logprobs:
             response.completion_logprobs = None
-        return response, {"latency_s": time.perf_counter() - started, "policy_version": version}
+        info = {"latency_s": time.perf_counter() - started, "policy_version": spans[0][1],
+                "weight_versions": version_spans(spans, len(result.completion_ids))}  # fmt: skip
+        return response, info
 
     async def _serve(self) -> None:
         """Drain the queue in batches; callers that arrive meanwhile form the next batch."""
         while True:
             for _ in range(3):  # let callers woken in the same tick enqueue first
                 await asyncio.sleep(0)
+            while self.gate.mode in ("abort", "keep"):  # queued rows start on resume
+                await asyncio.sleep(0.01)
             if not self._pending:
                 return
             batch = self._pending[: self.max_batch_size]
@@ -207,12 +222,13 @@ class TransformersChatClient:
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
         """Generate for ``batch``; if it fails, retry each row alone so a bad row fails only itself."""
+        self._running = batch
         try:
             rows = [p.row for p in batch]
             if self.generate_in_thread:
-                results, version = await asyncio.to_thread(self._generate_locked, rows)
+                results, spans = await asyncio.to_thread(self._generate_locked, rows)
             else:
-                results, version = self._generate_locked(rows)
+                results, spans = self._generate_locked(rows)
         except Exception as exc:
             if len(batch) > 1:
                 for p in batch:
@@ -221,13 +237,56 @@ class TransformersChatClient:
             if not batch[0].future.done():
                 batch[0].future.set_exception(exc)
             return
+        finally:
+            self._running = []
         for p, res in zip(batch, results, strict=True):
             if not p.future.done():
-                p.future.set_result((res, version))
+                p.future.set_result((res, spans))
 
-    def _generate_locked(self, rows: list[RowRequest]) -> tuple[list[RowResult], int]:
-        with self._weights_lock:  # one policy version per batch; weights swap between batches
-            return self._generator.generate(rows), self.policy_version
+    def _generate_locked(self, rows: list[RowRequest]) -> tuple[list[RowResult], list[tuple[int, int]]]:
+        """The batch's results and its version spans ``[(first token index, version), ...]``: one policy
+        per batch, unless a ``keep`` pause froze it and the weights changed meanwhile."""
+        with self._weights_lock:  # weights swap between batches, or while a batch is frozen
+            spans = [(0, self.policy_version)]
+
+            def between_steps(generated: int) -> None:
+                if self.gate.hold(self._weights_lock) and self.policy_version != spans[-1][1]:
+                    spans.append((generated, self.policy_version))
+
+            return self._generator.generate(rows, between_steps=between_steps), spans
+
+    # ---- pause / resume (vLLM's /pause modes; see ludic.inference.pause) ---------------------
+    async def pause(self, mode: str = "abort") -> int:
+        """Hold new requests until ``resume``; abort, wait for, or freeze (``keep``) those in flight.
+        Returns how many were in flight. Call it from the loop that serves ``complete``."""
+        check_mode(mode)
+        if mode == "keep" and not self.generate_in_thread:
+            raise ValueError("pause mode 'keep' needs generate_in_thread=True (a frozen batch would block the loop)")
+        self.gate.close(mode)
+        in_flight = [p for p in self._pending + self._running if not p.future.done()]
+        if mode == "abort":
+            for p in in_flight:
+                p.row.cancelled = True  # a decoding row stops at its next step with finish_reason "abort"
+            for p in self._pending:
+                p.future.set_result((RowResult(finish_reason="abort"), [(0, self.policy_version)]))
+            self._pending.clear()
+        while not self._settled(mode, in_flight):
+            await asyncio.sleep(0.005)
+        return len(in_flight)
+
+    def _settled(self, mode: str, in_flight: list[_Pending]) -> bool:
+        if mode == "keep":  # the decoding batch (if any) waits between two steps
+            return not self._running or self.gate.frozen > 0
+        return all(p.future.done() for p in in_flight)
+
+    def load(self) -> dict[str, int]:
+        """Requests decoding now, queued in the engine, and held by a pause."""
+        return {"running": sum(not p.future.done() for p in self._running), "queued": len(self._pending),
+                "held": self._held}  # fmt: skip
+
+    def resume(self) -> None:
+        """Held requests start, frozen ones continue (with the weights loaded meanwhile)."""
+        self.gate.open()
 
     def score_prompt(self, prompt_ids: list[int]) -> tuple[list[float], int]:
         """(log-prob of each prompt token after the first, at temperature 1; the policy version)."""

@@ -182,6 +182,30 @@ class VLLMChatClient:
     async def get_policy_version(self) -> int:
         return int((await self.get_json("/policy_version"))["policy_version"])
 
+    # ---- pause / resume (vLLM's routes; modes in ludic.inference.pause) -----------------------
+    @staticmethod
+    def pause_path(mode: str, clear_cache: bool) -> str:
+        return f"/pause?mode={mode}&clear_cache={str(clear_cache).lower()}"
+
+    async def pause(self, mode: str = "abort", *, clear_cache: bool = True) -> dict[str, Any]:
+        """``POST /pause``: hold new requests; ``abort`` / ``wait`` for / freeze (``keep``) those in flight."""
+        return await self.post_json(self.pause_path(mode, clear_cache), {}, retry=False)
+
+    async def resume(self) -> dict[str, Any]:
+        return await self.post_json("/resume", {})
+
+    async def is_paused(self) -> bool:
+        return bool((await self.get_json("/is_paused"))["is_paused"])
+
+    def pause_sync(self, mode: str = "abort", *, clear_cache: bool = True, timeout_s: float | None = None) -> dict[str, Any]:
+        return self.post_json_sync(self.pause_path(mode, clear_cache), {}, timeout_s=timeout_s)
+
+    def resume_sync(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        return self.post_json_sync("/resume", {}, timeout_s=timeout_s, retry=True)
+
+    def is_paused_sync(self, *, timeout_s: float | None = None) -> bool:
+        return bool(self.get_json_sync("/is_paused", timeout_s=timeout_s)["is_paused"])
+
     # ---- weights (Ludic's blob route) ---------------------------------------------------------
     def sync_weights(
         self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None

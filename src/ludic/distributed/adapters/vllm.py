@@ -24,7 +24,7 @@ def create_vllm_publisher(
     transport: "broadcast" (``BroadcastPolicyPublisher``: vLLM's weight-transfer routes, tensors
     over gloo/NCCL; works with ``vllm serve`` and Ludic's server) or "blob" (one safetensors upload
     to Ludic's ``/ludic/update_weights_blob``; Ludic's server only). ``broadcast_kwargs`` go to
-    ``BroadcastPolicyPublisher`` (master_address, master_port, backend, bucket_bytes, packed).
+    ``BroadcastPolicyPublisher`` (master_address, master_port, backend, bucket_bytes, packed, pause_mode).
     probe: a ``SyncProbe`` checked after every publish (``ProbeCheckedPublisher``).
     """
     if transport not in TRANSPORTS:
