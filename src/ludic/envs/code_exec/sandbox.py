@@ -100,11 +100,14 @@ async def run_limited(
     user: int | None,
     env: dict[str, str] | None,
     kill_rest: Callable[[], Awaitable[None]] | None = None,
+    kill_first: Callable[[int], Awaitable[None]] | None = None,
 ) -> RunOutcome:
     """Start ``argv`` in its own session with the limits, feed stdin, collect capped output,
-    kill the whole process group on the wall limit or too much output. ``kill_rest`` kills
-    whatever else the run started (processes outside the group still holding its pipes) before
-    the exit is awaited, so that wait cannot hang."""
+    kill the whole process group on the wall limit or too much output. ``kill_first(pid)`` runs
+    before that group kill (to stop what ``argv`` started in the right order); ``kill_rest``
+    after it, killing whatever else the run started (processes outside the group still holding
+    its pipes). Output past the cap is read and dropped until the pipes close, so that the exit
+    (which asyncio reports only once every pipe is closed) can always be awaited."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
@@ -117,31 +120,47 @@ async def run_limited(
         preexec_fn=rlimit_setter(limits),
         **ids,
     )
-    out, err = _Capped(limits.max_output_bytes), _Capped(limits.max_output_bytes)
+    overflow = asyncio.Event()
+    out, err = _Capped(limits.max_output_bytes, overflow), _Capped(limits.max_output_bytes, overflow)
 
     async def communicate() -> None:
         await asyncio.gather(_feed(proc, stdin), out.drain(proc.stdout), err.drain(proc.stderr))
         await proc.wait()
 
+    finished = asyncio.ensure_future(communicate())
     status: RunStatus | None = None
     try:
-        await asyncio.wait_for(communicate(), timeout=limits.wall_s)
-    except TimeoutError:
-        status = "timeout"
-    except _OutputLimit:
-        status = "output_limit"
+        status = await _first_limit(finished, overflow, limits.wall_s)
     finally:
+        if kill_first is not None:
+            await kill_first(proc.pid)
         _kill_group(proc.pid)
         if kill_rest is not None:
             await kill_rest()
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=30)
-        except TimeoutError:
-            raise RuntimeError(f"{argv[0]}: the run did not end 30 s after SIGKILL") from None
+        if not finished.done():
+            try:
+                await asyncio.wait_for(finished, timeout=30)
+            except TimeoutError:
+                raise RuntimeError(f"{argv[0]}: the run did not end 30 s after SIGKILL") from None
     stdout, stderr = out.data(), err.data()
     return RunOutcome(
         status or classify(proc.returncode, stderr), proc.returncode, stdout, stderr, loop.time() - started
     )
+
+
+async def _first_limit(finished: asyncio.Future[None], overflow: asyncio.Event, wall_s: float) -> RunStatus | None:
+    """None when the run ended by itself within the limits; else the limit it hit first."""
+    over = asyncio.ensure_future(overflow.wait())
+    try:
+        done, _ = await asyncio.wait({finished, over}, timeout=wall_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        over.cancel()
+    if overflow.is_set():
+        return "output_limit"
+    if finished in done:
+        finished.result()  # an error of our own (not the program's) propagates
+        return None
+    return "timeout"
 
 
 def classify(returncode: int | None, stderr: bytes) -> RunStatus:
@@ -157,23 +176,22 @@ def classify(returncode: int | None, stderr: bytes) -> RunStatus:
     return "runtime_error"
 
 
-class _OutputLimit(Exception):
-    pass
-
-
 class _Capped:
-    def __init__(self, cap: int) -> None:
-        self.cap, self.chunks, self.size, self.overflow = cap, [], 0, False
+    """Keeps the first ``cap`` bytes of a stream; past them sets ``overflow`` and drops the rest
+    (still reading: a stream left unread would never reach EOF, and the exit never be reported)."""
+
+    def __init__(self, cap: int, overflow: asyncio.Event) -> None:
+        self.cap, self.chunks, self.size, self.overflow = cap, [], 0, overflow
 
     async def drain(self, stream: asyncio.StreamReader | None) -> None:
         assert stream is not None
         while chunk := await stream.read(1 << 16):
             room = self.cap - self.size
-            self.chunks.append(chunk[:room])
-            self.size += min(len(chunk), room)
+            if room > 0:
+                self.chunks.append(chunk[:room])
+                self.size += min(len(chunk), room)
             if len(chunk) > room:
-                self.overflow = True
-                raise _OutputLimit
+                self.overflow.set()
 
     def data(self) -> bytes:
         return b"".join(self.chunks)
