@@ -47,7 +47,12 @@ class QuickstartResult:
 
 
 def _trainer_config(
-    cfg: QuickstartConfig, lr: float, *, eval_every: int | None, schedule: dict[str, Any] | None = None
+    cfg: QuickstartConfig,
+    lr: float,
+    *,
+    eval_every: int | None,
+    schedule: dict[str, Any] | None = None,
+    step_in_thread: bool = False,
 ) -> Any:
     from ludic.training.config import TrainerConfig
 
@@ -60,6 +65,7 @@ def _trainer_config(
         sync_every_steps=1,
         eval_every_n_steps=eval_every or None,
         eval_concurrency=cfg.eval_episodes,
+        step_in_thread=step_in_thread,
         **(schedule or {}),
     )
 
@@ -130,7 +136,8 @@ async def _train(
         algo=algo,
         batch_source=source,
         publisher=publisher,
-        cfg=_trainer_config(cfg, cfg.lr, eval_every=cfg.eval_every, schedule=schedule),
+        # pipeline: the step computes on a worker thread, so the actor task keeps generating meanwhile
+        cfg=_trainer_config(cfg, cfg.lr, eval_every=cfg.eval_every, schedule=schedule, step_in_thread=cfg.pipeline),
         train_logger=logger,
         checkpoint_config=CheckpointConfig(
             output_dir=out / "checkpoints", max_to_keep=1, save_optimizer=False

@@ -44,6 +44,9 @@ class TrainerConfig:
     pack_sequences: train padding-free, sequences end to end in rows (tested architectures; others pad).
     share_prompt_prefix: when packing, run each distinct prompt of a micro-batch once (GRPO groups).
     seed: if set, seeds python/numpy/torch when the Trainer is built.
+    step_in_thread: run each step's compute (forward, backward, optimizer step, publish) on one worker
+        thread, so the event loop keeps serving actors and the embedded engine meanwhile (pipeline RL
+        in one process); the numbers are the same as on the loop's thread.
     learning_rate: alias of ``lr`` (upstream Ludic's spelling); after construction both hold the same value.
     """
 
@@ -67,6 +70,7 @@ class TrainerConfig:
     pack_sequences: bool = True
     share_prompt_prefix: bool = True
     seed: int | None = None
+    step_in_thread: bool = False
     learning_rate: float | None = None
     sync_explicit: bool = field(init=False, default=False, repr=False)
 

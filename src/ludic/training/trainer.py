@@ -8,11 +8,13 @@ checkpoints) lives behind helpers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -43,6 +45,8 @@ from ludic.training.stats import (
     staleness_stats,
 )
 from ludic.training.types import BatchSource, SAWBatch, SAWItem
+
+T = TypeVar("T")
 
 
 class Trainer:
@@ -97,6 +101,7 @@ class Trainer:
         self.pad_token_id = resolve_pad_token_id(self.model, cfg)
         self.step = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: ThreadPoolExecutor | None = None  # cfg.step_in_thread: the step's compute runs here
 
     # ---- the loop -----------------------------------------------------------------------------
     async def train(self, num_steps: int | None = None) -> list[dict[str, float]]:
@@ -118,12 +123,26 @@ class Trainer:
         """One optimizer step; returns flat ``train/``, ``perf/`` (and ``eval/``) stats."""
         t0 = perf_counter()
         batch = await self.batch_source.next_batch()
+        stats, token_stats, train_seconds = await self._off_loop(self._learn, batch, t0)
+        if token_stats is None:  # nothing to learn from after filtering: no step taken
+            return self._log(stats)
+        stats.update(await self._maybe_evaluate())
+        stats["perf/step_seconds"] = perf_counter() - t0
+        stats.update(self.ranks.perf_stats(token_stats, train_seconds))  # tokens/s excludes eval
+        await self._maybe_checkpoint(stats)
+        return self._log(stats)
+
+    def _learn(
+        self, batch: SAWBatch, t0: float
+    ) -> tuple[dict[str, float], dict[str, float] | None, float]:
+        """The step's compute: preprocess, micro-batches, backward, optimizer step, publish.
+
+        Returns (stats, token stats, seconds); token stats are None when filtering left nothing to learn.
+        """
         batch, drop_stats = self._prepare(batch)
         items = batch.items
         if not items:  # e.g. filter_zvp dropped every group: nothing to learn, no step taken
-            return self._log(
-                {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}
-            )
+            return {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}, None, 0.0
         micro_batches = self.ranks.plan(items, lambda share: plan_micro_batches(
             self.model, share, micro_token_budget=self.cfg.micro_token_budget,
             max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
@@ -138,11 +157,23 @@ class Trainer:
         stats.update(self._batch_stats(batch, self.ranks.used_items(items, used, self.cfg.max_seq_len)))
         stats = {f"train/{k}": v for k, v in stats.items()}
         stats.update(self._maybe_publish())
-        stats.update(await self._maybe_evaluate())
-        stats["perf/step_seconds"] = perf_counter() - t0
-        stats.update(self.ranks.perf_stats(token_stats, train_seconds))  # tokens/s excludes eval
-        await self._maybe_checkpoint(stats)
-        return self._log(stats)
+        return stats, token_stats, train_seconds
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` here, or with ``cfg.step_in_thread`` on the Trainer's one worker thread while the
+        event loop serves others (actor tasks, the embedded engine). A cancelled step still finishes
+        before the cancellation propagates, so the model, optimizer and step count stay consistent."""
+        if not self.cfg.step_in_thread:
+            return fn(*args)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-trainer")
+        future = asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await future
+            raise
 
     def _log(self, stats: dict[str, float]) -> dict[str, float]:
         if self.train_logger is not None and self.ranks.is_main and self.step % self.cfg.log_every == 0:
@@ -340,9 +371,12 @@ class Trainer:
         return self._run(self.train_step())
 
     def close(self) -> None:
-        """Close the private event loop used by the sync wrappers."""
+        """Close the private event loop used by the sync wrappers, and the step's worker thread."""
         if self._loop is not None and not self._loop.is_closed():
             self._loop.close()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
 
 
 def _source_state(source: BatchSource) -> dict[str, Any] | None:
