@@ -136,3 +136,27 @@ def test_invalid_arguments_are_refused(redis_server):
         PipelineBatchSource(redis_url=redis_server.url, run_id="r", batch_size=1, max_staleness=-1)
     with pytest.raises(ValueError, match="run_id"):
         PipelineBatchSource(redis_url=redis_server.url, run_id="a:b", batch_size=1)
+
+
+async def test_a_refused_push_lands_nothing_and_the_stream_goes_on(redis_server, run_id, make_item):
+    """push/read speak RESP on a connection of their own: an error reply mid-transaction must leave
+    nothing half-added and no unread reply behind to answer the next call."""
+    import redis.asyncio as aioredis
+
+    stream = PipelineStream(redis_server.url, run_id)
+    other = aioredis.Redis.from_url(redis_server.url)
+    await other.set(stream.items_key, "not a stream")  # every XADD on it fails: WRONGTYPE
+    entries = [encode_item(make_item(n), run_id=run_id, item_id=f"item-{n}") for n in range(3)]
+    with pytest.raises(RuntimeError, match="WRONGTYPE"):
+        await stream.push(entries)
+    await other.delete(stream.items_key, stream.pushed_key)
+    with pytest.raises(Exception, match="wrong number of arguments"):  # refused while queueing: EXEC never runs
+        await stream.push([{"v": b"2", "run": b"x"}, {}])
+    assert await other.exists(stream.items_key) == 0 and await stream.pending() == 0  # nothing landed
+    ids = await stream.push(entries)
+    assert len(ids) == 3 and await stream.pending() == 3
+    got = await stream.read("0-0", count=10, block_ms=10)
+    assert [eid for eid, _ in got] == [i.decode() for i in ids] and got[0][1][b"run"] == run_id.encode()
+    assert await stream.read(got[-1][0], count=10, block_ms=10) == []  # nil after BLOCK: empty, not an error
+    await other.aclose()
+    await stream.close()

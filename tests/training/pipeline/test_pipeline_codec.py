@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
+import numpy as np
 import pytest
 
 from ludic.training.batching.pipeline_codec import SCHEMA_VERSION, BadEntry, decode_entry, encode_item
+from ludic.training.types import SAWItem
 
 
 def _fields(entry: dict[str, bytes]) -> dict[bytes, bytes]:
@@ -36,6 +40,7 @@ def test_entry_carries_schema_version_and_run(make_item):
     [
         (lambda f: f.pop(b"data"), "malformed"),
         (lambda f: f.update({b"v": b"99"}), "unknown_schema"),
+        (lambda f: f.update({b"v": b"1"}), "unknown_schema"),
         (lambda f: f.update({b"run": b"someone-else"}), "foreign"),
         (lambda f: f.update({b"data": f[b"data"][: len(f[b"data"]) // 2]}), "truncated"),
         (lambda f: f.update({b"data": b"\xc1garbage"}), "malformed"),
@@ -50,26 +55,99 @@ def test_bad_entries_raise_bad_entry_with_reason(mutate, reason, make_item):
     assert info.value.reason == reason
 
 
-def _body_with(make_item, **changes):
-    body = msgpack.unpackb(encode_item(make_item(0), run_id="r1", item_id="x")["data"], raw=False)
-    body.update(changes)
-    return {b"v": b"1", b"run": b"r1", b"data": msgpack.packb(body, use_bin_type=True)}
+def _body(make_item) -> dict:
+    return msgpack.unpackb(encode_item(make_item(0), run_id="r1", item_id="x")["data"], raw=False)
 
 
-def test_inconsistent_lengths_are_invalid_not_a_crash(make_item):
+def _entry(body: dict) -> dict[bytes, bytes]:
+    return {b"v": str(SCHEMA_VERSION).encode(), b"run": b"r1", b"data": msgpack.packb(body, use_bin_type=True)}
+
+
+def _refused(body: dict) -> BadEntry:
     with pytest.raises(BadEntry) as info:
-        decode_entry(_body_with(make_item, action_mask=bytes([0, 0, 1])), run_id="r1")
-    assert info.value.reason == "invalid"
-    assert "action_mask has 3 entries, input_ids 5" in str(info.value)
+        decode_entry(_entry(body), run_id="r1")
+    return info.value
 
 
-def test_odd_byte_count_is_truncated_and_non_binary_masks_invalid(make_item):
-    with pytest.raises(BadEntry) as info:
-        decode_entry(_body_with(make_item, input_ids=b"\x01\x00\x00"), run_id="r1")
-    assert info.value.reason == "truncated"
-    with pytest.raises(BadEntry) as info:
-        decode_entry(_body_with(make_item, action_mask=bytes([0, 0, 0, 2, 1])), run_id="r1")
-    assert info.value.reason == "invalid"
+def test_arrays_travel_packed_with_dtype_and_length(make_item):
+    tokens = _body(make_item)["tokens"]
+    assert tokens["input_ids"] == ["<i4", 5, np.array([0, 1, 2, 7, 8], "<i4").tobytes()]
+    assert tokens["action_mask"] == ["|u1", 5, bytes([0, 0, 0, 1, 1])]
+    assert tokens["actor_logps"] == ["<f4", 2, np.array([-0.5, -0.25], "<f4").tobytes()]
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "match"),
+    [
+        ("input_ids", lambda t: ["<i8", t[1], t[2] * 2], "input_ids has dtype '<i8', expected '<i4'"),
+        ("input_ids", lambda t: [t[0], 6, t[2]], "input_ids: 20 bytes for 6 entries of <i4"),
+        ("input_ids", lambda t: [t[0], t[1], t[2][:-1]], "input_ids: 19 bytes for 5 entries"),
+        ("actor_logps", lambda t: ["<f8", 2, np.array([-0.5, -0.25]).tobytes()], "expected '<f4'"),
+        ("attention_mask", lambda t: t[2], "expected \\[dtype, length, bytes\\]"),
+        ("action_mask", lambda t: [t[0], "5", t[2]], "entries of"),
+    ],
+)
+def test_a_wrong_dtype_or_byte_count_is_malformed(make_item, name, bad, match):
+    body = _body(make_item)
+    body["tokens"][name] = bad(body["tokens"][name])
+    refused = _refused(body)
+    assert refused.reason == "malformed"
+    assert refused.args[0] == str(refused) and __import__("re").search(match, str(refused)), str(refused)
+
+
+def test_unknown_arrays_and_missing_ones_are_malformed(make_item):
+    body = _body(make_item)
+    body["tokens"]["secret"] = ["<f4", 0, b""]
+    assert _refused(body).reason == "malformed"
+    body = _body(make_item)
+    del body["tokens"]["attention_mask"]
+    assert _refused(body).reason == "malformed"
+
+
+def test_inconsistent_lengths_masks_and_floats_are_invalid(make_item):
+    cases = {
+        "action_mask": ["|u1", 3, bytes([0, 0, 1])],
+        "attention_mask": ["|u1", 5, bytes([1, 1, 1, 2, 1])],
+        "actor_logps": ["<f4", 2, np.array([-0.5, np.nan], "<f4").tobytes()],
+    }
+    for name, value in cases.items():
+        body = _body(make_item)
+        body["tokens"][name] = value
+        assert _refused(body).reason == "invalid", name
+    body = _body(make_item)
+    body["tokens"]["actor_logps"] = ["<f4", 3, np.zeros(3, "<f4").tobytes()]
+    assert "actor_logps has 3 entries, action_mask marks 2" in str(_refused(body))
+    body = _body(make_item)
+    body["tokens"]["input_ids"] = ["<i4", 0, b""]
+    assert _refused(body).reason == "invalid"
+    body = _body(make_item)
+    body["weight"] = float("inf")
+    assert _refused(body).reason == "invalid"
+
+
+def test_schema_1_entries_are_refused_as_unknown_schema(make_item):
+    body = _body(make_item)
+    old = {k: v for k, v in body.items() if k != "tokens"} | {"input_ids": body["tokens"]["input_ids"][2]}
+    fields = {b"v": b"1", b"run": b"r1", b"data": msgpack.packb(old, use_bin_type=True)}
+    with pytest.raises(BadEntry, match="schema b'1', this trainer reads 2") as info:
+        decode_entry(fields, run_id="r1")
+    assert info.value.reason == "unknown_schema"
+
+
+def test_decoded_item_is_a_saw_item_equal_to_the_original_with_lists_built_on_read(make_item):
+    item = make_item(10, version=3, weight=-0.75)
+    item.attachments.frozen_logps["ref_logps"] = [-1.0, -2.0]
+    decoded = decode_entry(_fields(encode_item(item, run_id="r1", item_id="abc")), run_id="r1").item
+    assert isinstance(decoded, SAWItem) and "_list_input_ids" not in decoded.__dict__
+    assert decoded == item and item == decoded
+    assert decoded.attachments.frozen_logps == {"ref_logps": [-1.0, -2.0]}
+    assert type(decoded.input_ids) is list and type(decoded.input_ids[0]) is int
+    copy = replace(decoded, weight=2.0)  # built and checked like any SAWItem
+    assert copy.input_ids == item.input_ids and copy.weight == 2.0
+    with pytest.raises(ValueError, match="action_mask has 1 entries, input_ids 5"):
+        replace(decoded, action_mask=[1])
+    decoded.action_mask = [0, 0, 0, 0, 1]  # assignable like any dataclass field
+    assert decoded.action_mask == [0, 0, 0, 0, 1] and decoded != item
 
 
 def test_pickled_payload_is_never_executed(make_item):
@@ -79,7 +157,7 @@ def test_pickled_payload_is_never_executed(make_item):
         def __reduce__(self):
             return (pytest.fail, ("unpickled!",))
 
-    fields = {b"v": b"1", b"run": b"r1", b"data": pickle.dumps(Boom())}
+    fields = {b"v": str(SCHEMA_VERSION).encode(), b"run": b"r1", b"data": pickle.dumps(Boom())}
     with pytest.raises(BadEntry):
         decode_entry(fields, run_id="r1")
 

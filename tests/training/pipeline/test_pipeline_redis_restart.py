@@ -19,17 +19,19 @@ async def test_redis_restart_mid_run_loses_nothing_and_both_sides_reconnect(
             trainer_batch_size=8, max_staleness=1, num_batches=6, stop=stop,
         ))  # fmt: skip
         source = PipelineBatchSource(redis_url=server.url, run_id=run_id, batch_size=8, version_fn=lambda: 0)
-        trained = [it.meta["pipeline_entry_id"] for it in (await source.next_batch()).items]
+        trained = [it.meta["pipeline_item_id"] for it in (await source.next_batch()).items]
         server.kill()  # SIGKILL: what survives is what the append-only file holds
         await asyncio.sleep(0.5)  # both sides hit a dead server meanwhile
         server.start()
         for _ in range(5):
-            trained += [it.meta["pipeline_entry_id"] for it in (await source.next_batch()).items]
+            trained += [it.meta["pipeline_item_id"] for it in (await source.next_batch()).items]
         stats = await asyncio.wait_for(actor, 60)
         assert stats.batches == 6
-        assert trained == stats.entry_ids  # every acknowledged entry, once, in order
+        assert trained == stats.item_ids  # every acknowledged item, once, in order
         assert source.stream.reconnects >= 1 and stats.reconnects >= 1
-        assert source.counters.get("pipeline/skipped_duplicate", 0) == 0
+        # A push whose EXEC Redis applied (and fsynced) but whose reply the kill cut off is retried by the
+        # actor: that copy is a duplicate, recognised by item id and skipped (counted), never trained twice.
+        assert source.counters.get("pipeline/skipped_duplicate", 0) in (0, 8)
         await source.close()
     finally:
         server.close()

@@ -40,6 +40,7 @@ class ActorStats:
     generate_seconds: float = 0.0
     reconnects: int = 0
     entry_ids: list[str] = field(default_factory=list)
+    item_ids: list[str] = field(default_factory=list)  # ids of the items behind ``entry_ids``, in order
 
 
 async def _wait_until(cond: Callable[[], Awaitable[bool]], *, poll_s: float, stop: asyncio.Event) -> float:
@@ -97,7 +98,8 @@ async def run_pipeline_actor(
             t0 = time.perf_counter()
             batch = await source.next_batch()
             stats.generate_seconds += time.perf_counter() - t0
-            entries = [encode_item(it, run_id=run_id, item_id=uuid.uuid4().hex) for it in batch.items]
+            item_ids = [uuid.uuid4().hex for _ in batch.items]
+            entries = [encode_item(it, run_id=run_id, item_id=i) for it, i in zip(batch.items, item_ids, strict=True)]
             if not entries:
                 continue
 
@@ -109,6 +111,7 @@ async def run_pipeline_actor(
                 break
             ids = await stream.push(entries)
             stats.entry_ids.extend(i.decode() if isinstance(i, bytes) else str(i) for i in ids)
+            stats.item_ids.extend(item_ids)
             stats.batches += 1
             stats.items += len(entries)
             last_len = len(entries)

@@ -10,13 +10,15 @@ again (the model those steps produced was lost too). Entries are trimmed (``XTRI
 
 Skipped entries are counted by reason in ``counters`` (``pipeline/skipped_<reason>``) and logged once
 each with the reason; items more than ``max_staleness`` policy versions behind the trainer are dropped
-and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``.
+and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``, with
+``pipeline/wait_seconds``: how long that ``next_batch`` kept the trainer (waiting for and decoding items).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -55,6 +57,7 @@ class PipelineBatchSource:
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0 (0 = synchronous), got {max_staleness!r}")
         self.stream = PipelineStream(redis_url, run_id, reconnect_timeout_s=reconnect_timeout_s)
+        self._run = run_id.encode()
         self.batch_size = batch_size
         self.max_staleness = max_staleness
         self.version_fn = version_fn
@@ -63,7 +66,7 @@ class PipelineBatchSource:
         self.consumed = 0
         self.counters: dict[str, int] = {"pipeline/dropped_stale": 0}
         self._recent: OrderedDict[str, None] = OrderedDict()
-        self.wait_seconds = 0.0
+        self.wait_seconds = 0.0  # total time spent in next_batch
 
     async def _trainer_version(self) -> int:
         if self.version_fn is None:
@@ -72,6 +75,7 @@ class PipelineBatchSource:
         return int(await value) if inspect.isawaitable(value) else int(value)
 
     async def next_batch(self) -> SAWBatch:
+        t0 = time.perf_counter()
         version = await self._trainer_version()
         items: list[SAWItem] = []
         versions: list[int] = []
@@ -89,6 +93,9 @@ class PipelineBatchSource:
         meta["pipeline/trainer_version"] = float(version)
         meta["pipeline/mean_staleness"] = sum(version - v for v in versions) / len(versions)
         meta["pipeline/last_id"] = self.last_id
+        waited = time.perf_counter() - t0
+        self.wait_seconds += waited
+        meta["pipeline/wait_seconds"] = waited
         return SAWBatch(items=items, meta=meta)
 
     def _accept(self, entry_id: str, fields: dict[bytes, bytes], version: int) -> DecodedEntry | None:
@@ -96,7 +103,7 @@ class PipelineBatchSource:
         self.last_id = entry_id
         self.consumed += 1
         try:
-            decoded = decode_entry(fields, run_id=self.stream.run_id)
+            decoded = decode_entry(fields, run_id=self._run)
         except BadEntry as exc:
             self._count(f"pipeline/skipped_{exc.reason}")
             log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)

@@ -1,16 +1,26 @@
 """SAW items as Redis stream entries, without pickle.
 
 A compromised queue must not be able to run code in the trainer, so an entry is plain data: three
-stream fields, ``v`` (schema version), ``run`` (the run id) and ``data``, a msgpack map whose token
-ids, masks and log-probs are little-endian arrays (int32 / uint8 / float32) and whose ``meta`` is
-msgpack's own maps, lists, strings and numbers. Decoding checks every field's type and length and
-raises ``BadEntry`` with a reason the batch source counts: ``malformed``, ``unknown_schema``,
-``foreign``, ``truncated`` or ``invalid``.
+stream fields, ``v`` (schema version), ``run`` (the run id) and ``data``, a msgpack map::
+
+    {"id": str, "policy_version": int | None, "weight": float, "meta": {...msgpack types...},
+     "tokens": {name: [dtype, length, little-endian bytes], ...}}
+
+``tokens`` holds the per-token arrays: ``input_ids`` (``<i4``), ``attention_mask`` and ``action_mask``
+(``|u1``), and optionally ``actor_logps`` and ``frozen/<key>`` (``<f4``) and ``token_weights`` (``<f8``),
+each one entry per action token. Decoding
+checks every dtype against the name's, every byte count against ``length`` (either wrong: ``malformed``),
+then lengths across arrays, mask values and finite floats (``invalid``), with vectorised calls on the
+packed bytes, and returns a ``PackedSAWItem`` that builds its Python lists on first read. ``BadEntry``
+names the reason the batch source counts: ``malformed``, ``unknown_schema``, ``foreign``, ``truncated``
+or ``invalid``. Schema 1 (the arrays as bare bytes, before lengths and dtypes were recorded) is
+refused as ``unknown_schema`` like any other: restart old actors with this version.
 """
 
 from __future__ import annotations
 
 import array
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +28,21 @@ from typing import Any
 import numpy as np
 
 from ludic.distributed.redis_server import REDIS_EXTRA_HINT
-from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
+from ludic.training.batching.pipeline_item import PackedSAWItem, PackedTokenLogps
+from ludic.training.types import SampleAttachments, SAWItem
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_SCHEMA = str(SCHEMA_VERSION).encode()
+FROZEN_PREFIX = "frozen/"
+"""``attachments.frozen_logps[key]`` travels as ``tokens["frozen/<key>"]``."""
+DTYPES = {
+    "input_ids": "<i4", "attention_mask": "|u1", "action_mask": "|u1", "actor_logps": "<f4", "token_weights": "<f8",
+}  # fmt: skip
+"""The dtype each per-token array is written with and must be read with (``frozen/*``: ``<f4``)."""
+_ITEMSIZE = {"<i4": 4, "|u1": 1, "<f4": 4, "<f8": 8}
+_TYPECODE = {"<i4": "i", "<f4": "f", "<f8": "d"}  # array typecodes of those sizes (checked below)
+assert all(array.array(c).itemsize == _ITEMSIZE[d] for d, c in _TYPECODE.items())
+_LITTLE = sys.byteorder == "little"
 
 
 class BadEntry(ValueError):
@@ -52,31 +74,46 @@ def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]
     """Stream fields for one item; ``meta`` must hold only msgpack types (TypeError names the key)."""
     version = item.meta.get("policy_version")
     actor = item.attachments.actor_logps
+    tokens = {
+        "input_ids": _packed("input_ids", item.input_ids),
+        "attention_mask": _packed("attention_mask", item.attention_mask),
+        "action_mask": _packed("action_mask", item.action_mask),
+    }
+    if actor is not None:
+        tokens["actor_logps"] = _packed("actor_logps", actor.token_logps)
+    for key, values in item.attachments.frozen_logps.items():
+        tokens[FROZEN_PREFIX + key] = _packed(FROZEN_PREFIX + key, values)
+    if item.token_weights is not None:
+        tokens["token_weights"] = _packed("token_weights", item.token_weights)
     body = {
         "id": item_id,
         "policy_version": version if isinstance(version, int) else None,
-        "input_ids": _le_bytes("i", item.input_ids),
-        "attention_mask": bytes(item.attention_mask),  # 0/1 each: one byte per entry
-        "action_mask": bytes(item.action_mask),
-        "actor_logps": None if actor is None else _le_bytes("f", actor.token_logps),
         "weight": float(item.weight),
-        "token_weights": None if item.token_weights is None else _le_bytes("d", item.token_weights),  # float64
         "meta": item.meta,
+        "tokens": tokens,
     }
     try:
         data = _msgpack().packb(body, use_bin_type=True)
     except TypeError as exc:
         bad = [k for k, v in item.meta.items() if not _packable(v)]
         raise TypeError(f"SAWItem.meta keys {bad} hold values msgpack cannot encode ({exc})") from exc
-    return {"v": str(SCHEMA_VERSION).encode(), "run": run_id.encode(), "data": data}
+    return {"v": _SCHEMA, "run": run_id.encode(), "data": data}
 
 
-def _le_bytes(typecode: str, values: list[Any]) -> bytes:
-    """Little-endian int32 ("i") or float32 ("f") bytes; ``array`` packs a list ~1.3x faster than numpy."""
-    packed = array.array(typecode, values)
-    if sys.byteorder == "big":
-        packed.byteswap()
-    return packed.tobytes()
+def _packed(name: str, values: Any) -> list[Any]:
+    """``[dtype, length, bytes]``: ``array`` packs a list of ints/floats ~1.3x faster than numpy."""
+    dtype = DTYPES.get(name, "<f4")
+    try:
+        if dtype == "|u1":
+            raw = bytes(values)  # 0/1 each: one byte per entry
+        else:
+            packed = array.array(_TYPECODE[dtype], values)
+            if not _LITTLE:
+                packed.byteswap()
+            raw = packed.tobytes()
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise ValueError(f"SAWItem {name} does not fit {dtype}: {exc}") from exc
+    return [dtype, len(values), raw]
 
 
 def _packable(value: Any) -> bool:
@@ -87,16 +124,18 @@ def _packable(value: Any) -> bool:
     return True
 
 
-def decode_entry(fields: dict[bytes, bytes], *, run_id: str) -> DecodedEntry:
+def decode_entry(fields: dict[bytes, bytes], *, run_id: str | bytes) -> DecodedEntry:
     """The item in one stream entry, or BadEntry saying why not."""
-    for key in (b"v", b"run", b"data"):
-        if key not in fields:
-            raise BadEntry("malformed", f"no {key.decode()!r} field (fields: {sorted(fields)[:5]})")
-    if fields[b"v"] != str(SCHEMA_VERSION).encode():
-        raise BadEntry("unknown_schema", f"schema {fields[b'v'][:20]!r}, this trainer reads {SCHEMA_VERSION}")
-    if fields[b"run"] != run_id.encode():
-        raise BadEntry("foreign", f"entry of run {fields[b'run'][:64]!r}, this run is {run_id!r}")
-    body = _unpack(fields[b"data"])
+    try:
+        schema, run, data = fields[b"v"], fields[b"run"], fields[b"data"]
+    except KeyError as exc:
+        raise BadEntry("malformed", f"no {exc.args[0].decode()!r} field (fields: {sorted(fields)[:5]})") from None
+    if schema != _SCHEMA:
+        raise BadEntry("unknown_schema", f"schema {schema[:20]!r}, this trainer reads {SCHEMA_VERSION}")
+    run_b = run_id if isinstance(run_id, bytes) else run_id.encode()
+    if run != run_b:
+        raise BadEntry("foreign", f"entry of run {run[:64]!r}, this run is {run_b.decode()!r}")
+    body = _unpack(data)
     item_id, version = body.get("id"), body.get("policy_version")
     if not isinstance(item_id, str) or not (version is None or isinstance(version, int)):
         raise BadEntry("malformed", f"id {item_id!r:.40} / policy_version {version!r:.40}")
@@ -119,48 +158,55 @@ def _unpack(data: bytes) -> dict[str, Any]:
     return body
 
 
-def _array(body: dict[str, Any], key: str, dtype: str) -> np.ndarray:
-    raw = body.get(key)
-    if not isinstance(raw, bytes):
-        raise BadEntry("malformed", f"{key} is {type(raw).__name__}, expected bytes")
-    size = np.dtype(dtype).itemsize
-    if len(raw) % size:
-        raise BadEntry("truncated", f"{key} has {len(raw)} bytes, not a multiple of {size}")
-    return np.frombuffer(raw, dtype=dtype)
+def _raw(tokens: dict[str, Any], name: str) -> bytes:
+    """The bytes of ``tokens[name]`` after checking its dtype and that ``length`` entries fill them exactly."""
+    entry, dtype = tokens.get(name), DTYPES.get(name, "<f4")
+    if not isinstance(entry, list) or len(entry) != 3:
+        raise BadEntry("malformed", f"tokens[{name!r}] is {type(entry).__name__}, expected [dtype, length, bytes]")
+    got, length, raw = entry
+    if got != dtype:
+        raise BadEntry("malformed", f"{name} has dtype {got!r:.20}, expected {dtype!r}")
+    if type(length) is not int or not isinstance(raw, bytes) or len(raw) != length * _ITEMSIZE[dtype]:
+        raise BadEntry(
+            "malformed", f"{name}: {len(raw) if isinstance(raw, bytes) else raw!r:.20} bytes for {length!r:.20} "
+            f"entries of {dtype}"
+        )  # fmt: skip
+    return raw
 
 
-def _checked_logps(logps: np.ndarray) -> ActorTokenLogps:
-    """ActorTokenLogps from a float32 array already checked finite (vectorised here: the per-element
-    type check in ``ActorTokenLogps.__post_init__`` cost more than the rest of decoding)."""
-    if not np.isfinite(logps).all():
-        raise BadEntry("invalid", "actor_logps holds NaN or inf")
-    actor = object.__new__(ActorTokenLogps)
-    actor.token_logps = logps.tolist()  # Python floats, by construction
-    return actor
+def _floats(tokens: dict[str, Any], name: str, n_action: int) -> np.ndarray:
+    """A per-action-token float array (``<f4``, ``token_weights`` ``<f8``): one entry per action token, all finite."""
+    values = np.frombuffer(_raw(tokens, name), dtype=DTYPES.get(name, "<f4"))
+    if len(values) != n_action:
+        raise BadEntry("invalid", f"{name} has {len(values)} entries, action_mask marks {n_action} action tokens")
+    if not math.isfinite(float(np.add.reduce(values, dtype=np.float64))):  # a NaN or inf anywhere stays in the sum
+        raise BadEntry("invalid", f"{name} holds NaN or inf")
+    return values
 
 
-def _item(body: dict[str, Any]) -> SAWItem:
-    input_ids = _array(body, "input_ids", "<i4")
-    attention_mask = _array(body, "attention_mask", "u1")
-    action_mask = _array(body, "action_mask", "u1")
-    actor = None if body.get("actor_logps") is None else _checked_logps(_array(body, "actor_logps", "<f4"))
-    token_weights = None if body.get("token_weights") is None else _array(body, "token_weights", "<f8")
-    if token_weights is not None and not np.isfinite(token_weights).all():
-        raise BadEntry("invalid", "token_weights holds NaN or inf")
-    weight, meta = body.get("weight"), body.get("meta")
-    if not isinstance(weight, float) or not isinstance(meta, dict):
-        raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__}")
-    if (attention_mask > 1).any() or (action_mask > 1).any():
+def _item(body: dict[str, Any]) -> PackedSAWItem:
+    tokens, weight, meta = body.get("tokens"), body.get("weight"), body.get("meta")
+    if not isinstance(tokens, dict) or not isinstance(weight, float) or not isinstance(meta, dict):
+        raise BadEntry("malformed", f"tokens {type(tokens).__name__} / weight {weight!r:.40} / meta {type(meta).__name__}")
+    unknown = [k for k in tokens if not (isinstance(k, str) and (k in DTYPES or k.startswith(FROZEN_PREFIX)))]
+    if unknown:
+        raise BadEntry("malformed", f"unknown per-token arrays {unknown[:5]}")
+    ids, attention, action = (_raw(tokens, k) for k in ("input_ids", "attention_mask", "action_mask"))
+    n = len(ids) // 4
+    if n == 0 or len(attention) != n or len(action) != n:
+        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")
+    if attention.translate(None, b"\0\1") or action.translate(None, b"\0\1"):  # anything left is not 0/1
         raise BadEntry("invalid", "a mask holds values other than 0 and 1")
-    try:
-        return SAWItem(
-            input_ids=input_ids.tolist(),
-            attention_mask=attention_mask.tolist(),
-            action_mask=action_mask.tolist(),
-            weight=weight,
-            meta=meta,
-            attachments=SampleAttachments(actor_logps=actor),
-            token_weights=None if token_weights is None else token_weights.tolist(),
-        )
-    except (TypeError, ValueError) as exc:  # lengths disagree, weight not finite, ...
-        raise BadEntry("invalid", str(exc)) from exc
+    if not math.isfinite(weight):
+        raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
+    n_action = action.count(1)
+    actor = PackedTokenLogps.of(_floats(tokens, "actor_logps", n_action)) if "actor_logps" in tokens else None
+    frozen = {k[len(FROZEN_PREFIX) :]: _floats(tokens, k, n_action).tolist() for k in tokens if k.startswith(FROZEN_PREFIX)}
+    token_weights = _floats(tokens, "token_weights", n_action) if "token_weights" in tokens else None
+    arrays = {
+        "input_ids": np.frombuffer(ids, dtype="<i4"),
+        "attention_mask": np.frombuffer(attention, dtype="u1"),
+        "action_mask": np.frombuffer(action, dtype="u1"),
+    }
+    attachments = SampleAttachments(actor_logps=actor, frozen_logps=frozen)
+    return PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments, token_weights=token_weights)

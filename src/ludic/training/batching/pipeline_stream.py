@@ -9,6 +9,11 @@ Keys (``run_id`` names the run)::
 
 Every call retries through a lost connection (a Redis restart, a network blip) for up to
 ``reconnect_timeout_s`` seconds, logging each retry, and then raises.
+
+The two hot calls, ``push`` (a MULTI/EXEC of XADDs) and ``read`` (XREAD), skip redis-py's per-command
+layer: the commands are written as one RESP buffer on a connection of their own and the raw replies
+are read back (redis-py's argument packing and reply callbacks cost more per entry than Redis's own
+work; ``bench/bench_pipeline.py stream``). The rest goes through the ordinary redis-py client.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class PipelineStream:
         self.consumed_key, self.version_key = f"{prefix}:consumed", f"{prefix}:version"
         self.reconnects = 0
         self._client: Any = None
+        self._raw: Any = None  # the connection push/read use, opened on first use
+        self._raw_lock = asyncio.Lock()
 
     def _redis(self) -> Any:
         if self._client is None:
@@ -78,7 +85,31 @@ class PipelineStream:
     def _safe_url(self) -> str:
         return self.redis_url.split("@")[-1]
 
+    async def _exchange(self, payload: bytes, n_replies: int) -> list[Any]:
+        """Send RESP-encoded commands on the raw connection and read ``n_replies`` replies back.
+
+        Any failure (an error reply mid-way included) closes the connection: the replies still unread
+        would otherwise answer the next call, and an unfinished MULTI is discarded by the server.
+        """
+        async with self._raw_lock:
+            if self._raw is None:
+                pool = self._redis().connection_pool
+                conn = pool.connection_class(**pool.connection_kwargs)
+                await conn.connect()
+                self._raw = conn
+            conn = self._raw
+            try:
+                await conn.send_packed_command(payload, check_health=False)
+                return [await conn.read_response() for _ in range(n_replies)]
+            except BaseException:
+                self._raw = None
+                await conn.disconnect(nowait=True)
+                raise
+
     async def _drop_connection(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            await raw.disconnect(nowait=True)
         client, self._client = self._client, None
         if client is not None:
             try:
@@ -89,15 +120,23 @@ class PipelineStream:
     # ---- writing (actors) ---------------------------------------------------------------------
     async def push(self, entries: Sequence[dict[str, bytes]]) -> list[bytes]:
         """XADD all ``entries`` and count them in one MULTI/EXEC: all land or none do."""
-
-        async def go(r: Any) -> list[bytes]:
-            async with r.pipeline(transaction=True) as pipe:
-                for fields in entries:
-                    pipe.xadd(self.items_key, fields)
-                pipe.incrby(self.pushed_key, len(entries))
-                return list((await pipe.execute())[:-1])
-
-        return await self._call("XADD", go)
+        key = self.items_key.encode()
+        parts: list[bytes] = []
+        _command(parts, b"MULTI")
+        for fields in entries:
+            args = [b"XADD", key, b"*"]
+            for name, value in fields.items():
+                args += (name.encode() if isinstance(name, str) else name, value)
+            _command(parts, *args)
+        _command(parts, b"INCRBY", self.pushed_key.encode(), b"%d" % len(entries))
+        _command(parts, b"EXEC")
+        payload = b"".join(parts)
+        replies = await self._call("XADD", lambda _: self._exchange(payload, len(entries) + 3))
+        results = replies[-1]  # EXEC: one reply per queued command
+        failed = [r for r in results or [] if isinstance(r, Exception)]
+        if results is None or failed:
+            raise RuntimeError(f"Redis refused the XADD transaction: {failed[0] if failed else 'aborted'}")
+        return list(results[:-1])
 
     async def push_raw(self, fields: dict[str, bytes]) -> bytes:
         """XADD one entry as given (tests and tools; actors use ``push``)."""
@@ -106,14 +145,16 @@ class PipelineStream:
     # ---- reading (the trainer's rank 0) -------------------------------------------------------
     async def read(self, after: str, *, count: int, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
         """Up to ``count`` entries with ids after ``after``, waiting up to ``block_ms`` for the first."""
-
-        async def go(r: Any) -> list[tuple[str, dict[bytes, bytes]]]:
-            reply = await r.xread({self.items_key: after}, count=count, block=block_ms)
-            if not reply:
-                return []
-            return [(eid.decode(), fields) for eid, fields in reply[0][1]]
-
-        return await self._call("XREAD", go)
+        parts: list[bytes] = []
+        _command(parts, b"XREAD", b"COUNT", b"%d" % count, b"BLOCK", b"%d" % block_ms,
+                 b"STREAMS", self.items_key.encode(), after.encode())  # fmt: skip
+        payload = b"".join(parts)
+        (reply,) = await self._call("XREAD", lambda _: self._exchange(payload, 1))
+        if not reply:  # nil: nothing arrived within block_ms
+            return []
+        # [[key, entries]] in RESP2; some parser versions give {key: entries}
+        entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+        return [(eid.decode(), dict(zip(flat[0::2], flat[1::2], strict=False))) for eid, flat in entries]
 
     async def trim_before(self, entry_id: str) -> int:
         """XTRIM MINID: drop entries older than ``entry_id`` (call only once a checkpoint covers them)."""
@@ -142,3 +183,10 @@ class PipelineStream:
 
     async def close(self) -> None:
         await self._drop_connection()
+
+
+def _command(parts: list[bytes], *args: bytes) -> None:
+    """Append one command in RESP (an array of bulk strings) to ``parts``."""
+    parts.append(b"*%d\r\n" % len(args))
+    for arg in args:
+        parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")
