@@ -1,7 +1,8 @@
 """Pipeline RL benchmarks: stream throughput vs redis-benchmark, trainer idle time, learning vs synchronous.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream   # items/s, 512 and 4096 tokens
-    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step, in-process
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py multiproc  # the same, examples/pipeline_rl/run_local.py
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py learn    # held-out gain, 3 seeds
 
 Every part runs its variants side by side in one process, interleaved and repeated, and prints
@@ -104,24 +105,27 @@ def bench_stream(repeats: int) -> None:
             print(line, flush=True)
 
 
+MODES = ("sync", "pipeline-loop", "pipeline-thread")
+"""Synchronous; in-process pipeline with the step on the loop's thread; the same with ``step_in_thread``."""
+
+
 def bench_idle(steps: int, repeats: int) -> None:
     from ludic.quickstart.config import QuickstartConfig
 
-    results: dict[str, list[tuple[float, float]]] = {"sync": [], "pipeline": []}
+    results: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
     for r in range(repeats):
-        for mode in ("sync", "pipeline"):  # interleaved
+        for mode in MODES:  # interleaved
             results[mode].append(asyncio.run(_idle_run(QuickstartConfig(
-                seed=r, steps=steps, live=False, pipeline=mode == "pipeline", sft_steps=0, eval_every=0,
+                seed=r, steps=steps, live=False, pipeline=mode != "sync", sft_steps=0, eval_every=0,
                 output_dir=f"runs/bench_pipeline/{mode}{r}",
-            ))))  # fmt: skip
+            ), in_thread=mode == "pipeline-thread")))  # fmt: skip
+            print(f"  repeat {r} {mode}: idle {results[mode][-1][0]:.1%}, {results[mode][-1][1]:.3f} s/step", flush=True)
+    sync_sps = statistics.median(s for _, s in results["sync"])
     for mode, runs in results.items():
         idle = statistics.median(i for i, _ in runs)
         sps = statistics.median(s for _, s in runs)
-        print(f"{mode:>8}: trainer idle {idle:.1%} of wall time, {sps:.3f} s/step (median of {repeats})")
-    ratio = statistics.median(s for _, s in results["sync"]) / statistics.median(
-        s for _, s in results["pipeline"]
-    )
-    print(f"pipeline speed-up in s/step: {ratio:.2f}x")
+        print(f"{mode:>16}: trainer idle {idle:.1%} of wall time, {sps:.3f} s/step, {sync_sps / sps:.2f}x sync's "
+              f"speed (median of {repeats})")  # fmt: skip
 
 
 class _Timed:
@@ -138,7 +142,7 @@ class _Timed:
             self.waited += time.perf_counter() - t0
 
 
-async def _idle_run(cfg: Any) -> tuple[float, float]:
+async def _idle_run(cfg: Any, *, in_thread: bool = False) -> tuple[float, float]:
     """(idle fraction, s/step) over steps after the first 3 (warm-up), for one quickstart-shaped job."""
     from ludic.distributed import ClientPublisher
     from ludic.quickstart.pipeline import pipeline_parts
@@ -151,7 +155,9 @@ async def _idle_run(cfg: Any) -> tuple[float, float]:
         engine=runtime.engine, request_fn=TrainRequests(cfg, runtime.sampling), algorithm=algo,
         max_steps=1, concurrency=cfg.group_size * cfg.prompts_per_step,
     )  # fmt: skip
-    tcfg = TrainerConfig(lr=cfg.lr, max_seq_len=256, micro_token_budget=256 * 64, pad_token_id=0)
+    tcfg = TrainerConfig(
+        lr=cfg.lr, max_seq_len=256, micro_token_budget=256 * 64, pad_token_id=0, step_in_thread=in_thread
+    )
 
     async def run(source: Any, publisher: Any) -> tuple[float, float]:
         timed = _Timed(source)
@@ -160,12 +166,36 @@ async def _idle_run(cfg: Any) -> tuple[float, float]:
         timed.waited, t0 = 0.0, time.perf_counter()
         await trainer.train(cfg.steps - 3)
         wall = time.perf_counter() - t0
+        trainer.close()
         return timed.waited / wall, wall / (cfg.steps - 3)
 
     if not cfg.pipeline:
         return await run(rollouts, ClientPublisher(runtime.client))
     async with pipeline_parts(cfg, runtime.client, rollouts) as parts:
         return await run(parts.batch_source, parts.publisher)
+
+
+def bench_multiproc(steps: int, repeats: int, actors: int) -> None:
+    """examples/pipeline_rl/run_local.py: Redis, Ludic's server, ``actors`` actor processes, the trainer."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "pipeline_rl" / "run_local.py"
+    pattern = re.compile(r"trainer idle ([\d.]+)% of [\d.]+ s over \d+ steps .*, ([\d.]+) s/step")
+    idle, sps = [], []
+    for r in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="ludic-bench-multiproc-") as out:
+            cmd = [sys.executable, str(script), "--actors", str(actors), "--steps", str(steps), "--output-dir", out]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        found = pattern.search(proc.stdout)
+        if proc.returncode != 0 or found is None:
+            raise RuntimeError(f"run_local.py failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+        idle.append(float(found.group(1)) / 100)
+        sps.append(float(found.group(2)))
+        print(f"  repeat {r}: {found.group(0)}", flush=True)
+    print(f"multi-process ({actors} actor processes, Ludic's server, trainer): trainer idle "
+          f"{statistics.median(idle):.1%}, {statistics.median(sps):.3f} s/step (median of {repeats})")  # fmt: skip
 
 
 def bench_learn(seeds: list[int]) -> None:
@@ -188,15 +218,18 @@ def bench_learn(seeds: list[int]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("part", choices=["stream", "idle", "learn"])
+    p.add_argument("part", choices=["stream", "idle", "multiproc", "learn"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=40, help="idle: training steps per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--actors", type=int, default=2, help="multiproc: actor processes")
     args = p.parse_args()
     if args.part == "stream":
         bench_stream(args.repeats)
     elif args.part == "idle":
         bench_idle(args.steps, args.repeats)
+    elif args.part == "multiproc":
+        bench_multiproc(args.steps, args.repeats, args.actors)
     else:
         bench_learn(args.seeds)
 

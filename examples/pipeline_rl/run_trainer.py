@@ -104,13 +104,29 @@ async def main(argv: list[str] | None = None) -> dict[str, float]:
         trainer.load_checkpoint()
         print(f"resumed at step {trainer.step}", flush=True)
     stats: dict[str, float] = {}
+    timed: list[tuple[float, float]] = []  # (seconds in next_batch, seconds in the step) per step
     while trainer.step < args.steps:
         stats = await trainer.train_step()
         reward = stats.get("train/avg_total_reward", float("nan"))
+        timed.append((stats.get("train/pipeline/wait_seconds", 0.0), stats["perf/step_seconds"]))
         print(f"step {trainer.step}: reward {reward:.3f} "
               f"staleness {stats.get('train/pipeline/mean_staleness', 0):.2f}", flush=True)  # fmt: skip
     trainer.save_checkpoint()
+    print_idle(timed[WARMUP_STEPS:])
     return stats
+
+
+WARMUP_STEPS = 3
+"""Steps left out of the idle summary (model load, first batches, first compile)."""
+
+
+def print_idle(timed: list[tuple[float, float]]) -> None:
+    """The trainer's idle fraction: time waiting in ``next_batch`` over the wall time of the steps."""
+    if not timed:
+        return
+    waited, wall = sum(w for w, _ in timed), sum(s for _, s in timed)
+    print(f"trainer idle {waited / wall:.1%} of {wall:.1f} s over {len(timed)} steps "
+          f"(after {WARMUP_STEPS} warm-up steps), {wall / len(timed):.3f} s/step", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
