@@ -1,9 +1,11 @@
 """One-sequence vs per-step training items for an 8-turn episode, side by side in one run.
 
 A real 8-turn episode is played with the tiny model (``Agent(exact_sequence=True)``, 48-byte
-observations, replies of up to 24 tokens). Its training data is built both ways:
+observations, replies of up to 24 tokens) and credited per turn (``PerTurnReturn``: returns 8..1).
+Its training data is built both ways:
 - per step: 8 items, each re-sending the whole history as its prompt (O(T^2) tokens);
-- one sequence (``RolloutEngine(one_sequence=True)``): 1 item holding every turn once.
+- one sequence (``RolloutEngine(one_sequence=True)``): 1 item holding every turn once, each reply
+  carrying its turn's return as per-token weights.
 Reported: tokens to train, and forward + backward time of the same ReinforceLoss over each
 (per-step items in one padded micro-batch, as the Trainer packs them), interleaved, medians.
 The loss and gradient agree (tests/training/batching/test_sequence_items.py).
@@ -33,6 +35,7 @@ from ludic.training.batching import rollouts_to_saw_items
 from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.sequence_items import rollout_to_sequence_items
 from ludic.training.loss import ReinforceLoss
+from ludic.training.turn_credit import PerTurnReturn
 from ludic.types import StepOutcome
 
 TURNS = 8
@@ -80,10 +83,11 @@ def fwd_bwd(model, items, loss_fn) -> float:
 def main(repeats: int) -> None:
     model_dir = tiny_model_path()
     rollout = asyncio.run(play(model_dir))
-    weights = {(rollout.id, s.index): 1.0 for s in rollout.steps}
+    weights = PerTurnReturn().compute([rollout])
     per_step = rollouts_to_saw_items([rollout], weights)
     one = rollout_to_sequence_items(rollout, weights)
     assert len(rollout.steps) == TURNS and len(one) == 1, (len(rollout.steps), len(one))
+    assert one[0].token_weights is not None  # per-turn credit, still one sequence
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     loss_fn = ReinforceLoss(old_logp_key=None)
     step_times, seq_times = [], []
@@ -95,7 +99,7 @@ def main(repeats: int) -> None:
     action = sum(it.num_action_tokens for it in per_step)
     ts, to = statistics.median(step_times), statistics.median(seq_times)
     print(f"torch threads {torch.get_num_threads()}; machine shared with other jobs: compare ratios")
-    print(f"{TURNS}-turn episode, {action} action tokens")
+    print(f"{TURNS}-turn episode, {action} action tokens, per-turn credit {sorted(set(weights.values()))}")
     print(f"per-step items : {len(per_step)} items, {real_step} tokens ({padded_step} padded), fwd+bwd {ts * 1e3:.1f} ms")
     print(f"one sequence   : 1 item, {one[0].num_tokens} tokens, fwd+bwd {to * 1e3:.1f} ms")
     print(f"saving         : {real_step / one[0].num_tokens:.2f}x fewer tokens ({padded_step / one[0].num_tokens:.2f}x "

@@ -4,6 +4,7 @@ packing, kept through every encoding, and honoured by the weight preprocessing s
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -122,3 +123,49 @@ def test_drop_zero_weight_keeps_an_item_while_any_token_has_credit():
     zero = two_turn_item(weight=0.0, token_weights=[0.0] * 5)
     batch = drop_zero_weight(SAWBatch(items=[mixed, zero, scalar_item(0.0), scalar_item(1.0)]))
     assert [it.token_weights for it in batch.items] == [[1.0, 1.0, -1.0, -1.0, -1.0], None]
+
+
+def multi_turn_items(seed: int = 0) -> list[SAWItem]:
+    """Episodes as one sequence (prompt, then reply/observation turns), each reply with its own weight."""
+    rng = random.Random(seed)
+    items = []
+    for k in range(6):
+        ids, mask, weights = [rng.randrange(2, 64) for _ in range(4 + k)], [0] * (4 + k), []
+        for _ in range(rng.randrange(2, 4)):
+            reply, obs, w = rng.randrange(1, 6), rng.randrange(1, 4), rng.uniform(-1, 1)
+            ids += [rng.randrange(2, 64) for _ in range(reply + obs)]
+            mask += [1] * reply + [0] * obs
+            weights += [w] * reply
+        actor = SampleAttachments(actor_logps=ActorTokenLogps([rng.uniform(-4, -0.5) for _ in weights]))
+        items.append(SAWItem(ids, [1] * len(ids), mask, 0.0, {"rollout_id": f"r{k}"}, actor, weights))
+    return [*items, scalar_item(0.5), scalar_item(-1.5)]
+
+
+def test_the_trainers_packed_and_padded_forwards_give_the_same_per_token_weighted_loss_and_gradient():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from ludic.training.forward import micro_batch_loss, plan_micro_batches
+    from ludic.training.loss import TokenClippedSurrogateLoss
+
+    items = multi_turn_items()
+    results = []
+    for pack in (False, True):
+        torch.manual_seed(0)
+        config = Qwen2Config(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, attn_implementation="sdpa",
+        )  # fmt: skip
+        model = Qwen2ForCausalLM(config)
+        mbs = plan_micro_batches(model, items, micro_token_budget=64, max_seq_len=32, pack=pack)
+        assert all((mb.plan is not None) == pack for mb in mbs)
+        total = torch.zeros(())
+        for mb in mbs:
+            loss, _, _ = micro_batch_loss(model, TokenClippedSurrogateLoss(), mb, pad_token_id=0, device="cpu")
+            (loss * len(mb.items) / len(items)).backward()
+            total = total + loss.detach() * len(mb.items) / len(items)
+        results.append((total, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (plain_loss, plain_grads), (packed_loss, packed_grads) = results
+    assert plain_loss.abs() > 0
+    torch.testing.assert_close(packed_loss, plain_loss, atol=1e-6, rtol=1e-5)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
