@@ -1,14 +1,21 @@
 """Publishing weights to a server in another process: gloo broadcast vs the HTTP safetensors blob, in GB/s,
-beside an in-memory copy of the same bytes on the same machine (the limit).
+beside an in-memory copy of the same bytes (the limit) and a plain gloo broadcast of one flat tensor of
+the same size (the collective's own ceiling), with the broadcast publish split into its stages.
 
 For each size (about 1M, 25M and 100M parameters, fp32) a real ``python -m ludic.inference.server``
-subprocess serves a Qwen2 of that size; the variants run interleaved, ``--repeats`` times each, and the
-median is reported. "broadcast" is ``BroadcastPolicyPublisher.publish`` end to end: the HTTP control
-calls, packed 256 MB buckets over gloo on loopback, the server's staging, validation (NaN check)
-and load into its model. "blob" is ``ClientPublisher`` over ``VLLMChatClient.sync_weights``:
-safetensors serialisation, one HTTP upload, parse, validation, load. Goal (issue 10): broadcast >=
-0.3x the in-memory copy.
-Run: ``.venv/bin/python bench/bench_publish.py [--sizes 1M 25M 100M --repeats 3]``.
+subprocess serves a Qwen2 of that size. Per repeat, interleaved:
+- "copy": ``dst.copy_(src)`` of the same number of bytes in this process.
+- "raw": ``broadcast`` of one flat uint8 tensor of that size over gloo on loopback from this process to a
+  helper subprocess (this script with ``--raw-receiver``), timed until the receiver acknowledges.
+- "broadcast": ``BroadcastPolicyPublisher.publish`` end to end (pause, the control calls, packed 256 MB
+  buckets over gloo, the server's staging, NaN check and load, resume), packing overlapped with sending.
+- "serial": the same with ``overlap=False``: one stage at a time, so each stage's time is its own.
+- "allpacked": serial, with every tensor packed into the bucket's buffer (a copy of every byte), as
+  before tensors of 1 MiB and more were broadcast from their own memory.
+- "blob": ``ClientPublisher`` over ``VLLMChatClient.sync_weights`` (safetensors, one HTTP upload).
+Medians are reported, with the serial publish's stages (trainer side and the server's own timings).
+Goal (issue 10): broadcast >= 0.3x the in-memory copy.
+Run: ``.venv/bin/python bench/bench_publish.py [--sizes 1M 25M 100M --repeats 5]``.
 """
 
 from __future__ import annotations
@@ -16,9 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -28,12 +38,17 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
 from ludic.inference import VLLMChatClient
+from ludic.inference.process_group import create_group, free_port
 from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 
 SIZES = {"1M": dict(hidden_size=160, num_layers=4, intermediate_size=480),
          "25M": dict(hidden_size=512, num_layers=8, intermediate_size=1536),
          "100M": dict(hidden_size=1024, num_layers=8, intermediate_size=3072)}  # fmt: skip
+VARIANTS = ("copy", "raw", "broadcast", "serial", "allpacked", "blob")
+STAGES = ("publish_pack_s", "publish_wait_s", "publish_control_s", "server_receive_s", "server_check_s",
+          "server_check_wait_s", "server_load_s")  # fmt: skip
+TIMEOUT = timedelta(seconds=600)
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -42,42 +57,92 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
-def bench_size(label: str, repeats: int, root: Path) -> dict[str, float]:
+class RawBroadcast:
+    """One flat tensor from this process (rank 0) to a helper subprocess (rank 1) over gloo; the helper
+    acknowledges each receipt with a one-byte broadcast back, so the time covers the whole transfer."""
+
+    def __init__(self, nbytes: int, rounds: int) -> None:
+        port = free_port()
+        cmd = [sys.executable, __file__, "--raw-receiver", str(port), str(nbytes), str(rounds)]
+        self.proc = subprocess.Popen(cmd)
+        self.group = create_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=600)
+        self.buffer = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
+        self.ack = torch.zeros(1, dtype=torch.uint8)
+
+    def send(self) -> None:
+        self.group.broadcast(self.buffer, 0, TIMEOUT).wait()
+        self.group.broadcast(self.ack, 1, TIMEOUT).wait()
+
+    def close(self) -> None:
+        self.proc.wait(timeout=60)
+
+
+def raw_receiver(port: int, nbytes: int, rounds: int) -> None:
+    group = create_group("127.0.0.1", port, 1, 2, backend="gloo", timeout_s=600)
+    buffer, ack = torch.empty(nbytes, dtype=torch.uint8), torch.ones(1, dtype=torch.uint8)
+    for _ in range(rounds):
+        group.broadcast(buffer, 0, TIMEOUT).wait()
+        group.broadcast(ack, 1, TIMEOUT).wait()
+
+
+def bench_size(label: str, repeats: int, root: Path) -> None:
     model_dir = build_tiny_model(root / label, seed=0, **SIZES[label])
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    state = model.state_dict()
+    state = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
-    params = sum(p.numel() for p in model.parameters())
+    params = sum(t.numel() for t in state.values())
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
     dst = torch.empty_like(src)
     dst.copy_(src)  # fault the pages in once: the copy below is memory bandwidth, not first touch
-    times: dict[str, list[float]] = {"copy": [], "broadcast": [], "blob": []}
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    raw = RawBroadcast(nbytes, repeats + 1)
+    raw.send()  # warm-up
     with running_server(model_dir, ["--transfer-timeout", "600"]) as url:
         client = VLLMChatClient(base_url=url, enable_weight_updates=True, timeout_s=600)
-        bcast = BroadcastPolicyPublisher(client, timeout_s=600)
+        bcast = BroadcastPolicyPublisher(client, timeout_s=600)  # one group with the server, two modes
         blob = ClientPublisher(client, timeout_s=600)
         bcast.publish(state, version=0)  # set-up (group join) and warm-up, not timed
         version = 1
         for _ in range(repeats):
             times["copy"].append(timed(lambda: dst.copy_(src)))
+            times["raw"].append(timed(raw.send))
+            bcast.overlap = True
             times["broadcast"].append(timed(lambda v=version: bcast.publish(state, version=v)))
-            times["blob"].append(timed(lambda v=version: blob.publish(state, version=v + 1)))
-            version += 2
+            bcast.overlap = False
+            times["serial"].append(timed(lambda v=version: bcast.publish(state, version=v + 1)))
+            for s in STAGES:
+                stages[s].append(bcast.last_stats.get(s, 0.0))
+            bcast.pack_below_bytes = 1 << 62  # every tensor packed and copied: the previous design
+            times["allpacked"].append(timed(lambda v=version: bcast.publish(state, version=v + 1)))
+            bcast.pack_below_bytes = 1 << 20
+            times["blob"].append(timed(lambda v=version: blob.publish(state, version=v + 2)))
+            version += 3
         bcast.close()
-    gbps = {k: nbytes / statistics.median(v) / 1e9 for k, v in times.items()}
-    print(f"{label:>5} ({params / 1e6:.1f}M params, {nbytes / 1e6:.0f} MB): copy {gbps['copy']:.2f} GB/s | "
-          f"broadcast {gbps['broadcast']:.2f} GB/s ({gbps['broadcast'] / gbps['copy']:.2f}x copy) | "
-          f"blob {gbps['blob']:.2f} GB/s ({gbps['blob'] / gbps['copy']:.2f}x copy) | "
-          f"broadcast/blob {gbps['broadcast'] / gbps['blob']:.2f}x", flush=True)  # fmt: skip
-    return gbps
+    raw.close()
+    report(label, params, nbytes, times, stages)
+
+
+def report(label: str, params: int, nbytes: int, times: dict[str, list[float]], stages: dict[str, list[float]]) -> None:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    gbps = {k: nbytes / t / 1e9 for k, t in med.items()}
+    cols = " | ".join(f"{k} {gbps[k]:.2f} GB/s ({med['copy'] / med[k]:.3f}x copy)" for k in VARIANTS)
+    print(f"{label:>5} ({params / 1e6:.1f}M params, {nbytes / 1e6:.0f} MB): {cols} | "
+          f"broadcast/raw {med['raw'] / med['broadcast']:.2f}x | broadcast/blob {med['blob'] / med['broadcast']:.1f}x")  # fmt: skip
+    parts = " | ".join(f"{s.removesuffix('_s')} {1e3 * statistics.median(v):.1f} ms" for s, v in stages.items())
+    print(f"      serial publish {1e3 * med['serial']:.1f} ms = {parts} (raw broadcast {1e3 * med['raw']:.1f} ms)",
+          flush=True)  # fmt: skip
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--raw-receiver":
+        raw_receiver(*(int(a) for a in sys.argv[2:5]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"median of {args.repeats} interleaved runs; OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    print(f"median of {args.repeats} interleaved runs; OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for label in args.sizes:
             bench_size(label, args.repeats, Path(tmp))

@@ -66,13 +66,34 @@ def model_logps(model: torch.nn.Module, client: VLLMChatClient) -> list[float]:
 def test_publish_over_gloo_serves_the_new_weights_at_the_new_version(server, dirs, packed):
     client = VLLMChatClient(base_url=server, enable_weight_updates=True)
     new = AutoModelForCausalLM.from_pretrained(dirs[1] if packed else dirs[0])
-    publisher = BroadcastPolicyPublisher(client, bucket_bytes=64 << 10, packed=packed, timeout_s=20)
+    # buckets of 64 KiB; packed: tensors below 16 KiB packed, the larger ones sent from their own memory
+    publisher = BroadcastPolicyPublisher(client, bucket_bytes=64 << 10, packed=packed, pack_below_bytes=16 << 10,
+                                         timeout_s=20)  # fmt: skip
     version = 11 if packed else 12
     publisher.publish(new.named_parameters(), version=version)  # an iterator, walked lazily in buckets
     assert publisher.last_stats["publish_tensors"] == len(list(new.parameters()))
+    assert publisher.last_stats["server_receive_s"] > 0 and publisher.last_stats["publish_wait_s"] > 0
     served, served_version = greedy_logps(client)
     assert served_version == version
     assert served == pytest.approx(model_logps(new, client), abs=1e-4)
+    publisher.close()
+
+
+def test_updates_alternate_receive_buffers_without_touching_the_weights_being_served(server, dirs):
+    """The server adopts its receive buffers as the model's weights; the next update must land elsewhere."""
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    models = [AutoModelForCausalLM.from_pretrained(d) for d in dirs]
+    publisher = BroadcastPolicyPublisher(client, bucket_bytes=96 << 10, pack_below_bytes=16 << 10, timeout_s=20)
+    for version, model in enumerate([models[1], models[0], models[1]], start=21):
+        publisher.publish(model.state_dict(), version=version)
+        served, served_version = greedy_logps(client)
+        assert served_version == version and served == pytest.approx(model_logps(model, client), abs=1e-4)
+    state = models[0].state_dict()
+    nan = dict(state) | {"model.norm.weight": torch.full_like(state["model.norm.weight"], float("nan"))}
+    with pytest.raises(PublishError, match="NaN"):
+        publisher.publish(nan, version=99)
+    served, served_version = greedy_logps(client)  # the refused update was received into a free buffer
+    assert served_version == 23 and served == pytest.approx(model_logps(models[1], client), abs=1e-4)
     publisher.close()
 
 

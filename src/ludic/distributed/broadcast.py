@@ -3,9 +3,11 @@
 Control plane: vLLM's weight-transfer routes (``/init_weight_transfer_engine``,
 ``/start_weight_update``, ``/update_weights``, ``/finish_weight_update``), each call with a
 timeout. Data plane: a process group with the trainer as rank 0 (gloo on CPU, NCCL on GPU).
-Tensors travel in packed buckets of up to ``bucket_bytes`` (one broadcast per bucket, not per
-parameter); each bucket's broadcast runs on a worker thread while the matching ``/update_weights``
-call waits for the server to receive it. A dead server or a lost broadcast makes ``publish`` raise
+Tensors travel in buckets of up to ``bucket_bytes``, each sent as (at most) two ``/update_weights``
+calls: the tensors below ``pack_below_bytes`` packed into one buffer (one broadcast, not one per
+small tensor), the larger ones broadcast each from its own memory (no copy; vLLM's unpacked mode).
+The broadcasts and the ``/update_weights`` call run on worker threads while the next call is
+packed into the other of two reused buffers (``overlap``). A dead server or a lost broadcast makes ``publish`` raise
 ``PublishError`` within the timeouts instead of hanging; the server then keeps its old weights.
 Around the update the server is paused (``POST /pause?mode=keep`` ... ``POST /resume``, vLLM's
 async-RL recipe): requests in flight freeze and continue with the new weights afterwards.
@@ -17,8 +19,9 @@ caller can gather one layer at a time (FSDP) without holding the whole model twi
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -31,6 +34,13 @@ from ludic.inference.vllm_client import VLLMChatClient
 from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, packed_size, update_info
 
 WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
+
+
+def single_threaded_executor(name: str) -> ThreadPoolExecutor:
+    """One worker thread whose torch ops use one OpenMP thread: packing is many small copies, and each
+    parallel region costs a wake-up of every OpenMP thread, which on a busy machine can take longer than
+    the copy (the per-thread setting leaves the caller's own thread count alone)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=torch.set_num_threads, initargs=(1,))
 
 
 class PublishError(RuntimeError):
@@ -65,8 +75,13 @@ class BroadcastPolicyPublisher:
 
     master_address/master_port: where this trainer (rank 0) hosts the rendezvous (port 0 = any free
     port); the server must reach it. backend: "gloo" or "nccl" (default: nccl when CUDA is up).
-    packed: one packed buffer per bucket (else one broadcast per tensor, vLLM's unpacked mode).
+    packed: pack the tensors below ``pack_below_bytes`` (default 1 MiB; 0: none) into one buffer per
+    bucket; False: one broadcast per tensor for all of them.
     pause_mode: how the server pauses during the update ("keep", "wait", "abort"; None: no pause).
+    overlap: pack the next bucket while the last one is on the wire (False: one stage at a time,
+    which ``bench/bench_publish.py`` uses to time each stage alone). ``last_stats`` holds the
+    stages' seconds: ``publish_pack_s``, ``publish_wait_s`` (waiting for the wire), ``publish_control_s``
+    (the control calls), and the server's own (``server_receive_s``, ``server_check_s``, ``server_load_s``...).
     """
 
     def __init__(
@@ -78,8 +93,10 @@ class BroadcastPolicyPublisher:
         backend: str | None = None,
         bucket_bytes: int = 256 << 20,
         packed: bool = True,
+        pack_below_bytes: int = 1 << 20,
         timeout_s: float = 120.0,
         pause_mode: str | None = "keep",
+        overlap: bool = True,
     ) -> None:
         if pause_mode is not None:
             check_mode(pause_mode)
@@ -90,38 +107,55 @@ class BroadcastPolicyPublisher:
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
         self.bucket_bytes, self.packed, self.timeout_s = bucket_bytes, packed, timeout_s
-        self.pause_mode = pause_mode
+        self.pack_below_bytes = pack_below_bytes
+        self.pause_mode, self.overlap = pause_mode, overlap
         self._group: Any = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-broadcast")
-        self._buffer: Tensor | None = None  # the packed bucket, reused from publish to publish
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
+        self._packer = single_threaded_executor("ludic-pack")
+        self._buffers: list[Tensor | None] = [None, None]  # packed buckets, reused from publish to publish
+        self._times: dict[str, float] = {}
         self.last_stats: dict[str, float] = {}
 
     # ---- the PolicyPublisher seam ---------------------------------------------------------------
     def publish(self, state_dict: WeightSource, version: int | None = None) -> None:
         self._ensure_group()
+        self._times = dict.fromkeys(("publish_pack_s", "publish_wait_s", "publish_control_s"), 0.0)
         if self.pause_mode is None:
             return self._update(state_dict, version)
         try:
-            self._post(VLLMChatClient.pause_path(self.pause_mode, True), {})
+            self._control(VLLMChatClient.pause_path(self.pause_mode, True))
         except Exception as exc:
             raise PublishError(f"could not pause the server before the update (nothing was sent): {exc}") from exc
         try:
             self._update(state_dict, version)
         finally:  # resumed whether or not the update applied: a stuck pause would stall every rollout
             try:
+                t0 = perf_counter()
                 self.client.post_json_sync("/resume", {}, timeout_s=self.timeout_s, retry=True)
+                self._times["publish_control_s"] += perf_counter() - t0
+                self.last_stats.update(self._times)
             except Exception as exc:
                 raise PublishError(f"the server did not resume after the update and may stay paused: {exc}") from exc
 
     def _update(self, state_dict: WeightSource, version: int | None) -> None:
         count = nbytes = 0
         try:
-            self._post("/start_weight_update", {})
-            for bucket in buckets(named_tensors(state_dict), self.bucket_bytes):
-                self._send_bucket(bucket)
-                count += len(bucket)
-                nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            self._control("/start_weight_update")
+            in_flight: tuple[Future, Future] | None = None
+            calls = (c for b in buckets(named_tensors(state_dict), self.bucket_bytes) for c in self._split(b))
+            for i, (call, packed) in enumerate(calls):
+                payload, metas = self._lay_out(call, packed, slot=i % 2 if self.overlap else 0)
+                if in_flight is not None:  # call i was laid out while call i-1 was on the wire
+                    self._wait(in_flight)
+                in_flight = self._send(payload, metas, packed)
+                if not self.overlap:
+                    self._wait(in_flight)
+                    in_flight = None
+                count += len(call)
+                nbytes += sum(t.numel() * t.element_size() for _, t in call)
+            if in_flight is not None:
+                self._wait(in_flight)
             if count == 0:
                 raise ValueError("publish got no tensors")
         except Exception as exc:
@@ -130,19 +164,27 @@ class BroadcastPolicyPublisher:
                 raise
             raise PublishError(f"weight publish failed, the server keeps its old weights: {exc}") from exc
         try:  # every byte arrived: the server validates and applies all of it, or none
-            self._post("/finish_weight_update", {"weight_version": None if version is None else str(version)})
+            reply = self._control("/finish_weight_update", {"weight_version": None if version is None else str(version)})
         except Exception as exc:
             raise PublishError(f"the server did not apply the update (old weights keep serving): {exc}") from exc
-        self.last_stats = {"publish_tensors": float(count), "publish_bytes": float(nbytes)}
+        server = {f"server_{k}": float(v) for k, v in (reply.get("timings") or {}).items()}
+        self.last_stats = {"publish_tensors": float(count), "publish_bytes": float(nbytes), **self._times, **server}
 
     def _reset(self) -> None:
         self._group = None
         self._pool.shutdown(wait=False, cancel_futures=True)  # a stuck broadcast ends at its own timeout
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-broadcast")
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
 
     # ---- set-up ---------------------------------------------------------------------------------
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.client.post_json_sync(path, body, timeout_s=self.timeout_s)
+
+    def _control(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        t0 = perf_counter()
+        try:
+            return self._post(path, body or {})
+        finally:
+            self._times["publish_control_s"] = self._times.get("publish_control_s", 0.0) + perf_counter() - t0
 
     def _ensure_group(self) -> None:
         if self._group is not None:
@@ -182,26 +224,51 @@ class BroadcastPolicyPublisher:
             if m.dtype.is_floating_point != DTYPES.get(dtype, torch.float32).is_floating_point:
                 raise ValueError(f"publish: {m.name!r} has dtype {m.dtype_name}, the server's is {dtype}")
 
-    def _send_bucket(self, bucket: list[tuple[str, Tensor]]) -> None:
+    def _split(self, bucket: list[tuple[str, Tensor]]) -> Iterator[tuple[list[tuple[str, Tensor]], bool]]:
+        """The bucket as ``(tensors, packed)`` calls: the small tensors packed, the large ones as they are."""
+        limit = self.pack_below_bytes if self.packed else 0
+        small = [(n, t) for n, t in bucket if t.numel() * t.element_size() < limit]
+        large = [(n, t) for n, t in bucket if t.numel() * t.element_size() >= limit]
+        yield from ((call, packed) for call, packed in ((small, True), (large, False)) if call)
+
+    def _lay_out(
+        self, bucket: list[tuple[str, Tensor]], packed: bool, slot: int
+    ) -> tuple[list[Tensor], list[TensorMeta]]:
+        """The call checked and laid out for the wire: one packed buffer (reused), or its tensors."""
+        t0 = perf_counter()
         metas = [TensorMeta.of(name, t) for name, t in bucket]
         try:
             self._check(metas)
         except ValueError as exc:
             raise PublishError(f"{exc}; nothing of this update was applied") from exc
         tensors = [t.detach().to(self.device) for _, t in bucket]
-        if self.packed:
-            size = packed_size(metas)
-            if self._buffer is None or self._buffer.numel() < size:
-                self._buffer = torch.empty(max(size, min(self.bucket_bytes, 1 << 30)), dtype=torch.uint8, device=self.device)
-            payload = [pack(tensors, self.device, out=self._buffer)]
+        if packed:
+            size, buffer = packed_size(metas), self._buffers[slot]
+            if buffer is None or buffer.numel() < size:
+                buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+                self._buffers[slot] = buffer
+            payload = [self._packer.submit(pack, tensors, self.device, out=buffer).result()]
         else:
             payload = [t.contiguous() for t in tensors]
+        self._times["publish_pack_s"] += perf_counter() - t0
+        return payload, metas
+
+    def _send(self, payload: list[Tensor], metas: list[TensorMeta], packed: bool) -> tuple[Future, Future]:
+        """Broadcast ``payload`` and tell the server to receive it, both on worker threads."""
         sending = self._pool.submit(self._broadcast_all, payload)
-        self._post("/update_weights", {"update_info": update_info(metas, packed=self.packed)})
+        posting = self._pool.submit(self._post, "/update_weights", {"update_info": update_info(metas, packed=packed)})
+        return sending, posting
+
+    def _wait(self, in_flight: tuple[Future, Future]) -> None:
+        t0 = perf_counter()
+        sending, posting = in_flight
         try:
+            posting.result(timeout=self.timeout_s)  # a refusal raises here, before the broadcast's own timeout
             sending.result(timeout=self.timeout_s)
         except FutureTimeout:
             raise PublishError(f"the weight broadcast did not complete within {self.timeout_s}s") from None
+        finally:
+            self._times["publish_wait_s"] += perf_counter() - t0
 
     def _broadcast_all(self, tensors: list[Tensor]) -> None:
         for t in tensors:
@@ -209,4 +276,5 @@ class BroadcastPolicyPublisher:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._packer.shutdown(wait=False)
         self._group = None

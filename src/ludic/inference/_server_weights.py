@@ -51,9 +51,10 @@ async def update_weights(request: web.Request) -> web.Response:
 
 async def finish_weight_update(request: web.Request) -> web.Response:
     version = await _json_field(request, "weight_version")
-    status = await asyncio.to_thread(request.app[RECEIVER_KEY].finish, version)
-    engine = request.app[ENGINE_KEY]
-    return web.json_response({"status": status, "policy_version": engine.policy_version})
+    receiver = request.app[RECEIVER_KEY]
+    status = await asyncio.to_thread(receiver.finish, version)
+    engine = request.app[ENGINE_KEY]  # timings: this update's stages on the server, in seconds
+    return web.json_response({"status": status, "policy_version": engine.policy_version, "timings": receiver.timings})
 
 
 async def get_world_size(request: web.Request) -> web.Response:

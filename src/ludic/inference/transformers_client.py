@@ -23,7 +23,7 @@ from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
 from ludic.inference.pause import PauseGate, check_mode, version_spans
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
-from ludic.inference.weights import validate_state_dict
+from ludic.inference.weights import assign_weights, validate_state_dict
 from ludic.types import ChatResponse
 
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -325,14 +325,21 @@ class TransformersChatClient:
         call it off the event loop (e.g. ``asyncio.to_thread``) when requests are in flight.
         Floating-point tensors are cast to the model's dtype (a bf16 trainer can publish to fp32).
         """
-        target = self.model.state_dict()
-        validate_state_dict(params, target)
+        validate_state_dict(params, self.model.state_dict())
+        return self.load_validated(params, timeout_s=timeout_s, version=version)
+
+    def load_validated(
+        self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None,
+        adopt: bool = False,
+    ) -> str:
+        """``sync_weights`` after ``validate_state_dict`` passed. ``adopt``: the caller hands ``params`` over
+        (the server's receive buffers), so a parameter whose dtype and device already match takes the
+        tensor as its storage instead of a copy of it; the caller must not write to it afterwards."""
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
         try:
             with torch.no_grad():
-                for name, tensor in params.items():
-                    target[name].copy_(tensor.detach().to(target[name].device, target[name].dtype))
+                assign_weights(self.model, params, adopt=adopt)
             self.policy_version = int(version) if version is not None else self.policy_version + 1
         finally:
             self._weights_lock.release()

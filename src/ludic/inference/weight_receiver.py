@@ -3,14 +3,21 @@
 ``init`` joins a process group the trainer (rank 0) created at ``master_address:master_port``
 (gloo on CPU, NCCL on GPU); ``start`` opens an update; ``receive`` takes one ``update_info`` and
 receives its tensors from rank 0's broadcasts (one packed buffer, or one broadcast per tensor)
-into staging memory; ``finish`` validates everything staged and loads it into the engine in one
-step under a new version. Anything that fails (bad metadata, a broadcast that never arrives,
-NaN) discards the staging area: the old weights keep serving at the old version.
+into staging memory, and checks it for NaN/inf on a worker thread while the next bucket arrives;
+``finish`` waits for those checks and loads everything staged into the engine in one step under a
+new version. Anything that fails (bad metadata, a broadcast that never arrives, NaN) discards the
+staging area: the old weights keep serving at the old version.
+
+Copies: the packed receive buffers become the model's storage at ``finish`` (``adopt``: no copy
+into the model), and the buffers the model used before are received into next time, so a
+steady stream of updates alternates between two sets of buffers without allocating.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +25,7 @@ import torch
 
 from ludic.inference.process_group import broadcast, create_group
 from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
-from ludic.inference.weights import validate_metas
+from ludic.inference.weights import first_non_finite, validate_metas, validate_state_dict
 
 
 class TransferError(RuntimeError):
@@ -59,9 +66,15 @@ class WeightReceiver:
         self.drop_updates = drop_updates  # fault injection for tests of the sync probe only
         self._group: Any = None
         self._staged: dict[str, torch.Tensor] | None = None
-        self._buffers: list[torch.Tensor] = []  # packed receive buffers, one per bucket
-        self._bucket = 0
+        self._pool: list[torch.Tensor] = []  # packed receive buffers: free unless the model lives in one
+        self._taken: set[int] = set()  # buffers (storage pointers) filled by this update
+        self._live: set[int] = set()  # storages of the model's parameters when this update started
+        self._checks: list[Future[str | None]] = []
+        # one OpenMP thread: one aminmax per tensor, each parallel region a wake-up of every thread
+        self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-weight-check",
+                                           initializer=torch.set_num_threads, initargs=(1,))  # fmt: skip
         self._lock = threading.Lock()  # one transfer at a time
+        self.timings: dict[str, float] = {}
 
     @property
     def device(self) -> torch.device:
@@ -82,7 +95,9 @@ class WeightReceiver:
     def start(self) -> None:
         if self._group is None:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
-        self._staged, self._bucket = {}, 0
+        self._staged, self._taken, self._checks = {}, set(), []
+        self._live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
+        self.timings = {"receive_s": 0.0, "check_s": 0.0}
 
     def receive(self, update_info: Any) -> int:
         """Receive one ``update_info``'s tensors into staging; returns how many were staged."""
@@ -92,6 +107,7 @@ class WeightReceiver:
         validate_metas(metas, self.engine.model.state_dict())
         packed = bool(update_info.get("packed", False))
         with self._lock:
+            t0 = time.perf_counter()
             try:
                 received = self._receive_packed(metas) if packed else self._receive_each(metas)
             except Exception as exc:
@@ -100,27 +116,43 @@ class WeightReceiver:
                     f"weight broadcast failed ({exc}); the update was discarded, the old weights "
                     "keep serving; POST /init_weight_transfer_engine again"
                 ) from exc
+            self.timings["receive_s"] += time.perf_counter() - t0
             self._staged.update(received)
+            self._checks.append(self._checker.submit(self._timed_check, received))
         return len(received)
+
+    def _timed_check(self, tensors: dict[str, torch.Tensor]) -> str | None:
+        t0 = time.perf_counter()
+        try:
+            return first_non_finite(tensors)
+        finally:
+            self.timings["check_s"] += time.perf_counter() - t0
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
         broadcast(self._group, tensor, timeout_s=self.timeout_s)
 
+    def _buffer(self, size: int) -> torch.Tensor:
+        """A receive buffer of ``size`` bytes that neither the model nor this update uses."""
+        for buffer in self._pool:
+            ptr = buffer.untyped_storage().data_ptr()
+            if buffer.numel() >= size and ptr not in self._taken and ptr not in self._live:
+                self._taken.add(ptr)
+                return buffer[:size]
+        buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+        self._pool.append(buffer)
+        self._taken.add(buffer.untyped_storage().data_ptr())
+        return buffer
+
     def _receive_packed(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
-        size, i = packed_size(metas), self._bucket
-        if i == len(self._buffers) or self._buffers[i].numel() < size:  # buffers are reused from update to update
-            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-            self._buffers[i:i + 1] = [buffer]
-        self._bucket += 1
-        buffer = self._buffers[i][:size]
+        buffer = self._buffer(packed_size(metas))
         self._broadcast(buffer)
         return unpack(buffer, metas)
 
     def _receive_each(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
-        out = {}
-        for m in metas:
-            out[m.name] = torch.empty(m.shape, dtype=m.dtype, device=self.device)
-            self._broadcast(out[m.name])
+        """One broadcast per tensor, each straight into its place in a pooled buffer."""
+        out = unpack(self._buffer(packed_size(metas)), metas)
+        for tensor in out.values():
+            self._broadcast(tensor)
         return out
 
     def finish(self, weight_version: Any) -> str:
@@ -131,10 +163,25 @@ class WeightReceiver:
         if not staged:
             raise ValueError("finish_weight_update with nothing received: POST /update_weights first")
         version = None if weight_version is None else _int_version(weight_version)
+        t0 = time.perf_counter()
+        bad = [name for check in self._checks if (name := check.result()) is not None]
+        if bad:
+            raise ValueError(f"sync_weights: {bad[0]!r} contains NaN or inf values")
+        validate_state_dict(staged, self.engine.model.state_dict(), check_finite=False)
+        t1 = time.perf_counter()
         if self.drop_updates:
             self.engine.policy_version = version if version is not None else self.engine.policy_version + 1
             return "dropped (fault injection): version bumped, weights unchanged"
-        return self.engine.sync_weights(staged, timeout_s=self.timeout_s, version=version)
+        status = self.engine.load_validated(staged, timeout_s=self.timeout_s, version=version, adopt=True)
+        self.timings.update(check_wait_s=t1 - t0, load_s=time.perf_counter() - t1)
+        self._prune_pool()
+        return status
+
+    def _prune_pool(self) -> None:
+        """Keep the buffers this update filled, and those the model used before it (free from now on)."""
+        live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
+        keep = self._taken | self._live | live
+        self._pool = [b for b in self._pool if b.untyped_storage().data_ptr() in keep]
 
 
 def _int_version(value: Any) -> int:

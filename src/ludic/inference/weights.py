@@ -9,8 +9,11 @@ import torch
 from ludic.inference.weight_packing import TensorMeta, dtype_name
 
 
-def validate_state_dict(params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor]) -> None:
-    """Every name known, every shape equal, float where the model is float, no NaN/inf; else raise naming it."""
+def validate_state_dict(
+    params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], *, check_finite: bool = True
+) -> None:
+    """Every name known, every shape equal, float where the model is float, no NaN/inf (unless the caller
+    checked that already: ``check_finite=False``); else raise naming it."""
     if not params:
         raise ValueError("sync_weights got an empty state dict")
     unknown = [k for k in params if k not in target]
@@ -32,8 +35,16 @@ def validate_state_dict(params: Mapping[str, torch.Tensor], target: Mapping[str,
                 f"sync_weights: {name!r} has dtype {tensor.dtype}, expected {target[name].dtype} "
                 "(floating-point casts such as bfloat16 -> float32 are fine)"
             )
+    if check_finite and (bad := first_non_finite(params)) is not None:
+        raise ValueError(f"sync_weights: {bad!r} contains NaN or inf values")
+
+
+def first_non_finite(params: Mapping[str, torch.Tensor]) -> str | None:
+    """The first floating-point tensor holding a NaN or inf, by name, or None."""
+    for name, tensor in params.items():
         if tensor.is_floating_point() and tensor.numel() and not _finite(tensor):
-            raise ValueError(f"sync_weights: {name!r} contains NaN or inf values")
+            return name
+    return None
 
 
 def validate_metas(metas: Sequence[TensorMeta], target: Mapping[str, torch.Tensor]) -> None:
@@ -46,6 +57,20 @@ def validate_metas(metas: Sequence[TensorMeta], target: Mapping[str, torch.Tenso
             raise ValueError(f"{m.name!r} has shape {list(m.shape)}, expected {list(want.shape)}")
         if m.dtype.is_floating_point != want.is_floating_point():
             raise ValueError(f"{m.name!r} has dtype {m.dtype_name}, expected {dtype_name(want.dtype)}")
+
+
+def assign_weights(model: torch.nn.Module, params: Mapping[str, torch.Tensor], *, adopt: bool = False) -> None:
+    """Copy ``params`` (already validated) into ``model``, cast to each target's dtype and device. With
+    ``adopt``, a parameter whose dtype and device match takes the tensor itself as its data: no copy."""
+    owners = dict(model.named_parameters(remove_duplicate=False))
+    target = model.state_dict()
+    for name, tensor in params.items():
+        owner = owners.get(name)
+        if adopt and owner is not None and tensor.dtype == owner.dtype and tensor.device == owner.device:
+            owner.data = tensor.detach()
+        else:  # into the parameter itself: a tied twin adopted just before has moved its storage
+            dest = owner if owner is not None else target[name]
+            dest.copy_(tensor.detach().to(dest.device, dest.dtype))
 
 
 def weight_info(model: torch.nn.Module) -> dict[str, list]:
