@@ -72,10 +72,14 @@ def _run_child(root: Path, uid: int | None, host: dict) -> dict:
         "PYTHONPATH": str(lib),
         "LUDIC_TEST_SECRET": "TOP-SECRET-ENV",  # the sandbox must not see its parent's environment
     }
-    proc = subprocess.run(
-        [default_python(), "-B", str(root / "child.py")],
-        input=json.dumps(request), capture_output=True, text=True, env=env, cwd=home, timeout=240, **ids,
-    )  # fmt: skip
+    python = default_python()  # the sandbox's interpreter: the user without root needs it as well
+    try:
+        proc = subprocess.run(
+            [python, "-B", str(root / "child.py")],
+            input=json.dumps(request), capture_output=True, text=True, env=env, cwd=home, timeout=240, **ids,
+        )  # fmt: skip
+    except OSError as exc:
+        pytest.fail(f"uid {uid} cannot start {python} ({exc}); the non-root path needs an interpreter it can run")
     if proc.returncode != 0:
         pytest.fail(f"the unprivileged child failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
