@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -169,3 +170,49 @@ def test_the_trainers_packed_and_padded_forwards_give_the_same_per_token_weighte
     torch.testing.assert_close(packed_loss, plain_loss, atol=1e-6, rtol=1e-5)
     for name, grad in plain_grads.items():
         torch.testing.assert_close(packed_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+class _Fixed:
+    def __init__(self, items: list[SAWItem]) -> None:
+        self.items = items
+
+    async def next_batch(self) -> SAWBatch:
+        return SAWBatch(items=[replace(it) for it in self.items], meta={"target_rollouts": 1})
+
+
+def test_the_trainer_trains_one_sequence_as_the_sum_of_its_per_turn_items():
+    """One Trainer step (SGD, no clipping) on the two-turn item vs on its two per-turn items: the loss
+    is a mean over items, so the one item's update is exactly twice theirs (the sum, not the mean)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from ludic.training.algorithm import RLAlgorithm
+    from ludic.training.config import TrainerConfig
+    from ludic.training.credit_assignment import ConstantCredit
+    from ludic.training.loss import ReinforceLoss
+    from ludic.training.trainer import Trainer
+
+    first = SAWItem(IDS[:5], [1] * 5, MASK[:5], 0.7, {"rollout_id": "r0", "step_index": 0})
+    second = SAWItem(IDS, [1] * len(IDS), [0] * 5 + MASK[5:], -0.3, {"rollout_id": "r0", "step_index": 1})
+    one = two_turn_item(attachments=SampleAttachments())
+    updates = []
+    for items in ([one], [first, second]):
+        torch.manual_seed(0)
+        config = Qwen2Config(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, attn_implementation="sdpa",
+        )  # fmt: skip
+        model = Qwen2ForCausalLM(config)
+        before = {k: v.detach().clone() for k, v in model.named_parameters()}
+        trainer = Trainer(
+            model=model,
+            algo=RLAlgorithm("per_turn", ConstantCredit(), ReinforceLoss(old_logp_key=None)),
+            batch_source=_Fixed(items),
+            cfg=TrainerConfig(max_seq_len=32, micro_token_budget=64, max_grad_norm=None),
+            optimizer=torch.optim.SGD(model.parameters(), lr=1.0),
+        )
+        trainer.train_step_sync()
+        updates.append({k: before[k] - v.detach() for k, v in model.named_parameters()})
+    one_update, split_update = updates
+    assert sum(u.abs().sum() for u in one_update.values()) > 0
+    for name, delta in one_update.items():
+        torch.testing.assert_close(delta, 2 * split_update[name], atol=1e-6, rtol=1e-4, msg=name)
