@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.inference.sampling import SamplingConfig
 
 
@@ -78,11 +79,50 @@ def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
     return min(positions) if positions else None
 
 
+class _StopWatch:
+    """Stop strings of the rows that have them: their text is decoded after each new token."""
+
+    def __init__(self, generator: BatchGenerator, rows: list[RowRequest]) -> None:
+        self.tokenizer = generator.tokenizer
+        self.rows = rows
+        self.watched = {i: [] for i, r in enumerate(rows) if r.sampling.stop}
+        self.cut: dict[int, int] = {}  # row -> where its stop string starts in the decoded text
+        self.aborted: set[int] = set()  # rows dropped because their caller cancelled
+
+    def check(self, alive: list[int], tokens: torch.Tensor) -> set[int]:
+        """Batch positions whose text now contains one of their stop strings."""
+        if not self.watched or not any(i in self.watched for i in alive):
+            return set()
+        hits = set()
+        for b, (i, tok) in enumerate(zip(alive, tokens.tolist(), strict=True)):
+            if i not in self.watched:
+                continue
+            self.watched[i].append(tok)
+            text = self.tokenizer.decode(self.watched[i], skip_special_tokens=False)
+            cut = _find_stop(text, self.rows[i].sampling.stop)
+            if cut is not None:
+                self.cut[i] = cut
+                hits.add(b)
+        return hits
+
+
 class BatchGenerator:
-    """Runs the decoding loop for a list of rows against one model."""
+    """Runs the decoding loop for a list of rows against one model.
+
+    Llama-family models decode through ``LeanDecoder`` on a preallocated KV cache; others (or
+    ``lean=False``) through the model's own forward on a growing ``DynamicCache``. Both sample the
+    same way from the same per-row uniforms, so a seeded row gives the same tokens on either path.
+    """
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer, eos_ids: set[int], pad_id: int, device: torch.device
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        eos_ids: set[int],
+        pad_id: int,
+        device: torch.device,
+        *,
+        lean: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -90,6 +130,7 @@ class BatchGenerator:
         self.pad_id = pad_id
         self.device = device
         self.forward_calls = 0
+        self.lean = LeanDecoder(model) if lean and lean_unsupported(model) is None else None
 
     def _forward(self, **kwargs) -> tuple[torch.Tensor, object]:
         self.forward_calls += 1
@@ -101,20 +142,94 @@ class BatchGenerator:
         self, rows: list[RowRequest], between_steps: Callable[[int], None] | None = None
     ) -> list[RowResult]:
         """``between_steps(tokens generated so far)`` runs before each decoding forward (a pause may hold there)."""
-        gens = []
-        for row in rows:
+        uniforms = self._uniforms(rows)
+        params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows], device=self.device)
+        logits, cache, mask, positions, index = self._prefill(rows)
+        steps = max(r.sampling.max_tokens for r in rows)
+        if self.lean is not None and self.lean.fits(mask.shape[1] + steps):
+            return self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, params, between_steps)
+        if index.numel() > cache.layers[0].keys.shape[0]:  # fan the distinct prompts' KV out to rows
+            cache.batch_select_indices(index)
+        return self._decode_hf(rows, logits, cache, mask, positions, uniforms, params, between_steps)
+
+    def _uniforms(self, rows: list[RowRequest]) -> torch.Tensor:
+        """[rows, longest max_tokens]: row i's draws come from its own generator (seeded or random)."""
+        steps = max(r.sampling.max_tokens for r in rows)
+        out = torch.zeros((len(rows), steps))
+        for i, row in enumerate(rows):
             seed = row.sampling.seed if row.sampling.seed is not None else random.getrandbits(63)
-            gens.append(torch.Generator().manual_seed(seed))
-        logits, cache, mask, positions = self._prefill(rows)
+            n = row.sampling.max_tokens
+            out[i, :n] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
+        return out.to(self.device)
+
+    def _decode_lean(
+        self, rows, logits, dyn_cache, mask, positions, index, uniforms, params, between_steps
+    ) -> list[RowResult]:
+        """Decode on a preallocated cache; finished rows leave the batch (and the cache) at once."""
+        width, steps = mask.shape[1], uniforms.shape[1]
+        cache = StaticKVCache.from_prefill(dyn_cache, index, mask, width + steps)
+        del dyn_cache
+        cos_table, sin_table = self.lean.rope_tables(width + steps, logits.dtype)
+        weights = self.lean.bind()
+        alive = torch.arange(len(rows), device=self.device)  # original index of each live row
+        alive_list = list(range(len(rows)))
+        position = positions[:, -1] + 1
+        limits = torch.tensor([r.sampling.max_tokens for r in rows], device=self.device)
+        eos = torch.tensor(sorted(self.eos_ids), device=self.device, dtype=torch.long)
+        stops = _StopWatch(self, rows)
+        record: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for step in range(steps):
+            tokens, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
+            record.append((alive, tokens, logps))
+            done = torch.isin(tokens, eos) | (limits[alive] <= step + 1)
+            cancelled = {b for b, i in enumerate(alive_list) if rows[i].cancelled}
+            stops.aborted.update(alive_list[b] for b in cancelled)
+            extra = stops.check(alive_list, tokens) | cancelled
+            if extra:
+                done[sorted(extra)] = True
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(-1)
+                if keep.numel() == 0:
+                    break
+                cache.keep(keep, width + step)
+                alive, tokens, position = alive[keep], tokens[keep], position[keep]
+                alive_list = alive.tolist()
+            if between_steps is not None:
+                between_steps(step + 1)
+            self.forward_calls += 1
+            logits = self.lean.step(weights, tokens, cos_table[position], sin_table[position], cache, width + step)
+            position = position + 1
+        return self._results(rows, record, stops)
+
+    def _results(self, rows, record, stops: _StopWatch) -> list[RowResult]:
+        """Per-row token and log-prob lists from the per-step records, with finish reasons."""
+        which = torch.cat([r[0] for r in record]).tolist()
+        tokens = torch.cat([r[1] for r in record]).tolist()
+        logps = torch.cat([r[2] for r in record]).float().tolist()
+        results = [RowResult() for _ in rows]
+        for i, tok, logp in zip(which, tokens, logps, strict=True):
+            results[i].completion_ids.append(tok)
+            results[i].logprobs.append(logp)
+        for i, (row, res) in enumerate(zip(rows, results, strict=True)):
+            if i in stops.aborted:
+                res.finish_reason = "abort"
+            elif i in stops.cut:
+                res.finish_reason, res.stop_text_end = "stop", stops.cut[i]
+            elif res.completion_ids and res.completion_ids[-1] in self.eos_ids:
+                res.finish_reason = "stop"
+            elif len(res.completion_ids) >= row.sampling.max_tokens:
+                res.finish_reason = "length"
+        return results
+
+    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, params, between_steps) -> list[RowResult]:
+        """Decode through the model's own forward (architectures ``LeanDecoder`` does not cover)."""
         results = [RowResult() for _ in rows]
         alive = list(range(len(rows)))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
-        params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows])
+        step = 0
         while alive:
-            uniforms = torch.tensor([torch.rand(1, generator=gens[i]).item() for i in alive])
-            sampled, logps = sample_with_logprobs(
-                logits, params[alive].to(logits.device), uniforms.to(logits.device)
-            )
+            sampled, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
+            step += 1
             tokens, keep = [], []
             for b, (i, tok, logp) in enumerate(zip(alive, sampled.tolist(), logps.tolist(), strict=True)):
                 res = results[i]
@@ -135,7 +250,7 @@ class BatchGenerator:
                 mask, next_pos = mask[index], next_pos[index]
                 alive = [alive[b] for b in keep]
             if between_steps is not None:
-                between_steps(len(results[alive[0]].completion_ids))
+                between_steps(step)
             step_ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
             mask = torch.cat([mask, torch.ones_like(step_ids)], dim=-1)
             logits, cache = self._forward(
@@ -144,10 +259,11 @@ class BatchGenerator:
             next_pos = next_pos + 1
         return results
 
-    def _prefill(self, rows: list[RowRequest]) -> tuple[torch.Tensor, object, torch.Tensor, torch.Tensor]:
-        """Left-padded prefill of each *distinct* prompt once, then fanned out to its rows.
+    def _prefill(self, rows: list[RowRequest]):
+        """Left-padded prefill of each *distinct* prompt once: (logits, cache, mask, positions, index).
 
-        A GRPO group sends its prompt G times; like a prefix cache, the KV of one copy serves all.
+        A GRPO group sends its prompt G times; like a prefix cache, the KV of one copy serves all:
+        ``index`` maps each row to its prompt's cache row; logits, mask and positions are per row.
         """
         unique: dict[tuple[int, ...], int] = {}
         row_to_unique = [unique.setdefault(tuple(r.prompt_ids), len(unique)) for r in rows]
@@ -161,11 +277,8 @@ class BatchGenerator:
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
-        if len(prompts) < len(rows):
-            index = torch.tensor(row_to_unique, device=self.device)
-            cache.batch_select_indices(index)
-            logits, mask, positions = logits[index], mask[index], positions[index]
-        return logits, cache, mask, positions
+        index = torch.tensor(row_to_unique, device=self.device)
+        return logits[index], cache, mask[index], positions[index], index
 
     def _finished(self, res: RowResult, sampling: SamplingConfig, tok: int) -> bool:
         if tok in self.eos_ids:

@@ -1,0 +1,125 @@
+"""The embedded engine vs one batched ``model.generate``: 32 rows x 128 new tokens, same model, same sampling.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_engine_speed.py [--sizes 0.8M 6M 25M --repeats 5]
+
+Per model size (the sizes ``bench_vs_trl_curve.py`` trains), three variants run interleaved on the
+same 32 prompts (4 distinct prompts x 8, a GRPO-shaped batch), temperature 1, top_p 1:
+- ``engine``: 32 concurrent ``TransformersChatClient.complete`` calls (the lean decoding loop),
+- ``engine, hf decode``: the same client decoding through the model's own forward (``lean=False``),
+- ``model.generate``: one batched call (``do_sample=True``, no top-k), on the same thread.
+Each reports tokens/s (tokens up to and including each row's EOS) by wall clock and by this process's
+CPU time (``time.process_time``, which other jobs on a shared machine do not inflate; with
+OMP_NUM_THREADS=1 it is the work itself); ratios are medians over ``--repeats`` interleaved rounds.
+Replies of the random-init models run to the cap unless EOS is drawn (about 4 in 10 rows draw it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+
+from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
+from ludic.inference._generation import BatchGenerator
+from ludic.testing import tiny_model_path
+
+SIZES = {  # name: build_tiny_model kwargs (as bench_vs_trl_curve.py)
+    "0.8M": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
+    "6M": dict(hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=2, intermediate_size=768),
+    "25M": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536),
+}
+
+
+def _requests(rows: int, new_tokens: int, seed: int) -> list[ChatCompletionRequest]:
+    return [
+        ChatCompletionRequest(
+            model="tiny",
+            messages=[{"role": "user", "content": f"Write a word containing the letter {chr(97 + i % 4)}."}],
+            sampling=SamplingConfig(temperature=1.0, max_tokens=new_tokens, seed=seed * 1000 + i),
+        )
+        for i in range(rows)
+    ]
+
+
+async def _engine(client: TransformersChatClient, reqs: list[ChatCompletionRequest]) -> int:
+    results = await asyncio.gather(*[client.complete(r) for r in reqs])
+    return sum(len(r.completion_token_ids) for r, _ in results)
+
+
+@torch.inference_mode()
+def _hf_generate(client: TransformersChatClient, reqs: list[ChatCompletionRequest], new_tokens: int) -> int:
+    prompts = [client.prompt_ids_for(r) for r in reqs]
+    width = max(map(len, prompts))
+    pad = client.tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = (ids != pad).long()
+    out = client.model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+        max_new_tokens=new_tokens, pad_token_id=pad,
+    )  # fmt: skip
+    eos = client.tokenizer.eos_token_id
+    return sum(row.index(eos) + 1 if eos in row else len(row) for row in out[:, width:].tolist())
+
+
+def run_size(size: str, rows: int, new_tokens: int, repeats: int) -> dict[str, float]:
+    path = tiny_model_path(**SIZES[size])
+    client = TransformersChatClient(path, generate_in_thread=False)
+    hf_client = TransformersChatClient(path, generate_in_thread=False)
+    hf_client.model = client.model  # the very same weights
+    gen = hf_client._generator
+    hf_client._generator = BatchGenerator(client.model, gen.tokenizer, gen.eos_ids, gen.pad_id, gen.device, lean=False)
+    variants = {
+        "engine": lambda r: asyncio.run(_engine(client, _requests(rows, new_tokens, r))),
+        "engine, hf decode": lambda r: asyncio.run(_engine(hf_client, _requests(rows, new_tokens, r))),
+        "model.generate": lambda r: _hf_generate(client, _requests(rows, new_tokens, r), new_tokens),
+    }
+    for fn in variants.values():  # warm-up
+        fn(0)
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(repeats):
+        for name, fn in variants.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            tokens = fn(r + 1)
+            wall[name].append(tokens / (time.perf_counter() - start))
+            cpu[name].append(tokens / (time.process_time() - start_cpu))
+    params = sum(p.numel() for p in client.model.parameters()) / 1e6
+    print(f"\n{size} ({params:.2f}M params): tokens/s, median of {repeats} interleaved rounds")
+    print(f"  {'variant':<20}{'wall':>8}{'cpu':>8}")
+    for name in variants:
+        print(f"  {name:<20}{statistics.median(wall[name]):>8.0f}{statistics.median(cpu[name]):>8.0f}")
+    out = {}
+    for clock, rates in (("wall", wall), ("cpu", cpu)):
+        for key, other in (("generate", "model.generate"), ("hf_decode", "engine, hf decode")):
+            ratios = [e / g for e, g in zip(rates["engine"], rates[other], strict=True)]
+            out[f"{clock}_vs_{key}"] = statistics.median(ratios)
+        print(f"  engine / model.generate by {clock} time: {out[f'{clock}_vs_generate']:.2f}x "
+              f"(rounds: {', '.join(f'{e / g:.2f}' for e, g in zip(rates['engine'], rates['model.generate']))})")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"{args.rows} rows x {args.new_tokens} new tokens, {torch.get_num_threads()} threads, fp32, CPU")
+    summary = {size: run_size(size, args.rows, args.new_tokens, args.repeats) for size in args.sizes}
+    print("\nengine / model.generate and engine / engine with hf decode (goal >= 1.5x generate)")
+    print("size     by wall     by cpu   vs hf decode (wall, cpu)")
+    for size, s in summary.items():
+        print(f"{size:<7}{s['wall_vs_generate']:>8.2f}x{s['cpu_vs_generate']:>10.2f}x"
+              f"{s['wall_vs_hf_decode']:>10.2f}x{s['cpu_vs_hf_decode']:>7.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
