@@ -129,50 +129,44 @@ def bench_idle(steps: int, repeats: int) -> None:
 
 
 class _Timed:
-    """Wraps a batch source, adding up the time ``next_batch`` keeps the trainer waiting."""
+    """Wraps a batch source, adding up the time ``next_batch`` keeps the trainer waiting after ``warmup`` batches."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.waited = inner, 0.0
+    def __init__(self, inner: Any, warmup: int) -> None:
+        self.inner, self.warmup, self.calls = inner, warmup, 0
+        self.waited, self.t0 = 0.0, 0.0
 
     async def next_batch(self) -> Any:
+        self.calls += 1
         t0 = time.perf_counter()
+        if self.calls == self.warmup + 1:
+            self.t0 = t0  # the clock starts with the first step after the warm-up
         try:
             return await self.inner.next_batch()
         finally:
-            self.waited += time.perf_counter() - t0
+            if self.calls > self.warmup:
+                self.waited += time.perf_counter() - t0
 
 
 async def _idle_run(cfg: Any, *, in_thread: bool = False) -> tuple[float, float]:
-    """(idle fraction, s/step) over steps after the first 3 (warm-up), for one quickstart-shaped job."""
-    from ludic.distributed import ClientPublisher
-    from ludic.quickstart.pipeline import pipeline_parts
-    from ludic.quickstart.runtime import TrainRequests, build_runtime, prepare_model_dir
-    from ludic.training import RolloutBatchSource, Trainer, TrainerConfig, make_grpo
+    """(idle fraction, s/step) over steps after the first 3 (warm-up), for the quickstart's own RL run."""
+    from ludic.cli.run_config import train_steps
+    from ludic.quickstart.run import build_quickstart_run
 
-    runtime = build_runtime(cfg, prepare_model_dir(cfg))
-    algo = make_grpo(group_size=cfg.group_size)
-    rollouts = RolloutBatchSource(
-        engine=runtime.engine, request_fn=TrainRequests(cfg, runtime.sampling), algorithm=algo,
-        max_steps=1, concurrency=cfg.group_size * cfg.prompts_per_step,
-    )  # fmt: skip
-    tcfg = TrainerConfig(
-        lr=cfg.lr, max_seq_len=256, micro_token_budget=256 * 64, pad_token_id=0, step_in_thread=in_thread
-    )
+    run, _ = build_quickstart_run(cfg)
+    run.trainer.cfg.step_in_thread = in_thread  # the quickstart's pipeline mode turns it on; compare both
+    timed = run.trainer.batch_source = _Timed(run.trainer.batch_source, warmup=3)
+    train, end = run.trainer.train, [0.0]
 
-    async def run(source: Any, publisher: Any) -> tuple[float, float]:
-        timed = _Timed(source)
-        trainer = Trainer(model=runtime.model, algo=algo, batch_source=timed, publisher=publisher, cfg=tcfg)
-        await trainer.train(3)
-        timed.waited, t0 = 0.0, time.perf_counter()
-        await trainer.train(cfg.steps - 3)
-        wall = time.perf_counter() - t0
-        trainer.close()
-        return timed.waited / wall, wall / (cfg.steps - 3)
+    async def train_then_stop_clock(steps: int) -> Any:  # the clock stops before the actors are stopped
+        try:
+            return await train(steps)
+        finally:
+            end[0] = time.perf_counter()
 
-    if not cfg.pipeline:
-        return await run(rollouts, ClientPublisher(runtime.client))
-    async with pipeline_parts(cfg, runtime.client, rollouts) as parts:
-        return await run(parts.batch_source, parts.publisher)
+    run.trainer.train = train_then_stop_clock
+    await train_steps(run)
+    wall = end[0] - timed.t0
+    return timed.waited / wall, wall / (cfg.steps - 3)
 
 
 def bench_multiproc(steps: int, repeats: int, actors: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -23,8 +24,9 @@ from typing import Any
 
 from ludic.envs.letter_repeat import letter_for_seed, letter_repeat_reward, prompt_for
 from ludic.quickstart.config import QuickstartConfig
-from ludic.quickstart.run import train_rl, warm_start
-from ludic.quickstart.runtime import build_runtime, make_evaluator, prepare_model_dir
+from ludic.quickstart.run import build_quickstart_run
+from ludic.quickstart.run_config import run_config_data, to_run_config
+from ludic.quickstart.warm_start import save_warm_model, warm_start
 from ludic.training.loggers.plot import read_metrics, series
 
 
@@ -33,30 +35,37 @@ def last_tenth_mean(values: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+def run_config(cfg: QuickstartConfig, model_dir: Path, out: Path) -> Any:
+    """The quickstart's run config (what ``ludic quickstart`` trains with), starting at ``model_dir``."""
+    return to_run_config(run_config_data(dataclasses.replace(cfg, output_dir=str(out)), model_dir))
+
+
 async def held_out_eval(cfg: QuickstartConfig, model_dir: Path, out: Path) -> float:
-    runtime = build_runtime(cfg, model_dir)
-    stats = await make_evaluator(cfg, runtime, out).evaluate(step=cfg.steps)
+    from ludic.cli.runtime import make_client, make_engine, make_evaluator
+
+    run_cfg = run_config(cfg, model_dir, out)
+    engine = make_engine(run_cfg, make_client(run_cfg), run_cfg.eval.sampling.to_sampling())
+    stats = await make_evaluator(run_cfg, engine, out).evaluate(step=cfg.steps)
     return stats["eval/avg_total_reward"]
 
 
 async def prepare_warm_model(cfg: QuickstartConfig, out: Path) -> Path:
-    runtime = build_runtime(cfg, prepare_model_dir(cfg))
-    await warm_start(cfg, runtime)
-    warm = out / "warm_model"
-    runtime.model.save_pretrained(warm)
-    runtime.tokenizer.save_pretrained(warm)
-    return warm
+    run, _ = build_quickstart_run(cfg)
+    await warm_start(cfg, run)
+    return save_warm_model(run, out / "warm_model")
 
 
 async def run_ludic(cfg: QuickstartConfig, warm: Path, out: Path) -> dict[str, float]:
-    runtime = build_runtime(cfg, warm)
+    from ludic.cli.run_config import build_train_run, train_steps
+
+    run = build_train_run(run_config(cfg, warm, out))  # as ludic quickstart builds its RL phase
     start = time.perf_counter()
-    await train_rl(cfg, runtime, None, out)
+    await train_steps(run)
     seconds = time.perf_counter() - start
     _, rewards = series(read_metrics(out / "metrics.jsonl"), "train/avg_total_reward")
     final = out / "final_model"
-    runtime.model.save_pretrained(final)
-    runtime.tokenizer.save_pretrained(final)
+    run.trainer.model.save_pretrained(final)
+    run.client.tokenizer.save_pretrained(final)
     return {
         "seconds_per_step": seconds / cfg.steps,
         "train_reward_last_tenth": last_tenth_mean(rewards),

@@ -28,7 +28,7 @@ from bench_vs_trl import trl_grpo_args, trl_reward_fn
 
 from ludic.envs.letter_repeat import letter_for_seed, prompt_for
 from ludic.quickstart.config import QuickstartConfig
-from ludic.quickstart.runtime import TrainRequests, build_runtime
+from ludic.quickstart.run_config import run_config_data, to_run_config
 from ludic.testing import build_tiny_model
 
 SIZES = {  # name: build_tiny_model kwargs
@@ -58,28 +58,27 @@ class TimedSource:
 
 
 async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> list[dict[str, float]]:
+    import torch
+
+    from ludic.cli.runtime import load_policy, make_algorithm, make_client, make_engine, make_rollout_source
     from ludic.distributed import ClientPublisher
-    from ludic.registry import get_algorithm
     from ludic.training._setup import make_adamw
-    from ludic.training.batching import RolloutBatchSource
     from ludic.training.config import TrainerConfig
     from ludic.training.trainer import Trainer
 
-    runtime = build_runtime(cfg, model_dir)
-    algo = get_algorithm("grpo")(group_size=cfg.group_size)
-    source = TimedSource(
-        RolloutBatchSource(
-            engine=runtime.engine, request_fn=TrainRequests(cfg, runtime.sampling), algorithm=algo,
-            max_steps=1, concurrency=cfg.group_size * cfg.prompts_per_step,
-        )
-    )  # fmt: skip
+    run_cfg = to_run_config(run_config_data(cfg, model_dir))  # the quickstart's policy, engine and batches
+    torch.manual_seed(run_cfg.seed)
+    model, client = load_policy(run_cfg), make_client(run_cfg)
+    algo = make_algorithm(run_cfg)
+    engine = make_engine(run_cfg, client, run_cfg.rollout.sampling.to_sampling())
+    source = TimedSource(make_rollout_source(run_cfg, engine, algo))
     tcfg = TrainerConfig(
         max_seq_len=256, micro_token_budget=256 * 64, max_grad_norm=1.0, sync_every_steps=1,
-        pad_token_id=int(runtime.tokenizer.pad_token_id),
+        pad_token_id=int(client.tokenizer.pad_token_id),
     )  # fmt: skip
     trainer = Trainer(
-        model=runtime.model, algo=algo, batch_source=source, publisher=ClientPublisher(runtime.client), cfg=tcfg,
-        optimizer=make_adamw(runtime.model.parameters(), lr=cfg.lr, weight_decay=0.0),
+        model=model, algo=algo, batch_source=source, publisher=ClientPublisher(client), cfg=tcfg,
+        optimizer=make_adamw(model.parameters(), lr=cfg.lr, weight_decay=0.0),
     )  # fmt: skip
     rows = []
     for _ in range(steps + 1):
@@ -90,7 +89,7 @@ async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> lis
             "step": total, "generation": gen, "push": push, "training": total - gen - push,
             "tokens": source.tokens[-1], "reward": source.rewards[-1],
         })  # fmt: skip
-    runtime.client.close() if hasattr(runtime.client, "close") else None
+    client.close() if hasattr(client, "close") else None
     return rows[1:]  # the first step warms up
 
 

@@ -71,7 +71,7 @@ def test_eval_reports_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_server_backend_builds_a_weight_pushing_http_client() -> None:
-    from ludic.cli.run_config import make_client
+    from ludic.cli.runtime import make_client
     from ludic.config import parse_config
     from ludic.inference import VLLMChatClient
 

@@ -50,7 +50,7 @@ def test_max_batch_size_is_refused_with_the_server_backend() -> None:
 
 
 def test_dtype_reaches_the_embedded_engine(tiny_model: Path) -> None:
-    from ludic.cli.run_config import make_client
+    from ludic.cli.runtime import make_client
 
     client = make_client(_cfg(model={"path": str(tiny_model), "dtype": "bfloat16"}))
     assert {p.dtype for p in client.model.parameters()} == {torch.bfloat16}

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ludic.cli import main
 
@@ -26,3 +27,7 @@ def test_quickstart_pipeline_mode_trains_from_the_stream_within_max_staleness(tm
     assert all(0.0 <= r["train/pipeline/mean_staleness"] <= 1.0 for r in train_rows)
     state = json.loads((out / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
     assert state["metadata"]["batch_source"]["consumed"] >= 32  # the cursor went into the checkpoint
+    # ludic train's pipeline mode ran it: its [pipeline] table, its private append-only Redis folder
+    table = yaml.safe_load((out / "run_config.yaml").read_text())["pipeline"]
+    assert table == {"enabled": True, "actors": 1, "max_staleness": 1, "run_id": "quickstart"}
+    assert any((out / "redis").glob("appendonly*"))

@@ -34,7 +34,11 @@ def test_quickstart_few_steps_leaves_all_artefacts(
         str(out),
         "--no-live",
     ]
+    out.mkdir()  # an earlier run's metrics: the quickstart starts over instead of appending to them
+    (out / "metrics.jsonl").write_text('{"step": 7, "train/loss": 1.0}\n')
     assert main(argv) == 0
+    screen = capsys.readouterr().out
+    assert "ludic quickstart: starting over; removing" in screen
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "train/loss" in r]
@@ -56,5 +60,4 @@ def test_quickstart_few_steps_leaves_all_artefacts(
     assert names == {"eval_step_-1_summary.json", "eval_step_0_summary.json", "eval_call_3_summary.json",
                      "eval_step_3_summary.json"}  # fmt: skip
 
-    screen = capsys.readouterr().out
     assert "held-out evaluation" in screen and "gain from RL" in screen

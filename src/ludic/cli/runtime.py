@@ -1,0 +1,164 @@
+"""The parts of a run, each built from a validated RunConfig.
+
+``ludic train``, ``ludic eval`` and ``ludic quickstart`` (which turns its flags into a RunConfig) all
+get their policy, inference client, rollout engine, requests, algorithm and evaluator here, and
+``ludic.cli.run_config.build_train_run`` assembles them into a Trainer for all of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from ludic.config import RunConfig
+from ludic.inference.sampling import InferenceSpec, SamplingConfig
+from ludic.registry import ENV_REGISTRY, get_algorithm, get_harness, get_protocol
+from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
+
+
+def load_policy(cfg: RunConfig) -> Any:
+    """``[model].path`` in ``[model].dtype`` on ``[model].device`` (the model the trainer updates)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, cfg.model.dtype)
+    return AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
+
+
+def load_tokenizer(cfg: RunConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.model.tokenizer or cfg.model.path)
+
+
+def make_client(cfg: RunConfig) -> Any:
+    """The inference backend named by ``[inference]``."""
+    if cfg.inference.backend == "server":
+        from ludic.inference import VLLMChatClient
+
+        return VLLMChatClient(base_url=cfg.inference.server_url, enable_weight_updates=True)
+    from ludic.inference import TransformersChatClient
+
+    return TransformersChatClient(
+        cfg.model.path,
+        cfg.model.tokenizer,
+        generate_in_thread=True if cfg.pipeline.enabled else None,  # pipeline: decode beside the trainer
+        device=cfg.model.device,
+        max_batch_size=cfg.inference.max_batch_size,
+        model_name=cfg.model.path,
+        dtype=cfg.model.dtype,
+    )
+
+
+def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
+    """RolloutEngine whose protocol factory builds a fresh agent (harness) per episode."""
+    from ludic.training.batching import RolloutEngine
+
+    harness = get_harness(cfg.harness.name)
+    protocol = get_protocol(cfg.protocol.name)
+    tokenizer = getattr(client, "tokenizer", None) or load_tokenizer(cfg)  # token-in for server backends too
+
+    def make_protocol(**protocol_kwargs: Any) -> Any:
+        agent = harness(
+            client=client, model=cfg.model.path, tokenizer=tokenizer, sampling=sampling, **cfg.harness.kwargs
+        )
+        return protocol(agent=agent, **protocol_kwargs)
+
+    return RolloutEngine(
+        env_registry={cfg.env.name: ENV_REGISTRY.get(cfg.env.name)},
+        protocol_registry={cfg.protocol.name: make_protocol},
+    )
+
+
+def make_requests(
+    cfg: RunConfig,
+    *,
+    first_seed: int,
+    n: int,
+    sampling: SamplingConfig,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[RolloutRequest]:
+    """``n`` requests with consecutive env seeds; ``env_kwargs`` override ``[env].kwargs``."""
+    kwargs = {**cfg.env.kwargs, **(env_kwargs or {})}
+    return [
+        RolloutRequest(
+            env=EnvSpec(kind=cfg.env.name, kwargs=dict(kwargs)),
+            protocol=ProtocolSpec(kind=cfg.protocol.name, kwargs=dict(cfg.protocol.kwargs)),
+            env_seed=first_seed + i,
+            sampling_seed=first_seed + i,
+            inference=InferenceSpec(sampling=sampling),
+            meta={"env_seed": first_seed + i},
+        )
+        for i in range(n)
+    ]
+
+
+def make_algorithm(cfg: RunConfig) -> Any:
+    """The preset named by ``[algorithm]``; ``group_size`` defaults to ``[rollout].group_size``."""
+    preset = get_algorithm(cfg.algorithm.name)
+    kwargs = dict(cfg.algorithm.kwargs)
+    params = inspect.signature(preset).parameters
+    if "group_size" in params:
+        kwargs.setdefault("group_size", cfg.rollout.group_size)
+    if "teacher_device" in params:  # a frozen teacher runs beside the policy, batched like it
+        kwargs.setdefault("teacher_device", cfg.model.device)
+        kwargs.setdefault("micro_token_budget", cfg.trainer.micro_token_budget)
+    return preset(**kwargs)
+
+
+def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[str, Any] | None = None) -> Any:
+    """The held-out episodes of ``[eval]``, played on ``engine`` with ``[eval].sampling``."""
+    from ludic.eval import Evaluator
+
+    sampling = cfg.eval.sampling.to_sampling()
+    requests = make_requests(
+        cfg,
+        first_seed=cfg.eval.seed_offset,
+        n=cfg.eval.num_episodes,
+        sampling=sampling,
+        env_kwargs=cfg.eval.env_kwargs,
+    )
+    return Evaluator(
+        engine=engine,
+        requests=requests,
+        max_steps=cfg.rollout.max_steps,
+        sampling=sampling,
+        concurrency=cfg.eval.concurrency,
+        out_dir=out_dir,
+        reducers=reducers,
+    )
+
+
+class GroupedRequests:
+    """``request_fn``: ``prompts_per_step`` fresh env seeds per call (RolloutBatchSource groups them)."""
+
+    def __init__(self, cfg: RunConfig, sampling: SamplingConfig, first_seed: int | None = None) -> None:
+        self.cfg, self.sampling = cfg, sampling
+        self.next_seed = cfg.rollout.seed if first_seed is None else first_seed
+
+    def __call__(self) -> list[RolloutRequest]:
+        n = self.cfg.rollout.prompts_per_step
+        base = make_requests(self.cfg, first_seed=self.next_seed, n=n, sampling=self.sampling)
+        self.next_seed += n
+        return base
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position: the next env seed (the batch source saves its group counter itself)."""
+        return {"next_seed": self.next_seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.next_seed = int(state["next_seed"])
+
+
+def make_rollout_source(cfg: RunConfig, engine: Any, algo: Any, first_seed: int | None = None) -> Any:
+    """A RolloutBatchSource of ``[rollout]`` GRPO groups from ``first_seed`` (default ``[rollout].seed``)."""
+    from ludic.training.batching import RolloutBatchSource
+
+    return RolloutBatchSource(
+        engine=engine,
+        request_fn=GroupedRequests(cfg, cfg.rollout.sampling.to_sampling(), first_seed),
+        algorithm=algo,
+        max_steps=cfg.rollout.max_steps,
+        concurrency=cfg.rollout.concurrency,
+    )
