@@ -63,7 +63,7 @@ def test_a_model_dir_inside_the_outputs_it_replaces_is_refused(tmp_path: Path) -
 
     cfg = QuickstartConfig(output_dir=str(tmp_path / "qs"))
     inside = tmp_path / "qs" / "final_model"  # continuing from the last run's model, in place
-    with pytest.raises(ValueError, match="lies inside .*final_model, which this run replaces"):
+    with pytest.raises(ValueError, match=r"lies inside .*final_model, which this run replaces"):
         refuse_model_dir_in_outputs(inside, to_run_config(run_config_data(cfg, inside)))
     outside = tmp_path / "kept_model"
     refuse_model_dir_in_outputs(outside, to_run_config(run_config_data(cfg, outside)))
