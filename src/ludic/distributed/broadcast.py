@@ -13,7 +13,9 @@ Around the update the server is paused (``POST /pause?mode=keep`` ... ``POST /re
 async-RL recipe): requests in flight freeze and continue with the new weights afterwards.
 
 ``publish`` takes any Mapping or iterable of ``(name, tensor)`` pairs and walks it lazily, so a
-caller can gather one layer at a time (FSDP) without holding the whole model twice.
+caller can gather one layer at a time (FSDP) without holding the whole model twice. Large tensors are
+sent from their own memory while later ones are read, so a tensor, once yielded, must not be written
+to until ``publish`` returns (yield fresh tensors, not one reused buffer).
 """
 
 from __future__ import annotations
