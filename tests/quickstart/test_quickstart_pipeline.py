@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,22 @@ from ludic.cli import main
 pytestmark = pytest.mark.integration
 
 
-def test_quickstart_pipeline_mode_trains_from_the_stream_within_max_staleness(tmp_path: Path) -> None:
+def _redis_servers_on(data_dir: Path) -> list[int]:
+    """Pids of live processes working in ``data_dir`` (redis-server chdirs to its ``--dir``)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            alive = proc.name.isdigit() and " Z " not in (proc / "stat").read_text()  # not a zombie
+            if alive and os.readlink(proc / "cwd") == str(data_dir.resolve()):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_quickstart_pipeline_mode_trains_from_the_stream_within_max_staleness(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "qs"
     argv = ["quickstart", "--pipeline", "--max-staleness", "1", "--steps", "4", "--sft-steps", "2",
             "--eval-episodes", "4", "--eval-every", "0", "--group-size", "4", "--prompts-per-step", "2",
@@ -31,3 +47,11 @@ def test_quickstart_pipeline_mode_trains_from_the_stream_within_max_staleness(tm
     table = yaml.safe_load((out / "run_config.yaml").read_text())["pipeline"]
     assert table == {"enabled": True, "actors": 1, "max_staleness": 1, "run_id": "quickstart"}
     assert any((out / "redis").glob("appendonly*"))
+    assert _redis_servers_on(out / "redis") == []  # stopped at the end
+
+    # ludic train on it in place resumes from a checkpoint with no optimizer state: a clear refusal,
+    # and the private Redis it had started for the run is stopped again
+    capsys.readouterr()
+    assert main(["train", str(out / "run_config.yaml")]) == 2
+    assert "has no optimizer.pt" in capsys.readouterr().err
+    assert _redis_servers_on(out / "redis") == []

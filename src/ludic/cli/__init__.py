@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ludic.cli.commands import add_eval_parser, add_list_parser, add_quickstart_parser, add_train_parser
 from ludic.config import ConfigError
+from ludic.training.checkpoint import CheckpointLoadError
 from ludic.training.resume import ResumeError
 
 
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except (ConfigError, ResumeError) as exc:
+    except (ConfigError, ResumeError, CheckpointLoadError) as exc:
         print(f"ludic {args.command}: {exc}", file=sys.stderr)
         return 2
 

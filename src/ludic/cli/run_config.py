@@ -8,7 +8,7 @@ The parts themselves (policy, client, engine, algorithm, evaluator, rollout sour
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,28 @@ class TrainRun:
     algo: Any
     pipeline: Any = None
     """Pipeline mode's live pieces (``ludic.cli.pipeline_mode.PipelineMode``), else None."""
+    _pipeline_closed: bool = field(default=False, init=False, repr=False)
 
     def rollout_source(self, first_seed: int | None = None) -> Any:
         """A RolloutBatchSource from ``first_seed`` (what each pipeline actor plays)."""
         return make_rollout_source(self.cfg, self.engine, self.algo, first_seed)
+
+    async def close_pipeline(self) -> None:
+        """Close pipeline mode's stream reader and stop its private Redis (once; no-op without pipeline)."""
+        if self.pipeline is None or self._pipeline_closed:
+            return
+        self._pipeline_closed = True
+        try:
+            await self.pipeline.batch_source.close()
+        finally:
+            self.pipeline.close()
+
+    async def close(self) -> None:
+        """Release what the run holds: the pipeline's Redis, the trainer's worker thread (idempotent)."""
+        try:
+            await self.close_pipeline()
+        finally:
+            self.trainer.close()
 
 
 @dataclass
@@ -120,17 +138,22 @@ def build_train_run(
     if cfg.eval.every_n_steps:
         cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
     pipeline = build_pipeline_mode(cfg, ClientPublisher(client)) if cfg.pipeline.enabled else None
-    trainer = Trainer(
-        model=model,
-        algo=algo,
-        batch_source=pipeline.batch_source if pipeline else make_rollout_source(cfg, engine, algo),
-        publisher=pipeline.publisher if pipeline else ClientPublisher(client),
-        cfg=cfg.trainer,
-        checkpoint_config=cfg.checkpoint,
-        evaluator=evaluator,
-    )
-    if resume:  # before the metrics file is opened: records after the checkpoint are dropped
-        _resume(trainer, cfg)
+    try:
+        trainer = Trainer(
+            model=model,
+            algo=algo,
+            batch_source=pipeline.batch_source if pipeline else make_rollout_source(cfg, engine, algo),
+            publisher=pipeline.publisher if pipeline else ClientPublisher(client),
+            cfg=cfg.trainer,
+            checkpoint_config=cfg.checkpoint,
+            evaluator=evaluator,
+        )
+        if resume:  # before the metrics file is opened: records after the checkpoint are dropped
+            _resume(trainer, cfg)
+    except BaseException:
+        if pipeline is not None:
+            pipeline.close()  # the private Redis it started
+        raise
     trainer.train_logger = make_train_logger(
         out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich, prefix=log_prefix
     )
@@ -167,9 +190,7 @@ async def train_steps(run: TrainRun) -> None:
                 async with running_actors(run.cfg, run.pipeline, run.client, run.rollout_source) as actors:
                     await train_alongside(run.trainer.train(remaining), actors)
     finally:
-        if run.pipeline is not None:
-            await run.pipeline.batch_source.close()
-            run.pipeline.close()
+        await run.close_pipeline()
 
 
 async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
@@ -187,7 +208,6 @@ async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
     final = run.out_dir / "final_model"
     run.trainer.model.save_pretrained(final)
     load_tokenizer(cfg).save_pretrained(final)
-    run.trainer.close()  # its worker thread ([trainer].step_in_thread)
     return FinishedRun(eval_stats=stats, final_model=final, checkpoint=checkpoint, plot=plot)
 
 
@@ -202,8 +222,11 @@ def train_from_config(
 
     async def _train() -> dict[str, float]:
         run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
-        await train_steps(run)
-        return (await finish_run(run)).eval_stats
+        try:
+            await train_steps(run)
+            return (await finish_run(run)).eval_stats
+        finally:
+            await run.close()
 
     return asyncio.run(_train())
 

@@ -75,6 +75,18 @@ def build_quickstart_run(cfg: QuickstartConfig) -> tuple[TrainRun, dict[str, Any
 
 async def run_quickstart_async(cfg: QuickstartConfig) -> QuickstartResult:
     run, data = build_quickstart_run(cfg)
+    try:
+        result = await _run_phases(cfg, run, data)
+    finally:
+        await run.close()  # pipeline mode's Redis, the trainer's worker thread
+    (run.out_dir / "summary.json").write_text(
+        json.dumps({**asdict(result), "rl_gain": result.rl_gain}, indent=2) + "\n"
+    )
+    print_summary(cfg, result)
+    return result
+
+
+async def _run_phases(cfg: QuickstartConfig, run: TrainRun, data: dict[str, Any]) -> QuickstartResult:
     out = run.out_dir
     evaluate = run.evaluator.evaluate
 
@@ -90,13 +102,11 @@ async def run_quickstart_async(cfg: QuickstartConfig) -> QuickstartResult:
     rl_seconds = time.perf_counter() - rl_start
     finished = await finish_run(run, title=f"Ludic quickstart ({cfg.algorithm})")
     after = finished.eval_stats["eval/avg_total_reward"]
-    train_seconds = time.perf_counter() - start
-
-    result = QuickstartResult(
+    return QuickstartResult(
         eval_initial=initial if initial is not None else before,
         eval_before_rl=before,
         eval_after=after,
-        train_seconds=train_seconds,
+        train_seconds=time.perf_counter() - start,
         rl_seconds_per_step=rl_seconds / max(cfg.steps, 1),
         output_dir=str(out),
         paths={
@@ -109,8 +119,3 @@ async def run_quickstart_async(cfg: QuickstartConfig) -> QuickstartResult:
             "summary": str(out / "summary.json"),
         },
     )
-    (out / "summary.json").write_text(
-        json.dumps({**asdict(result), "rl_gain": result.rl_gain}, indent=2) + "\n"
-    )
-    print_summary(cfg, result)
-    return result
