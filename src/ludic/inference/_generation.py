@@ -188,11 +188,10 @@ class BatchGenerator:
             if extra:
                 done[sorted(extra)] = True
             if bool(done.any()):
-                keep = (~done).nonzero().squeeze(-1)
-                if keep.numel() == 0:
+                order = cache.drop(done, width + step)
+                if order is None:
                     break
-                cache.keep(keep, width + step)
-                alive, tokens, position = alive[keep], tokens[keep], position[keep]
+                alive, tokens, position = alive[order], tokens[order], position[order]
                 alive_list = alive.tolist()
             if between_steps is not None:
                 between_steps(step + 1)

@@ -79,13 +79,24 @@ class StaticKVCache:
         valid[:, :width] = mask.bool()
         return cls(kv, valid, rows, padded=not bool(valid[:, :width].all()))
 
-    def keep(self, index: torch.Tensor, filled: int) -> None:
-        """Keep only the rows at ``index`` (ascending), moved to the front; ``filled`` columns are copied."""
-        n = index.shape[0]
-        self.kv[:, :, :n, :, :filled] = self.kv[:, :, index, :, :filled]
-        self.valid[:n, :filled] = self.valid[index, :filled]
+    def drop(self, done: torch.Tensor, filled: int) -> torch.Tensor | None:
+        """Drop the live rows where ``done [rows]`` is True; returns each kept row's old batch position
+        (None when no row is left). The last kept rows move into the holes, so only as many rows
+        are copied as were dropped; only the ``filled`` columns move."""
+        keep = (~done).nonzero().squeeze(-1)
+        n = keep.shape[0]
+        if n == 0:
+            return None
+        holes = done[:n].nonzero().squeeze(-1)  # dropped rows inside the kept prefix
+        movers = keep[keep >= n]  # kept rows beyond it, one per hole
+        order = torch.arange(n, device=done.device)
+        if holes.numel():
+            self.kv[:, :, holes, :, :filled] = self.kv[:, :, movers, :, :filled]
+            self.valid[holes, :filled] = self.valid[movers, :filled]
+            order[holes] = movers
         self.rows = n
         self.padded = not bool(self.valid[:n, :filled].all())
+        return order
 
 
 class LeanDecoder:
