@@ -1,8 +1,12 @@
-"""One batched, KV-cached decoding run for the embedded engine (runs on a worker thread).
+"""One batched, KV-cached decoding run for the embedded engine.
 
-All rows share one forward per decoding step. Prompts are left-padded; finished rows are dropped
-from the batch (and the KV cache) so they stop costing compute. Each row samples with its own
-``torch.Generator``, so a seeded request gives the same completion whatever else is in the batch.
+All rows share one forward per decoding step. Prompts are left-padded and each distinct prompt is
+prefilled once; finished rows are dropped from the batch (and the KV cache) so they stop costing
+compute. Llama-family models then decode through ``LeanDecoder`` on a preallocated cache (the same
+logits as the model's forward, without its per-step overheads: ``bench/bench_engine_profile.py``);
+others through the model's forward. Each row draws its uniforms from its own ``torch.Generator``
+once per batch, so a seeded request gives the same completion whatever else is in the batch, on
+either path.
 """
 
 from __future__ import annotations
