@@ -41,8 +41,13 @@ def saw_item(tokens: int) -> Any:
     )  # fmt: skip
 
 
-async def ludic_rates(url: str, tokens: int, n: int) -> tuple[float, float, int]:
-    """(push items/s, pop items/s, entry bytes) through PipelineStream.push / PipelineBatchSource."""
+async def ludic_rates(url: str, tokens: int, n: int) -> tuple[float, float, float, int]:
+    """(push, pop, pop with lists built) in items/s, and the entry's bytes.
+
+    push: ``encode_item`` + ``PipelineStream.push``; pop: ``PipelineBatchSource.next_batch`` (XREAD, msgpack,
+    every check); pop with lists: the same entries read again, then every per-token list of every item built
+    (what collation reads later; ``PackedSAWItem`` builds them on first read).
+    """
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     item = saw_item(tokens)
     stream = PipelineStream(url, run_id)
@@ -51,15 +56,21 @@ async def ludic_rates(url: str, tokens: int, n: int) -> tuple[float, float, int]
     for _ in range(n // BATCH):  # encoding is part of the cost, as in an actor
         await stream.push([encode_item(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
     push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
-    source = PipelineBatchSource(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
-    t0 = time.perf_counter()
-    for _ in range(n // BATCH):  # decoding and validation too, as in the trainer
-        await source.next_batch()
-    pop = (n // BATCH) * BATCH / (time.perf_counter() - t0)
-    await source.on_checkpoint_saved(source.state_dict())
-    await source.close()
+    rates = []
+    for build_lists in (False, True):
+        source = PipelineBatchSource(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
+        t0 = time.perf_counter()
+        for _ in range(n // BATCH):
+            batch = await source.next_batch()
+            if build_lists:
+                for it in batch.items:
+                    _ = (it.input_ids, it.attention_mask, it.action_mask, it.attachments.actor_logps.token_logps)
+        rates.append((n // BATCH) * BATCH / (time.perf_counter() - t0))
+        if build_lists:
+            await source.on_checkpoint_saved(source.state_dict())
+        await source.close()
     await stream.close()
-    return push, pop, size
+    return push, rates[0], rates[1], size
 
 
 def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float, float] | None:
@@ -71,7 +82,7 @@ def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float
     key = f"bench-rb-{uuid.uuid4().hex[:8]}"
     xadd = subprocess.run([*base, "-n", str(n), "-P", str(BATCH), "XADD", key, "*", "data", "x" * size],
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
-    xrange = subprocess.run([*base, "-n", str(max(n // BATCH, 20)), "XRANGE", key, "-", "+", "COUNT", str(BATCH)],
+    xrange = subprocess.run([*base, "-n", str(max(n // 4, 64)), "XRANGE", key, "-", "+", "COUNT", str(BATCH)],
                             capture_output=True, text=True, check=True).stdout  # fmt: skip
     subprocess.run([*base, "-n", "1", "DEL", key], capture_output=True, check=True)
     return _rps(xadd), _rps(xrange) * BATCH
@@ -87,22 +98,22 @@ def _rps(out: str) -> float:
 def bench_stream(repeats: int) -> None:
     with RedisServer() as server:
         for tokens, n in ((512, 4096), (4096, 1024)):
-            rows: dict[str, list[float]] = {"push": [], "pop": [], "rb_xadd": [], "rb_xrange": []}
+            rows: dict[str, list[float]] = {k: [] for k in ("push", "pop", "pop_lists", "xadd", "xrange")}
             size = 0
             for _ in range(repeats):  # interleaved: Ludic, then redis-benchmark, repeated
-                push, pop, size = asyncio.run(ludic_rates(server.url, tokens, n))
-                rows["push"].append(push)
-                rows["pop"].append(pop)
+                push, pop, pop_lists, size = asyncio.run(ludic_rates(server.url, tokens, n))
                 ref = redis_benchmark_rates(server, size, n)
-                if ref is not None:
-                    rows["rb_xadd"].append(ref[0])
-                    rows["rb_xrange"].append(ref[1])
-            med = {k: statistics.median(v) for k, v in rows.items() if v}
-            line = f"{tokens:>5} tokens ({size:,} B/entry): push {med['push']:,.0f} items/s, pop {med['pop']:,.0f} items/s"
-            if "rb_xadd" in med:
-                line += (f"; redis-benchmark XADD {med['rb_xadd']:,.0f}/s, XRANGE {med['rb_xrange']:,.0f} entries/s"
-                         f"; ratio push {med['push'] / med['rb_xadd']:.2f}x, pop {med['pop'] / med['rb_xrange']:.2f}x")  # fmt: skip
-            print(line, flush=True)
+                if ref is None:
+                    raise SystemExit("redis-benchmark is not on the PATH (apt-get install redis-tools)")
+                for key, value in zip(rows, (push, pop, pop_lists, *ref), strict=True):
+                    rows[key].append(value)
+            med = {k: statistics.median(v) for k, v in rows.items()}
+            ratio = {k: statistics.median(a / b for a, b in zip(rows[k], rows[ref_key], strict=True))
+                     for k, ref_key in (("push", "xadd"), ("pop", "xrange"), ("pop_lists", "xrange"))}  # fmt: skip
+            print(f"{tokens:>5} tokens ({size:,} B/entry), medians of {repeats}: "
+                  f"push {med['push']:,.0f}/s vs redis-benchmark XADD {med['xadd']:,.0f}/s = {ratio['push']:.2f}x; "
+                  f"pop {med['pop']:,.0f}/s vs XRANGE {med['xrange']:,.0f} entries/s = {ratio['pop']:.2f}x; "
+                  f"pop with lists built {med['pop_lists']:,.0f}/s = {ratio['pop_lists']:.2f}x", flush=True)  # fmt: skip
 
 
 MODES = ("sync", "pipeline-loop", "pipeline-thread")
@@ -213,7 +224,7 @@ def bench_learn(seeds: list[int]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("part", choices=["stream", "idle", "multiproc", "learn"])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=40, help="idle: training steps per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--actors", type=int, default=2, help="multiproc: actor processes")

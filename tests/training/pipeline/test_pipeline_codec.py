@@ -167,3 +167,33 @@ def test_meta_that_msgpack_cannot_encode_names_the_key(make_item):
     item.meta["obj"] = object()
     with pytest.raises(TypeError, match=r"\['obj'\]"):
         encode_item(item, run_id="r1", item_id="x")
+
+
+def test_values_that_do_not_fit_their_dtype_are_refused_when_encoding_naming_the_field(make_item):
+    item = make_item(0)
+    item.input_ids[0] = 2**31
+    with pytest.raises(ValueError, match="SAWItem input_ids does not fit <i4"):
+        encode_item(item, run_id="r1", item_id="x")
+    item = make_item(0)
+    item.attachments.actor_logps.token_logps[0] = 1e39
+    with pytest.raises(ValueError, match="SAWItem actor_logps does not fit <f4"):
+        encode_item(item, run_id="r1", item_id="x")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, -np.nan])
+@pytest.mark.parametrize("name", ["actor_logps", "token_weights"])
+def test_any_nan_or_inf_among_the_floats_is_invalid_and_huge_finite_values_are_not(make_item, name, value):
+    item = make_item(0)
+    item.token_weights = [0.5, 0.25]
+    body = msgpack.unpackb(encode_item(item, run_id="r1", item_id="x")["data"], raw=False)
+    dtype = body["tokens"][name][0]
+    for bad_at in (0, 1):
+        values = np.array([-0.5, -0.25], dtype)
+        values[bad_at] = value
+        body["tokens"][name] = [dtype, 2, values.tobytes()]
+        assert _refused(body).reason == "invalid"
+    huge = np.array([np.finfo(dtype).max, -np.finfo(dtype).max], dtype)  # top byte 0x7F / 0xFF, but finite
+    body["tokens"][name] = [dtype, 2, huge.tobytes()]
+    decoded = decode_entry(_entry(body), run_id="r1").item
+    got = decoded.attachments.actor_logps.token_logps if name == "actor_logps" else decoded.token_weights
+    assert got == huge.tolist()

@@ -19,9 +19,8 @@ refused as ``unknown_schema`` like any other: restart old actors with this versi
 
 from __future__ import annotations
 
-import array
 import math
-import sys
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +39,8 @@ DTYPES = {
 }  # fmt: skip
 """The dtype each per-token array is written with and must be read with (``frozen/*``: ``<f4``)."""
 _ITEMSIZE = {"<i4": 4, "|u1": 1, "<f4": 4, "<f8": 8}
-_TYPECODE = {"<i4": "i", "<f4": "f", "<f8": "d"}  # array typecodes of those sizes (checked below)
-assert all(array.array(c).itemsize == _ITEMSIZE[d] for d, c in _TYPECODE.items())
-_LITTLE = sys.byteorder == "little"
+_NP = {dtype: np.dtype(dtype) for dtype in _ITEMSIZE}
+_STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes under "<"
 
 
 class BadEntry(ValueError):
@@ -101,17 +99,15 @@ def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]
 
 
 def _packed(name: str, values: Any) -> list[Any]:
-    """``[dtype, length, bytes]``: ``array`` packs a list of ints/floats ~1.3x faster than numpy."""
+    """``[dtype, length, bytes]``. From Python lists, ``bytearray`` (masks) and ``struct.pack`` (ints, floats)
+    are the fastest packers: ~3x ``array.array`` or numpy, ~7x ``bytes()`` for a 4,096-token item."""
     dtype = DTYPES.get(name, "<f4")
     try:
         if dtype == "|u1":
-            raw = bytes(values)  # 0/1 each: one byte per entry
+            raw: bytes | bytearray = bytearray(values)  # 0/1 each: one byte per entry (msgpack packs it as bin)
         else:
-            packed = array.array(_TYPECODE[dtype], values)
-            if not _LITTLE:
-                packed.byteswap()
-            raw = packed.tobytes()
-    except (OverflowError, TypeError, ValueError) as exc:
+            raw = struct.pack(f"<{len(values)}{_STRUCT[dtype]}", *values)  # "<": little-endian, standard sizes
+    except (OverflowError, TypeError, ValueError, struct.error) as exc:
         raise ValueError(f"SAWItem {name} does not fit {dtype}: {exc}") from exc
     return [dtype, len(values), raw]
 
@@ -174,14 +170,26 @@ def _raw(tokens: dict[str, Any], name: str) -> bytes:
     return raw
 
 
-def _floats(tokens: dict[str, Any], name: str, n_action: int) -> np.ndarray:
+def _floats(tokens: dict[str, Any], name: str, n_action: int) -> tuple[bytes, str]:
     """A per-action-token float array (``<f4``, ``token_weights`` ``<f8``): one entry per action token, all finite."""
-    values = np.frombuffer(_raw(tokens, name), dtype=DTYPES.get(name, "<f4"))
-    if len(values) != n_action:
-        raise BadEntry("invalid", f"{name} has {len(values)} entries, action_mask marks {n_action} action tokens")
-    if not math.isfinite(float(np.add.reduce(values, dtype=np.float64))):  # a NaN or inf anywhere stays in the sum
+    raw, dtype = _raw(tokens, name), DTYPES.get(name, "<f4")
+    if len(raw) != n_action * _ITEMSIZE[dtype]:
+        n = len(raw) // _ITEMSIZE[dtype]
+        raise BadEntry("invalid", f"{name} has {n} entries, action_mask marks {n_action} action tokens")
+    if not _all_finite(raw, dtype):
         raise BadEntry("invalid", f"{name} holds NaN or inf")
-    return values
+    return raw, dtype
+
+
+def _all_finite(raw: bytes, dtype: str) -> bool:
+    """NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no
+    top byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top
+    byte have |x| >= 2**127 in float32, 2**1023 in float64)."""
+    size = _ITEMSIZE[dtype]
+    top = raw[size - 1 :: size]  # little-endian: the last byte of each holds the sign and high exponent bits
+    if 0x7F not in top and 0xFF not in top:
+        return True
+    return bool(np.isfinite(np.frombuffer(raw, dtype=_NP[dtype])).all())
 
 
 def _item(body: dict[str, Any]) -> PackedSAWItem:
@@ -201,12 +209,11 @@ def _item(body: dict[str, Any]) -> PackedSAWItem:
         raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
     n_action = action.count(1)
     actor = PackedTokenLogps.of(_floats(tokens, "actor_logps", n_action)) if "actor_logps" in tokens else None
-    frozen = {k[len(FROZEN_PREFIX) :]: _floats(tokens, k, n_action).tolist() for k in tokens if k.startswith(FROZEN_PREFIX)}
+    frozen = {
+        k[len(FROZEN_PREFIX) :]: np.frombuffer(*_floats(tokens, k, n_action)).tolist()
+        for k in tokens if k.startswith(FROZEN_PREFIX)
+    }  # fmt: skip
     token_weights = _floats(tokens, "token_weights", n_action) if "token_weights" in tokens else None
-    arrays = {
-        "input_ids": np.frombuffer(ids, dtype="<i4"),
-        "attention_mask": np.frombuffer(attention, dtype="u1"),
-        "action_mask": np.frombuffer(action, dtype="u1"),
-    }
+    arrays = {"input_ids": (ids, "<i4"), "attention_mask": (attention, "|u1"), "action_mask": (action, "|u1")}
     attachments = SampleAttachments(actor_logps=actor, frozen_logps=frozen)
     return PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments, token_weights=token_weights)

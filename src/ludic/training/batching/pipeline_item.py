@@ -20,7 +20,8 @@ from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
 
 class _ListFromArray:
-    """A data descriptor: the attribute is ``arrays[name].tolist()``, built on the first read."""
+    """A data descriptor: the attribute is the list of ``arrays[name]`` (a numpy array, or ``(bytes, dtype)``
+    still packed), built on the first read."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name, self.slot = name, f"_list_{name}"
@@ -30,7 +31,11 @@ class _ListFromArray:
             return self
         state = obj.__dict__
         if self.slot not in state:
-            state[self.slot] = state["_arrays"][self.name].tolist()
+            value = state["_arrays"][self.name]
+            if isinstance(value, tuple):
+                raw, dtype = value
+                value = list(raw) if dtype == "|u1" else np.frombuffer(raw, dtype=dtype)
+            state[self.slot] = value if isinstance(value, list) else value.tolist()
         return state[self.slot]
 
     def __set__(self, obj: Any, value: Any) -> None:  # the dataclass __init__ (replace, copies) sets lists
@@ -47,7 +52,7 @@ class PackedTokenLogps(ActorTokenLogps):
     token_logps = _ListFromArray()  # type: ignore[assignment]
 
     @classmethod
-    def of(cls, logps: np.ndarray) -> PackedTokenLogps:
+    def of(cls, logps: np.ndarray | tuple[bytes, str]) -> PackedTokenLogps:
         obj = cls.__new__(cls)
         obj.__dict__["_arrays"] = {"token_logps": logps}
         return obj
@@ -69,14 +74,15 @@ class PackedSAWItem(SAWItem):
     @classmethod
     def of(
         cls,
-        arrays: dict[str, np.ndarray],
+        arrays: dict[str, np.ndarray | tuple[bytes, str]],
         *,
         weight: float,
         meta: dict[str, Any],
         attachments: SampleAttachments,
-        token_weights: np.ndarray | None = None,
+        token_weights: np.ndarray | tuple[bytes, str] | None = None,
     ) -> PackedSAWItem:
-        """From arrays the caller has already checked as ``SAWItem.__post_init__`` would."""
+        """From arrays (numpy, or ``(little-endian bytes, dtype)``) already checked as ``SAWItem.__post_init__``
+        would check the lists."""
         obj = cls.__new__(cls)
         obj.__dict__.update(_arrays=arrays, weight=weight, meta=meta, attachments=attachments)
         if token_weights is None:
