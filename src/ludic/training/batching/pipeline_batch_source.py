@@ -88,7 +88,7 @@ class PipelineBatchSource:
                 if kept is not None:
                     items.append(kept.item)
                     versions.append(kept.policy_version if kept.policy_version is not None else version)
-        await self.stream.set_consumed(self.consumed)
+        await self.stream.set_consumed(self.consumed, wait=False)  # its reply is read with the next command
         meta: dict[str, Any] = {k: float(v) for k, v in self.counters.items()}
         meta["pipeline/trainer_version"] = float(version)
         meta["pipeline/mean_staleness"] = sum(version - v for v in versions) / len(versions)

@@ -52,7 +52,9 @@ class PipelineStream:
         self.consumed_key, self.version_key = f"{prefix}:consumed", f"{prefix}:version"
         self.reconnects = 0
         self._client: Any = None
-        self._raw: Any = None  # the connection push/read use, opened on first use
+        self._raw: Any = None  # the connection push/read/counters use, opened on first use
+        self._unread = 0  # replies to commands sent with wait=False, read by the next exchange
+        self._unconfirmed: list[tuple[bytes, int]] = []  # those commands, sent again on a new connection
         self._raw_lock = asyncio.Lock()
 
     def _redis(self) -> Any:
@@ -85,21 +87,36 @@ class PipelineStream:
     def _safe_url(self) -> str:
         return self.redis_url.split("@")[-1]
 
-    async def _exchange(self, payload: bytes, n_replies: int) -> list[Any]:
+    async def _exchange(self, payload: bytes, n_replies: int, *, wait: bool = True) -> list[Any]:
         """Send RESP-encoded commands on the raw connection and read ``n_replies`` replies back.
 
-        Any failure (an error reply mid-way included) closes the connection: the replies still unread
-        would otherwise answer the next call, and an unfinished MULTI is discarded by the server.
+        ``wait=False`` (idempotent commands only) returns once the commands are written; their replies are
+        read by the next exchange, which comes after them on the same connection, so Redis has run them
+        by then. Until then they count as unconfirmed and are sent again first on a new connection (the
+        server may have died before running them). Any failure (an error reply mid-way included) closes
+        the connection: the replies still unread would otherwise answer the next call, and an unfinished
+        MULTI is discarded by the server.
         """
         async with self._raw_lock:
             if self._raw is None:
                 pool = self._redis().connection_pool
                 conn = pool.connection_class(**pool.connection_kwargs)
                 await conn.connect()
-                self._raw = conn
+                self._raw, self._unread = conn, 0
+                for sent, replies in self._unconfirmed:
+                    await conn.send_packed_command(sent, check_health=False)
+                    self._unread += replies
             conn = self._raw
             try:
                 await conn.send_packed_command(payload, check_health=False)
+                if not wait:
+                    self._unconfirmed.append((payload, n_replies))
+                    self._unread += n_replies
+                    return []
+                while self._unread:
+                    await conn.read_response()  # an error reply raises: the connection is dropped below
+                    self._unread -= 1
+                self._unconfirmed.clear()
                 return [await conn.read_response() for _ in range(n_replies)]
             except BaseException:
                 self._raw = None
@@ -165,15 +182,24 @@ class PipelineStream:
         return int(await self._call("XLEN", lambda r: r.xlen(self.items_key)))
 
     async def _get_int(self, key: str) -> int:
-        value = await self._call("GET", lambda r: r.get(key))
+        (value,) = await self._raw_call("GET", b"GET", key.encode())
         return int(value) if value is not None else 0
 
     async def pending(self) -> int:
         """Entries pushed but not yet consumed by the trainer."""
         return await self._get_int(self.pushed_key) - await self._get_int(self.consumed_key)
 
-    async def set_consumed(self, n: int) -> None:
-        await self._call("SET", lambda r: r.set(self.consumed_key, int(n)))
+    async def set_consumed(self, n: int, *, wait: bool = True) -> None:
+        """SET the consumed count. ``wait=False`` (the trainer, after each batch) does not wait for the reply:
+        the count only steers actors' admission, and a SET lost with a dropped connection is made good by
+        the next one; this stream's own reads (``pending``) still come after it."""
+        await self._raw_call("SET", b"SET", self.consumed_key.encode(), b"%d" % int(n), wait=wait)
+
+    async def _raw_call(self, what: str, *args: bytes, wait: bool = True) -> list[Any]:
+        parts: list[bytes] = []
+        _command(parts, *args)
+        payload = b"".join(parts)
+        return await self._call(what, lambda _: self._exchange(payload, 1, wait=wait))
 
     async def version(self) -> int:
         return await self._get_int(self.version_key)
