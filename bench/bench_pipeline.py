@@ -1,6 +1,7 @@
 """Pipeline RL benchmarks: stream throughput vs redis-benchmark, trainer idle time, learning vs synchronous.
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream   # items/s, 512 and 4096 tokens
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream --against REV  # ... and REV's code beside
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step, in-process
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py multiproc  # the same, examples/pipeline_rl/run_local.py
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py learn    # held-out gain, 3 seeds
@@ -24,7 +25,8 @@ import uuid
 from typing import Any
 
 from ludic.distributed.redis_server import RedisServer
-from ludic.training.batching import PipelineBatchSource, PipelineStream, encode_item
+from ludic.training.batching import PipelineBatchSource, PipelineStream
+from ludic.training.batching import encode_item as encode_item_now
 from ludic.training.batching.saw_builder import prompt_completion_item
 
 BATCH = 64  # entries per MULTI/EXEC push and per trainer read
@@ -41,24 +43,30 @@ def saw_item(tokens: int) -> Any:
     )  # fmt: skip
 
 
-async def ludic_rates(url: str, tokens: int, n: int) -> tuple[float, float, float, int]:
+async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[float, float, float, int]:
     """(push, pop, pop with lists built) in items/s, and the entry's bytes.
 
     push: ``encode_item`` + ``PipelineStream.push``; pop: ``PipelineBatchSource.next_batch`` (XREAD, msgpack,
     every check); pop with lists: the same entries read again, then every per-token list of every item built
-    (what collation reads later; ``PackedSAWItem`` builds them on first read).
+    (what collation reads later; ``PackedSAWItem`` builds them on first read). ``mods``: the
+    (codec, stream, batch source) modules to use, by default this checkout's.
     """
+    if mods is None:
+        encode, stream_cls, source_cls = encode_item_now, PipelineStream, PipelineBatchSource
+    else:
+        codec, stream_mod, source_mod = mods
+        encode, stream_cls, source_cls = codec.encode_item, stream_mod.PipelineStream, source_mod.PipelineBatchSource
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     item = saw_item(tokens)
-    stream = PipelineStream(url, run_id)
-    size = sum(len(v) for v in encode_item(item, run_id=run_id, item_id="x" * 32).values())
+    stream = stream_cls(url, run_id)
+    size = sum(len(v) for v in encode_item_now(item, run_id=run_id, item_id="x" * 32).values())
     t0 = time.perf_counter()
     for _ in range(n // BATCH):  # encoding is part of the cost, as in an actor
-        await stream.push([encode_item(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
+        await stream.push([encode(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
     push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
     rates = []
     for build_lists in (False, True):
-        source = PipelineBatchSource(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
+        source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
         t0 = time.perf_counter()
         for _ in range(n // BATCH):
             batch = await source.next_batch()
@@ -114,6 +122,51 @@ def bench_stream(repeats: int) -> None:
                   f"push {med['push']:,.0f}/s vs redis-benchmark XADD {med['xadd']:,.0f}/s = {ratio['push']:.2f}x; "
                   f"pop {med['pop']:,.0f}/s vs XRANGE {med['xrange']:,.0f} entries/s = {ratio['pop']:.2f}x; "
                   f"pop with lists built {med['pop_lists']:,.0f}/s = {ratio['pop_lists']:.2f}x", flush=True)  # fmt: skip
+
+
+def modules_at(rev: str) -> Any:
+    """The pipeline codec, stream and batch source as they were at git revision ``rev``, importable beside
+    this checkout's (written to a temporary package ``pipeline_at_rev``)."""
+    import importlib
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    pkg = Path(tempfile.mkdtemp(prefix="ludic-bench-rev-")) / "pipeline_at_rev"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    names = ("pipeline_codec", "pipeline_stream", "pipeline_batch_source")
+    for name in names:
+        text = subprocess.run(["git", "-C", str(root), "show", f"{rev}:src/ludic/training/batching/{name}.py"],
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        for other in names:
+            text = text.replace(f"ludic.training.batching.{other}", f"pipeline_at_rev.{other}")
+        (pkg / f"{name}.py").write_text(text)
+    sys.path.insert(0, str(pkg.parent))
+    return tuple(importlib.import_module(f"pipeline_at_rev.{name}") for name in names)
+
+
+def bench_stream_against(rev: str, repeats: int) -> None:
+    """This checkout's stream vs revision ``rev``'s, interleaved on one server, with redis-benchmark beside."""
+    old = modules_at(rev)
+    with RedisServer() as server:
+        for tokens, n in ((512, 4096), (4096, 1024)):
+            rows: dict[str, list[float]] = {}
+            for _ in range(repeats):
+                for label, mods in (("now", None), (rev[:8], old)):
+                    push, pop, pop_lists, size = asyncio.run(ludic_rates(server.url, tokens, n, mods))
+                    for key, value in (("push", push), ("pop", pop), ("pop_lists", pop_lists)):
+                        rows.setdefault(f"{label} {key}", []).append(value)
+                ref = redis_benchmark_rates(server, size, n)
+                if ref is not None:
+                    rows.setdefault("redis-benchmark xadd", []).append(ref[0])
+                    rows.setdefault("redis-benchmark xrange", []).append(ref[1])
+            med = {k: statistics.median(v) for k, v in rows.items()}
+            print(f"{tokens:>5} tokens, medians of {repeats}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in med.items()))
+            print("       now / " + rev[:8] + ": " + ", ".join(
+                f"{key} {med[f'now {key}'] / med[f'{rev[:8]} {key}']:.2f}x" for key in ("push", "pop", "pop_lists")
+            ), flush=True)  # fmt: skip
 
 
 MODES = ("sync", "pipeline-loop", "pipeline-thread")
@@ -228,8 +281,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40, help="idle: training steps per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--actors", type=int, default=2, help="multiproc: actor processes")
+    p.add_argument("--against", default=None, help="stream: also run the pipeline modules of this git revision")
     args = p.parse_args()
-    if args.part == "stream":
+    if args.part == "stream" and args.against:
+        bench_stream_against(args.against, args.repeats)
+    elif args.part == "stream":
         bench_stream(args.repeats)
     elif args.part == "idle":
         bench_idle(args.steps, args.repeats)
