@@ -11,6 +11,8 @@ One HTTP library (httpx) for the async and blocking paths; connection errors and
 with backoff, a 4xx raises ``RequestRefused`` with the server's message (``_http.py``). Weights:
 ``sync_weights`` uploads one safetensors blob to Ludic's ``/ludic/update_weights_blob``; for
 vLLM (or a collective on Ludic's server) use ``BroadcastPolicyPublisher`` (``ludic.distributed``).
+``pause`` / ``resume`` / ``is_paused`` (and ``_sync`` twins) speak vLLM's ``/pause?mode=abort|wait|keep``,
+``/resume`` and ``/is_paused`` (``ludic.inference.pause``).
 """
 
 from __future__ import annotations
