@@ -87,7 +87,7 @@ class _StopWatch:
     """Stop strings of the rows that have them: their text is decoded after each new token."""
 
     def __init__(self, generator: BatchGenerator, rows: list[RowRequest]) -> None:
-        self.tokenizer = generator.tokenizer
+        self.tokenizer, self.eos_ids = generator.tokenizer, generator.eos_ids
         self.rows = rows
         self.watched = {i: [] for i, r in enumerate(rows) if r.sampling.stop}
         self.cut: dict[int, int] = {}  # row -> where its stop string starts in the decoded text
@@ -99,7 +99,7 @@ class _StopWatch:
             return set()
         hits = set()
         for b, (i, tok) in enumerate(zip(alive, tokens.tolist(), strict=True)):
-            if i not in self.watched:
+            if i not in self.watched or tok in self.eos_ids:  # EOS ends a row before its stop strings
                 continue
             self.watched[i].append(tok)
             text = self.tokenizer.decode(self.watched[i], skip_special_tokens=False)
