@@ -193,44 +193,43 @@ def bench_idle(steps: int, repeats: int) -> None:
 
 
 class _Timed:
-    """Wraps a batch source, adding up the time ``next_batch`` keeps the trainer waiting after ``warmup`` batches."""
+    """Wraps a batch source, noting when each ``next_batch`` starts and how long it keeps the trainer waiting."""
 
-    def __init__(self, inner: Any, warmup: int) -> None:
-        self.inner, self.warmup, self.calls = inner, warmup, 0
-        self.waited, self.t0 = 0.0, 0.0
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.starts: list[float] = []
+        self.waits: list[float] = []
 
     async def next_batch(self) -> Any:
-        self.calls += 1
         t0 = time.perf_counter()
-        if self.calls == self.warmup + 1:
-            self.t0 = t0  # the clock starts with the first step after the warm-up
+        self.starts.append(t0)
         try:
             return await self.inner.next_batch()
         finally:
-            if self.calls > self.warmup:
-                self.waited += time.perf_counter() - t0
+            self.waits.append(time.perf_counter() - t0)
+
+    def __getattr__(self, name: str) -> Any:  # state_dict, on_checkpoint_saved, ...: the inner source's
+        return getattr(self.inner, name)
 
 
-async def _idle_run(cfg: Any, *, in_thread: bool = False) -> tuple[float, float]:
-    """(idle fraction, s/step) over steps after the first 3 (warm-up), for the quickstart's own RL run."""
+async def _idle_run(cfg: Any, *, in_thread: bool = False, warmup: int = 3) -> tuple[float, float]:
+    """(idle fraction, s/step) over the steps after ``warmup``, for the quickstart's RL phase built the way
+    ``ludic quickstart`` builds it (``ludic train``'s path), with ``step_in_thread`` set as asked."""
     from ludic.cli.run_config import train_steps
     from ludic.quickstart.run import build_quickstart_run
 
     run, _ = build_quickstart_run(cfg)
-    run.trainer.cfg.step_in_thread = in_thread  # the quickstart's pipeline mode turns it on; compare both
-    timed = run.trainer.batch_source = _Timed(run.trainer.batch_source, warmup=3)
-    train, end = run.trainer.train, [0.0]
-
-    async def train_then_stop_clock(steps: int) -> Any:  # the clock stops before the actors are stopped
-        try:
-            return await train(steps)
-        finally:
-            end[0] = time.perf_counter()
-
-    run.trainer.train = train_then_stop_clock
-    await train_steps(run)
-    wall = end[0] - timed.t0
-    return timed.waited / wall, wall / (cfg.steps - 3)
+    try:
+        run.trainer.cfg.step_in_thread = in_thread
+        timed = _Timed(run.trainer.batch_source)
+        run.trainer.batch_source = timed
+        await train_steps(run)
+    finally:
+        await run.close()
+    # step k runs from the start of its next_batch to the start of the next one
+    starts, waits = timed.starts[warmup:], timed.waits[warmup:-1]
+    wall = starts[-1] - starts[0]
+    return sum(waits) / wall, wall / (len(starts) - 1)
 
 
 def bench_multiproc(steps: int, repeats: int, actors: int) -> None:
