@@ -93,6 +93,21 @@ async def held_out_reward(evaluator: Evaluator) -> float:
     return (await evaluator.evaluate())["eval/avg_total_reward"]
 
 
+def mean_interval(values: list[float], z: float = 1.96) -> dict[str, float]:
+    """Mean, 95% normal interval (``mean +- z * sd / sqrt(n)``) and n of per-episode values."""
+    n = len(values)
+    mean = sum(values) / max(n, 1)
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    half = z * sd / max(n, 1) ** 0.5
+    return {"mean": mean, "ci95_low": mean - half, "ci95_high": mean + half, "n": n}
+
+
+async def held_out(evaluator: Evaluator) -> dict[str, float]:
+    """``mean_interval`` of the total reward over the evaluator's episodes."""
+    await evaluator.evaluate()
+    return mean_interval([r.total_reward for r in evaluator.last_rollouts])
+
+
 def plot(history: list[dict[str, float]], path: Path, title: str) -> Path:
     """Training reward per step (and its 10-step mean) as a PNG."""
     import matplotlib

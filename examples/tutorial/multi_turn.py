@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out_reward, plot, tiny_policy, warm_start
+from common import grpo, held_out, plot, tiny_policy, warm_start
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
@@ -62,7 +62,10 @@ def demonstration(start: int) -> list[tuple[list[dict[str, str]], str]]:
     return pairs
 
 
-async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: int = 64) -> dict[str, float]:
+async def main(
+    steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: int = 128
+) -> dict[str, dict[str, float]]:
+    """Held-out reward (mean, 95% interval, n) before training, after the warm start and after GRPO."""
     model, tokenizer, client = tiny_policy(out, seed)
     parser = lambda text: ParseResult(action=text.strip(), reward=0.0, obs=None)  # noqa: E731
 
@@ -86,11 +89,11 @@ async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: 
     evaluator = Evaluator(
         engine=engine, requests=[episode(10**6 + i) for i in range(eval_episodes)], max_steps=6, concurrency=64
     )
-    report = {"initial": await held_out_reward(evaluator)}
+    report = {"initial": await held_out(evaluator)}
     rng = random.Random(seed)
     demos = [pair for _ in range(80) for pair in demonstration(rng.randint(3, 6))]
     await warm_start(model, client, sft_items(tokenizer, demos), steps=sft_steps, lr=1e-3, seed=seed)
-    report["start_of_rl"] = await held_out_reward(evaluator)
+    report["start_of_rl"] = await held_out(evaluator)
     seeds = iter(range(seed * 10**5, 10**6))
     history = await grpo(
         model,
@@ -101,7 +104,7 @@ async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: 
         max_turns=6,
         log_path=out / "metrics.jsonl",
     )
-    report["end"] = await held_out_reward(evaluator)
+    report["end"] = await held_out(evaluator)
     plot(history, out / "training_curve.png", "count down: GRPO after SFT warm start")
     return report
 
@@ -109,7 +112,7 @@ async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--sft-steps", type=int, default=15)
+    p.add_argument("--sft-steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/multi_turn"))
     a = p.parse_args()
