@@ -1,7 +1,7 @@
 """SFT demonstrations for Tic-Tac-Toe: games where X follows the heuristic bot's policy.
 
 Each of X's turns becomes one SFT item whose prompt is exactly what the training agent sends
-(``RecentMessages(keep=1)``: the latest observation, no system prompt) and whose answer is
+(``LatestBoard``: the latest observation, no system prompt) and whose answer is
 ``<move>N</move>`` plus the end-of-turn token (``ludic.training.sft_items``).
 """
 

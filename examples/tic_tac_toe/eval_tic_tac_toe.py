@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a save_pretrained directory (e.g. runs/tic_tac_toe/final_model)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--games", type=int, default=64)
+    p.add_argument("--games", type=int, default=256)
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
     args = p.parse_args(argv)
     stats = asyncio.run(evaluate(args.model, device=args.device, games=args.games, opponent=args.opponent))

@@ -1,22 +1,25 @@
 """Tic-Tac-Toe against the random bot: SFT warm start on heuristic games, then GRPO, then held-out games.
 
-    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, ~5 min
+    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, 5-12 min
     .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
 
 Written against the public API only: ``TicTacToeEnv``, an ``Agent`` that sees the latest board
-(``RecentMessages(keep=1)``: the observation holds the whole state, so the history only costs),
-``sft_items`` for the warm start, ``make_grpo`` + ``RolloutBatchSource`` (which forms the groups),
-``Trainer`` with a warm-up + linear-decay schedule, and an ``Evaluator`` on held-out games.
-It prints win rate and bad-move rate (illegal moves + replies without a ``<move>`` tag, per move)
-before training, at the start of RL (after the warm start) and at the end, and writes
-``metrics.jsonl``, ``summary.json`` and ``final_model/`` to ``--output-dir``.
+(``LatestBoard``: the observation holds the whole state, so the history only costs), ``sft_items``
+for the warm start, ``make_grpo``'s loss with per-turn credit (``PerTurnReturn``) and
+``RolloutBatchSource`` (which forms the groups), ``Trainer`` with a warm-up + linear-decay schedule,
+and an ``Evaluator`` on held-out games. It prints win rate and bad-move rate (illegal moves +
+replies without a ``<move>`` tag, per move) with 95% intervals before training, at the start of RL
+(after the warm start) and at the end, and writes ``metrics.jsonl``, ``summary.json`` and
+``final_model/`` to ``--output-dir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -24,20 +27,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from board_context import MOVE_PARSER, LatestBoard
 from demonstrations import demonstration_items
 
 from ludic.agents import Agent
-from ludic.context import RecentMessages
 from ludic.distributed import ClientPublisher
 from ludic.envs import TicTacToeEnv
 from ludic.eval import Evaluator
 from ludic.inference import InferenceSpec, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
-from ludic.parsers import xml_tag_parser
 from ludic.training import (
     EnvSpec,
     JsonlLogger,
     OfflineBatchSource,
+    PerTurnReturn,
     ProtocolSpec,
     RolloutBatchSource,
     RolloutEngine,
@@ -63,13 +66,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-games", type=int, default=48, help="heuristic games used as demonstrations")
     p.add_argument("--sft-steps", type=int, default=60, help="SFT warm-start steps (0 to skip)")
     p.add_argument("--sft-lr", type=float, default=1e-3)
-    p.add_argument("--steps", type=int, default=60, help="GRPO steps")
+    p.add_argument(
+        "--credit", default="turn", choices=["turn", "episode"],
+        help="turn: each move gets its reward-to-go, baselined per turn index in its group; episode: plain GRPO",
+    )  # fmt: skip
+    p.add_argument(
+        "--positive-only", action=argparse.BooleanOptionalAction, default=True,
+        help="clamp advantages at 0: reinforce better-than-average moves, never push replies down",
+    )  # fmt: skip
+    p.add_argument("--steps", type=int, default=100, help="GRPO steps")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--prompts-per-step", type=int, default=2)
     p.add_argument("--max-turns", type=int, default=6, help="model calls per game (X moves at most 5 times)")
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup-steps", type=int, default=10)
-    p.add_argument("--eval-games", type=int, default=64)
+    p.add_argument("--eval-games", type=int, default=256, help="held-out games per evaluation (95%% CI about +-0.06)")
     p.add_argument(
         "--eval-temperature",
         type=float,
@@ -83,13 +94,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_engine(client: Any, model: str) -> RolloutEngine:
     """Env + agent registries: a fresh agent per episode (agents keep state)."""
-    parser = xml_tag_parser("move", success_reward=0.0, error_reward=-1.0)  # no tag: -1, like an illegal move
 
     def protocol() -> SingleAgentProtocol:
-        agent = Agent(client=client, model=model, ctx=RecentMessages(keep=1), parser=parser)
+        agent = Agent(client=client, model=model, ctx=LatestBoard(), parser=MOVE_PARSER)
         return SingleAgentProtocol(agent=agent, use_env_sysprompt=False)  # the warm start teaches the format
 
     return RolloutEngine(env_registry={"ttt": TicTacToeEnv}, protocol_registry={"agent": protocol})
+
+
+def rl_algorithm(credit: str, group_size: int, *, positive_only: bool) -> Any:
+    """GRPO's loss (token-level clip) with per-turn or per-episode credit; the group size is given once here."""
+    algo = make_grpo(group_size=group_size, positive_only=positive_only)
+    if credit == "episode":
+        return algo
+    # An illegal move is scored where it happens (-1), not smeared over the whole game; the win (+1)
+    # still reaches every move before it (gamma 1).
+    turn = PerTurnReturn(gamma=1.0, group_size=group_size, normalize_adv=True, positive_only=positive_only)
+    return dataclasses.replace(algo, name="grpo_per_turn", credit_assigner=turn)
 
 
 def game(seed: int, opponent: str, sampling: SamplingConfig) -> RolloutRequest:
@@ -99,17 +120,40 @@ def game(seed: int, opponent: str, sampling: SamplingConfig) -> RolloutRequest:
     )  # fmt: skip
 
 
-def summarise(rollouts: list[Any]) -> dict[str, float]:
-    """Win/draw rate per game and bad-move rate per move (illegal or unparsable)."""
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """95% Wilson score interval for k successes in n independent trials (games)."""
+    if n == 0:
+        return [0.0, 1.0]
+    p, d = k / n, 1 + z * z / n
+    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def ratio_interval(bad: list[int], moves: list[int], z: float = 1.96) -> list[float]:
+    """95% interval for sum(bad) / sum(moves) with games as the unit (moves in a game are not independent)."""
+    n, total = len(moves), sum(moves)
+    if n < 2 or total == 0:
+        return [0.0, 1.0]
+    r = sum(bad) / total
+    var = n / (n - 1) * sum((b - r * m) ** 2 for b, m in zip(bad, moves)) / total**2
+    return [max(0.0, r - z * math.sqrt(var)), min(1.0, r + z * math.sqrt(var))]
+
+
+def summarise(rollouts: list[Any]) -> dict[str, Any]:
+    """Win/draw rate per game and bad-move rate per move (illegal or unparsable), with 95% intervals."""
     results = [r.steps[-1].info.get("result") for r in rollouts]
-    moves = [s for r in rollouts for s in r.steps]
-    bad = [bool(s.info.get("parse_error")) or bool(s.info.get("illegal_move")) for s in moves]
-    n = max(len(rollouts), 1)
+    moves = [len(r.steps) for r in rollouts]
+    bad = [sum(bool(s.info.get("parse_error") or s.info.get("illegal_move")) for s in r.steps) for r in rollouts]
+    unparsed = [sum(bool(s.info.get("parse_error")) for s in r.steps) for r in rollouts]
+    n, total = max(len(rollouts), 1), max(sum(moves), 1)
     return {
+        "games": len(rollouts),
         "win_rate": results.count("win") / n,
+        "win_rate_ci95": wilson(results.count("win"), len(rollouts)),
         "draw_rate": results.count("draw") / n,
-        "bad_move_rate": sum(bad) / max(len(bad), 1),
-        "parse_error_rate": sum(bool(s.info.get("parse_error")) for s in moves) / max(len(moves), 1),
+        "bad_move_rate": sum(bad) / total,
+        "bad_move_rate_ci95": ratio_interval(bad, moves),
+        "parse_error_rate": sum(unparsed) / total,
         "avg_reward": sum(r.total_reward for r in rollouts) / n,
     }
 
@@ -173,7 +217,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
     seeds = iter(range(args.seed * 100_000, 10**9))
-    algo = make_grpo(group_size=args.group_size)  # the one place for the group size
+    algo = rl_algorithm(args.credit, args.group_size, positive_only=args.positive_only)
     source = RolloutBatchSource(
         engine=engine, algorithm=algo, max_steps=args.max_turns, concurrency=args.group_size * args.prompts_per_step,
         request_fn=lambda: [game(next(seeds), args.opponent, sampling) for _ in range(args.prompts_per_step)],
@@ -199,8 +243,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = asyncio.run(run(parse_args(argv)))
     for phase in ("initial", "start_of_rl", "end"):
         r = report[phase]
-        print(f"[tic_tac_toe] {phase:12s} win {r['win_rate']:.2f}  draw {r['draw_rate']:.2f}  "
-              f"bad moves {r['bad_move_rate']:.2f}  parse errors {r['parse_error_rate']:.2f}")  # fmt: skip
+        win, bad = r["win_rate_ci95"], r["bad_move_rate_ci95"]
+        print(f"[tic_tac_toe] {phase:12s} win {r['win_rate']:.2f} [{win[0]:.2f}, {win[1]:.2f}]  draw {r['draw_rate']:.2f}  "
+              f"bad moves {r['bad_move_rate']:.2f} [{bad[0]:.2f}, {bad[1]:.2f}]  parse errors {r['parse_error_rate']:.2f}"
+              f"  ({r['games']} games)")  # fmt: skip
     print(f"[tic_tac_toe] {report['seconds']:.0f} s (warm start + RL + evals)")
     return report
 
