@@ -1,6 +1,6 @@
 """Tic-Tac-Toe against the random bot: SFT warm start on heuristic games, then GRPO, then held-out games.
 
-    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, 5-12 min
+    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, 3-8 min
     .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
 
 Written against the public API only: ``TicTacToeEnv``, an ``Agent`` that sees the latest board
@@ -74,11 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--positive-only", action=argparse.BooleanOptionalAction, default=True,
         help="clamp advantages at 0: reinforce better-than-average moves, never push replies down",
     )  # fmt: skip
-    p.add_argument("--steps", type=int, default=100, help="GRPO steps")
+    p.add_argument("--steps", type=int, default=60, help="GRPO steps")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--prompts-per-step", type=int, default=2)
     p.add_argument("--max-turns", type=int, default=6, help="model calls per game (X moves at most 5 times)")
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--eval-games", type=int, default=256, help="held-out games per evaluation (95%% CI about +-0.06)")
     p.add_argument(
