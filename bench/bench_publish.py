@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,16 +41,15 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
 from ludic.inference import VLLMChatClient
-from ludic.inference.process_group import create_group, free_port
+from ludic.inference.process_group import broadcast_all, create_group, free_port
 from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 
 SIZES = {"1M": dict(hidden_size=160, num_layers=4, intermediate_size=480),
          "25M": dict(hidden_size=512, num_layers=8, intermediate_size=1536),
          "100M": dict(hidden_size=1024, num_layers=8, intermediate_size=3072)}  # fmt: skip
-VARIANTS = ("copy", "raw", "broadcast", "serial", "flat", "blob")
 STAGES = ("publish_pack_s", "publish_wait_s", "publish_control_s", "server_receive_s", "server_check_s",
-          "server_check_wait_s", "server_load_s")  # fmt: skip
+          "server_check_wait_s", "server_load_s", "server_alloc_bytes")  # fmt: skip
 TIMEOUT = timedelta(seconds=600)
 
 
@@ -60,34 +60,36 @@ def timed(fn: Callable[[], None]) -> float:
 
 
 class RawBroadcast:
-    """One flat tensor from this process (rank 0) to a helper subprocess (rank 1) over gloo; the helper
-    acknowledges each receipt with a one-byte broadcast back, so the time covers the whole transfer."""
+    """One flat tensor from this process (rank 0) to a helper subprocess (rank 1) over gloo on
+    ``channels`` connections; the helper acknowledges each receipt with a one-byte broadcast back, so
+    the time covers the whole transfer."""
 
-    def __init__(self, nbytes: int, rounds: int) -> None:
+    def __init__(self, nbytes: int, rounds: int, channels: int) -> None:
         port = free_port()
-        cmd = [sys.executable, __file__, "--raw-receiver", str(port), str(nbytes), str(rounds)]
+        cmd = [sys.executable, __file__, "--raw-receiver", str(port), str(nbytes), str(rounds), str(channels)]
         self.proc = subprocess.Popen(cmd)
-        self.group = create_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=600)
+        self.group = create_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=600, channels=channels)
         self.buffer = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
         self.ack = torch.zeros(1, dtype=torch.uint8)
+        self.channels = channels
 
     def send(self) -> None:
-        self.group.broadcast(self.buffer, 0, TIMEOUT).wait()
+        broadcast_all(self.group, [self.buffer], timeout_s=600, channels=self.channels)
         self.group.broadcast(self.ack, 1, TIMEOUT).wait()
 
     def close(self) -> None:
         self.proc.wait(timeout=60)
 
 
-def raw_receiver(port: int, nbytes: int, rounds: int) -> None:
-    group = create_group("127.0.0.1", port, 1, 2, backend="gloo", timeout_s=600)
+def raw_receiver(port: int, nbytes: int, rounds: int, channels: int) -> None:
+    group = create_group("127.0.0.1", port, 1, 2, backend="gloo", timeout_s=600, channels=channels)
     buffer, ack = torch.empty(nbytes, dtype=torch.uint8), torch.ones(1, dtype=torch.uint8)
     for _ in range(rounds):
-        group.broadcast(buffer, 0, TIMEOUT).wait()
+        broadcast_all(group, [buffer], timeout_s=600, channels=channels)
         group.broadcast(ack, 1, TIMEOUT).wait()
 
 
-def bench_size(label: str, repeats: int, root: Path) -> None:
+def bench_size(label: str, repeats: int, channels: list[int], root: Path) -> None:
     model_dir = build_tiny_model(root / label, seed=0, **SIZES[label])
     state = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
@@ -95,65 +97,82 @@ def bench_size(label: str, repeats: int, root: Path) -> None:
     src = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
     dst = torch.empty_like(src)
     dst.copy_(src)  # fault the pages in once: the copy below is memory bandwidth, not first touch
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    times: dict[str, list[float]] = {}
     stages: dict[str, list[float]] = {s: [] for s in STAGES}
-    flat_receive: list[float] = []
-    raw = RawBroadcast(nbytes, repeats + 1)
-    raw.send()  # warm-up
-    with running_server(model_dir, ["--transfer-timeout", "600"]) as url:
-        client = VLLMChatClient(base_url=url, enable_weight_updates=True, timeout_s=600)
-        bcast = BroadcastPolicyPublisher(client, timeout_s=600)  # one group with the server, two modes
-        blob = ClientPublisher(client, timeout_s=600)
-        bcast.publish(state, version=0)  # set-up (group join) and warm-up, not timed
-        version = 1
+    raws = {k: RawBroadcast(nbytes, repeats + 1, k) for k in channels}
+    for raw in raws.values():
+        raw.send()  # warm-up
+    args = ["--transfer-timeout", "600"]
+    with ExitStack() as stack:
+        # one server per publisher: each sees one layout every time (as a training run's server does), so
+        # its receive buffers alternate between two warm sets instead of faulting in fresh pages
+        def publisher(**kwargs: object) -> BroadcastPolicyPublisher:
+            url = stack.enter_context(running_server(model_dir, args))
+            client = VLLMChatClient(base_url=url, enable_weight_updates=True, timeout_s=600)
+            return BroadcastPolicyPublisher(client, timeout_s=600, **kwargs)  # type: ignore[arg-type]
+
+        bcasts = {k: publisher(channels=k) for k in channels}
+        serial = bcasts[channels[0]]  # the same server and group as its broadcast, overlap switched off
+        flat = publisher(overlap=False, pack_below_bytes=1 << 62, bucket_bytes=1 << 62)  # one packed buffer
+        blob = ClientPublisher(flat.client, timeout_s=600)
+        for warm in (0, 1):  # set-up (group join) and both receive-buffer sets faulted in, not timed
+            for pub in (*bcasts.values(), flat):
+                pub.publish(state, version=warm)
+        version = 2
         for _ in range(repeats):
-            times["copy"].append(timed(lambda: dst.copy_(src)))
-            times["raw"].append(timed(raw.send))
-            bcast.overlap = True
-            times["broadcast"].append(timed(lambda v=version: bcast.publish(state, version=v)))
-            bcast.overlap = False
-            times["serial"].append(timed(lambda v=version: bcast.publish(state, version=v + 1)))
+            add(times, "copy", timed(lambda: dst.copy_(src)))
+            for k, raw in raws.items():
+                add(times, f"raw c{k}", timed(raw.send))
+            for k, pub in bcasts.items():
+                pub.overlap = True
+                add(times, f"broadcast c{k}", timed(lambda v=version, p=pub: p.publish(state, version=v)))
+            serial.overlap = False
+            add(times, "serial", timed(lambda v=version: serial.publish(state, version=v + 1)))
+            serial.overlap = True
             for s in STAGES:
-                stages[s].append(bcast.last_stats.get(s, 0.0))
-            bcast.pack_below_bytes = bcast.bucket_bytes = 1 << 62  # the whole model as one packed buffer
-            times["flat"].append(timed(lambda v=version: bcast.publish(state, version=v + 1)))
-            flat_receive.append(bcast.last_stats["server_receive_s"])
-            bcast.pack_below_bytes, bcast.bucket_bytes = 1 << 20, 256 << 20
-            times["blob"].append(timed(lambda v=version: blob.publish(state, version=v + 2)))
-            version += 3
-        bcast.close()
-    raw.close()
-    times["raw_same"] = flat_receive
+                stages[s].append(serial.last_stats.get(s, 0.0))
+            add(times, "flat", timed(lambda v=version: flat.publish(state, version=v)))
+            add(times, "raw_same", flat.last_stats["server_receive_s"])
+            add(times, "blob", timed(lambda v=version: blob.publish(state, version=v + 1)))
+            version += 2
+        for pub in (*bcasts.values(), flat):
+            pub.close()
+    for raw in raws.values():
+        raw.close()
     report(label, params, nbytes, times, stages)
+
+
+def add(times: dict[str, list[float]], key: str, seconds: float) -> None:
+    times.setdefault(key, []).append(seconds)
 
 
 def report(label: str, params: int, nbytes: int, times: dict[str, list[float]], stages: dict[str, list[float]]) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
-    gbps = {k: nbytes / t / 1e9 for k, t in med.items()}
-    cols = " | ".join(f"{k} {gbps[k]:.2f} GB/s ({med['copy'] / med[k]:.3f}x copy)" for k in (*VARIANTS, "raw_same"))
-    best_copy = min(times["copy"])  # the copy least disturbed by other jobs: the machine's real limit
-    print(f"{label:>5} ({params / 1e6:.1f}M params, {nbytes / 1e6:.0f} MB): {cols} | "
-          f"broadcast/raw {med['raw'] / med['broadcast']:.2f}x, /raw_same {med['raw_same'] / med['broadcast']:.2f}x | broadcast/blob {med['blob'] / med['broadcast']:.1f}x | "
-          f"vs the fastest copy ({nbytes / best_copy / 1e9:.2f} GB/s): broadcast {best_copy / med['broadcast']:.3f}x, "
-          f"raw {best_copy / med['raw']:.3f}x, raw_same {best_copy / med['raw_same']:.3f}x")  # fmt: skip
-    parts = " | ".join(f"{s.removesuffix('_s')} {1e3 * statistics.median(v):.1f} ms" for s, v in stages.items())
-    print(f"      serial publish {1e3 * med['serial']:.1f} ms = {parts} (raw broadcast {1e3 * med['raw']:.1f} ms)",
-          flush=True)  # fmt: skip
+    best_copy = min(times["copy"])  # the copy least disturbed by other jobs
+    print(f"{label:>5} ({params / 1e6:.1f}M params, {nbytes / 1e6:.0f} MB), GB/s of the median, then x the median "
+          f"copy ({nbytes / med['copy'] / 1e9:.2f} GB/s) and x the fastest copy ({nbytes / best_copy / 1e9:.2f} GB/s):")
+    for k, t in med.items():
+        print(f"      {k:<14} {nbytes / t / 1e9:6.2f} GB/s  {med['copy'] / t:.3f}x  {best_copy / t:.3f}x")
+    parts = " | ".join(f"{s.removesuffix('_bytes')} {statistics.median(v) / 1e6:.0f} MB" if s.endswith("_bytes")
+                       else f"{s.removesuffix('_s')} {1e3 * statistics.median(v):.1f} ms" for s, v in stages.items())
+    print(f"      serial publish {1e3 * med['serial']:.1f} ms = {parts}", flush=True)
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--raw-receiver":
-        raw_receiver(*(int(a) for a in sys.argv[2:5]))
+        raw_receiver(*(int(a) for a in sys.argv[2:6]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--channels", type=int, nargs="+", default=[1, 2, 4],
+                        help="gloo connections per broadcast to compare (the first also gives the serial stages)")
     args = parser.parse_args()
     print(f"median of {args.repeats} interleaved runs; OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for label in args.sizes:
-            bench_size(label, args.repeats, Path(tmp))
+            bench_size(label, args.repeats, args.channels, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ def test_updates_alternate_receive_buffers_without_touching_the_weights_being_se
         publisher.publish(model.state_dict(), version=version)
         served, served_version = greedy_logps(client)
         assert served_version == version and served == pytest.approx(model_logps(model, client), abs=1e-4)
+    assert publisher.last_stats["server_alloc_bytes"] == 0  # the third update reused the first one's buffers
     state = models[0].state_dict()
     nan = dict(state) | {"model.norm.weight": torch.full_like(state["model.norm.weight"], float("nan"))}
     with pytest.raises(PublishError, match="NaN"):
@@ -95,6 +96,54 @@ def test_updates_alternate_receive_buffers_without_touching_the_weights_being_se
     served, served_version = greedy_logps(client)  # the refused update was received into a free buffer
     assert served_version == 23 and served == pytest.approx(model_logps(models[1], client), abs=1e-4)
     publisher.close()
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_publish_over_several_gloo_channels_serves_bit_identical_weights(server, dirs, packed):
+    """Packed: the model's one 3 MB buffer is split across 3 connections; unpacked: its tensors take turns."""
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    new = AutoModelForCausalLM.from_pretrained(dirs[1])
+    served = {}
+    for version, channels in ((31, 3), (32, 1), (33, 3)):  # each publisher joins the server anew
+        publisher = BroadcastPolicyPublisher(client, channels=channels, packed=packed, timeout_s=20)
+        publisher.publish(new.state_dict(), version=version)
+        publisher.close()
+        served[channels], served_version = greedy_logps(client)
+        assert served_version == version
+    assert served[3] == served[1]  # exactly: the same bytes arrived over 3 channels as over 1
+    assert served[3] == pytest.approx(model_logps(new, client), abs=1e-4)
+
+
+def test_a_broadcast_missing_on_one_channel_is_refused_and_the_old_weights_keep_serving(server, dirs):
+    from ludic.inference.process_group import parts
+    from ludic.inference.weight_packing import TensorMeta, pack, update_info
+
+    post = lambda path, body: httpx.post(server + path, json=body, timeout=30)  # noqa: E731
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    before, version = greedy_logps(client)
+    port, group = free_port(), {}
+    joiner = threading.Thread(target=lambda: group.update(g=create_group("127.0.0.1", port, 0, 2, backend="gloo",
+                                                                        timeout_s=20, channels=2)))  # fmt: skip
+    joiner.start()
+    init = {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1, "world_size": 2, "channels": 2}
+    assert post("/init_weight_transfer_engine", {"init_info": init}).status_code == 200
+    joiner.join()
+    assert post("/start_weight_update", {}).status_code == 200
+    state = AutoModelForCausalLM.from_pretrained(dirs[1]).state_dict()
+    buffer = pack(list(state.values()))  # 3.3 MB: two parts, one per channel
+    first, _second = parts(buffer, 2)
+    info = update_info([TensorMeta.of(n, t) for n, t in state.items()], packed=True)
+    sending = threading.Thread(target=lambda: group["g"].broadcast(first, 0).wait())  # only the first channel's
+    sending.start()
+    lost = post("/update_weights", {"update_info": info})
+    sending.join(timeout=30)
+    assert lost.status_code == 504 and "old weights keep serving" in lost.json()["error"]["message"]
+    assert post("/finish_weight_update", {"weight_version": "78"}).status_code == 400
+    after, after_version = greedy_logps(client)
+    assert after_version == version and after == before
+    bad = dict(init, channels=99)
+    refused = post("/init_weight_transfer_engine", {"init_info": bad})
+    assert refused.status_code == 400 and "channels must be from 1 to 16" in refused.json()["error"]["message"]
 
 
 def test_bad_tensors_are_refused_with_the_reason_and_the_old_weights_keep_serving(server, dirs):

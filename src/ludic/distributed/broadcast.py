@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ludic.inference._http import RequestRefused
 from ludic.inference.pause import check_mode
-from ludic.inference.process_group import broadcast, create_group, free_port
+from ludic.inference.process_group import broadcast_all, check_channels, create_group, free_port
 from ludic.inference.vllm_client import VLLMChatClient
 from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, packed_size, update_info
 
@@ -81,7 +81,10 @@ class BroadcastPolicyPublisher:
     bucket; False: one broadcast per tensor for all of them.
     pause_mode: how the server pauses during the update ("keep", "wait", "abort"; None: no pause).
     overlap: pack the next bucket while the last one is on the wire (False: one stage at a time,
-    which ``bench/bench_publish.py`` uses to time each stage alone). ``last_stats`` holds the
+    which ``bench/bench_publish.py`` uses to time each stage alone).
+    channels: gloo connections each large tensor is split across (``ludic.inference.process_group``);
+    above 1 it is sent in ``init_info`` as Ludic's own ``channels`` field, which vLLM does not document:
+    keep 1 (the default) for a vLLM server. ``last_stats`` holds the
     stages' seconds: ``publish_pack_s``, ``publish_wait_s`` (waiting for the wire), ``publish_control_s``
     (the control calls), and the server's own (``server_receive_s``, ``server_check_s``, ``server_load_s``...).
     """
@@ -99,6 +102,7 @@ class BroadcastPolicyPublisher:
         timeout_s: float = 120.0,
         pause_mode: str | None = "keep",
         overlap: bool = True,
+        channels: int = 1,
     ) -> None:
         if pause_mode is not None:
             check_mode(pause_mode)
@@ -111,6 +115,7 @@ class BroadcastPolicyPublisher:
         self.bucket_bytes, self.packed, self.timeout_s = bucket_bytes, packed, timeout_s
         self.pack_below_bytes = pack_below_bytes
         self.pause_mode, self.overlap = pause_mode, overlap
+        self.channels = check_channels(channels, self.backend)
         self._group: Any = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
@@ -195,9 +200,11 @@ class BroadcastPolicyPublisher:
         try:
             servers = int(self.client.get_json_sync("/get_world_size", timeout_s=self.timeout_s)["world_size"])
             world = 1 + servers
-            joining = self._pool.submit(create_group, self.master_address, port, 0, world,
-                                        backend=self.backend, timeout_s=self.timeout_s)  # fmt: skip
+            joining = self._pool.submit(create_group, self.master_address, port, 0, world, backend=self.backend,
+                                        timeout_s=self.timeout_s, channels=self.channels)  # fmt: skip
             init = {"master_address": self.master_address, "master_port": port, "rank_offset": 1, "world_size": world}
+            if self.channels > 1:  # Ludic's own field: vLLM's documented init_info stays as it is otherwise
+                init["channels"] = self.channels
             self._post("/init_weight_transfer_engine", {"init_info": init})
             self._group = joining.result(timeout=self.timeout_s)
             self._expected = self._weight_info()
@@ -273,8 +280,7 @@ class BroadcastPolicyPublisher:
             self._times["publish_wait_s"] += perf_counter() - t0
 
     def _broadcast_all(self, tensors: list[Tensor]) -> None:
-        for t in tensors:
-            broadcast(self._group, t, timeout_s=self.timeout_s)
+        broadcast_all(self._group, tensors, timeout_s=self.timeout_s, channels=self.channels)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

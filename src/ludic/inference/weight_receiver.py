@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ludic.inference.process_group import broadcast, create_group
+from ludic.inference.process_group import MAX_CHANNELS, broadcast_all, create_group
 from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
 from ludic.inference.weights import first_non_finite, validate_metas, validate_state_dict
 
@@ -34,12 +34,14 @@ class TransferError(RuntimeError):
 
 @dataclass(frozen=True)
 class InitInfo:
-    """vLLM's NCCL ``init_info``: where rank 0 listens and this server's place in the group."""
+    """vLLM's NCCL ``init_info``: where rank 0 listens and this server's place in the group; and Ludic's
+    own optional ``channels`` (gloo connections the broadcasts are spread over; default 1)."""
 
     master_address: str
     master_port: int
     rank_offset: int
     world_size: int
+    channels: int = 1
 
     @classmethod
     def parse(cls, info: Any) -> InitInfo:
@@ -47,13 +49,15 @@ class InitInfo:
             raise ValueError("init_info must be a JSON object")
         try:
             out = cls(str(info["master_address"]), int(info["master_port"]), int(info["rank_offset"]),
-                      int(info["world_size"]))  # fmt: skip
+                      int(info["world_size"]), int(info.get("channels", 1)))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(
                 f"init_info needs master_address, master_port, rank_offset, world_size: {exc!r}"
             ) from exc
         if not (0 < out.rank_offset < out.world_size) or not (0 < out.master_port < 65536):
             raise ValueError(f"init_info out of range: {out} (rank 0 is the trainer)")
+        if not 1 <= out.channels <= MAX_CHANNELS:
+            raise ValueError(f"init_info.channels must be from 1 to {MAX_CHANNELS}, got {out.channels}")
         return out
 
 
@@ -65,6 +69,7 @@ class WeightReceiver:
         self.timeout_s = timeout_s
         self.drop_updates = drop_updates  # fault injection for tests of the sync probe only
         self._group: Any = None
+        self._channels = 1
         self._staged: dict[str, torch.Tensor] | None = None
         self._pool: list[torch.Tensor] = []  # packed receive buffers: free unless the model lives in one
         self._taken: set[int] = set()  # buffers (storage pointers) filled by this update
@@ -86,18 +91,18 @@ class WeightReceiver:
         with self._lock:
             try:
                 group = create_group(info.master_address, info.master_port, info.rank_offset, info.world_size,
-                                     backend=backend, timeout_s=self.timeout_s)  # fmt: skip
+                                     backend=backend, timeout_s=self.timeout_s, channels=info.channels)  # fmt: skip
             except Exception as exc:
                 raise TransferError(f"could not join the weight-transfer group at "
                                     f"{info.master_address}:{info.master_port}: {exc}") from exc  # fmt: skip
-            self._group, self._staged = group, None
+            self._group, self._staged, self._channels = group, None, info.channels
 
     def start(self) -> None:
         if self._group is None:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
         self._staged, self._taken, self._checks = {}, set(), []
         self._live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
-        self.timings = {"receive_s": 0.0, "check_s": 0.0}
+        self.timings = {"receive_s": 0.0, "check_s": 0.0, "alloc_bytes": 0.0}
 
     def receive(self, update_info: Any) -> int:
         """Receive one ``update_info``'s tensors into staging; returns how many were staged."""
@@ -128,31 +133,37 @@ class WeightReceiver:
         finally:
             self.timings["check_s"] += time.perf_counter() - t0
 
-    def _broadcast(self, tensor: torch.Tensor) -> None:
-        broadcast(self._group, tensor, timeout_s=self.timeout_s)
+    def _broadcast(self, tensors: list[torch.Tensor]) -> None:
+        broadcast_all(self._group, tensors, timeout_s=self.timeout_s, channels=self._channels)
 
     def _buffer(self, size: int) -> torch.Tensor:
-        """A receive buffer of ``size`` bytes that neither the model nor this update uses."""
-        for buffer in self._pool:
-            ptr = buffer.untyped_storage().data_ptr()
-            if buffer.numel() >= size and ptr not in self._taken and ptr not in self._live:
-                self._taken.add(ptr)
-                return buffer[:size]
-        buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-        self._pool.append(buffer)
-        self._taken.add(buffer.untyped_storage().data_ptr())
-        return buffer
+        """A receive buffer of ``size`` bytes that neither the model nor this update uses: the smallest
+        free one that fits (best fit, so an update laid out like the last one reuses the other set exactly
+        and a small call never takes the buffer a large one needs), else a new one (counted in
+        ``alloc_bytes``: fresh pages fault in while the bytes arrive, which halves the receive speed)."""
+        free = [b for b in self._pool if b.numel() >= size and self._ptr(b) not in self._taken | self._live]
+        if free:
+            buffer = min(free, key=torch.Tensor.numel)
+        else:
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+            self._pool.append(buffer)
+            self.timings["alloc_bytes"] += size
+        self._taken.add(self._ptr(buffer))
+        return buffer[:size]
+
+    @staticmethod
+    def _ptr(buffer: torch.Tensor) -> int:
+        return buffer.untyped_storage().data_ptr()
 
     def _receive_packed(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
         buffer = self._buffer(packed_size(metas))
-        self._broadcast(buffer)
+        self._broadcast([buffer])
         return unpack(buffer, metas)
 
     def _receive_each(self, metas: list[TensorMeta]) -> dict[str, torch.Tensor]:
         """One broadcast per tensor, each straight into its place in a pooled buffer."""
         out = unpack(self._buffer(packed_size(metas)), metas)
-        for tensor in out.values():
-            self._broadcast(tensor)
+        self._broadcast(list(out.values()))
         return out
 
     def finish(self, weight_version: Any) -> str:
