@@ -12,18 +12,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ludic.inference._engine_pause import EnginePauseMixin
+from ludic.inference._engine_weights import EngineWeightsMixin
 from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
-from ludic.inference.pause import PauseGate, check_mode, version_spans
+from ludic.inference.pause import PauseGate, version_spans
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
-from ludic.inference.weights import assign_weights, validate_state_dict
 from ludic.types import ChatResponse
 
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,8 +39,10 @@ class _Pending:
     future: asyncio.Future
 
 
-class TransformersChatClient:
-    """In-process batched generation with per-token log-probs and atomic weight updates.
+class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
+    """In-process batched generation with per-token log-probs and atomic weight updates
+    (``sync_weights``, from ``EngineWeightsMixin``); ``pause`` / ``resume`` with vLLM's modes come from
+    ``EnginePauseMixin``.
 
     ``generate_in_thread``: True decodes each batch on a worker thread so the event loop stays free
     (episodes, timeouts, other clients); False decodes on the loop's own thread. None (default)
@@ -255,39 +257,6 @@ class TransformersChatClient:
 
             return self._generator.generate(rows, between_steps=between_steps), spans
 
-    # ---- pause / resume (vLLM's /pause modes; see ludic.inference.pause) ---------------------
-    async def pause(self, mode: str = "abort") -> int:
-        """Hold new requests until ``resume``; abort, wait for, or freeze (``keep``) those in flight.
-        Returns how many were in flight. Call it from the loop that serves ``complete``."""
-        check_mode(mode)
-        if mode == "keep" and not self.generate_in_thread:
-            raise ValueError("pause mode 'keep' needs generate_in_thread=True (a frozen batch would block the loop)")
-        self.gate.close(mode)
-        in_flight = [p for p in self._pending + self._running if not p.future.done()]
-        if mode == "abort":
-            for p in in_flight:
-                p.row.cancelled = True  # a decoding row stops at its next step with finish_reason "abort"
-            for p in self._pending:
-                p.future.set_result((RowResult(finish_reason="abort"), [(0, self.policy_version)]))
-            self._pending.clear()
-        while not self._settled(mode, in_flight):
-            await asyncio.sleep(0.005)
-        return len(in_flight)
-
-    def _settled(self, mode: str, in_flight: list[_Pending]) -> bool:
-        if mode == "keep":  # the decoding batch (if any) waits between two steps
-            return not self._running or self.gate.frozen > 0
-        return all(p.future.done() for p in in_flight)
-
-    def load(self) -> dict[str, int]:
-        """Requests decoding now, queued in the engine, and held by a pause."""
-        return {"running": sum(not p.future.done() for p in self._running), "queued": len(self._pending),
-                "held": self._held}  # fmt: skip
-
-    def resume(self) -> None:
-        """Held requests start, frozen ones continue (with the weights loaded meanwhile)."""
-        self.gate.open()
-
     def score_prompt(self, prompt_ids: list[int]) -> tuple[list[float], int]:
         """(log-prob of each prompt token after the first, at temperature 1; the policy version)."""
         with self._weights_lock, torch.inference_mode():
@@ -309,41 +278,6 @@ class TransformersChatClient:
             completion_logprobs=list(res.logprobs),
             policy_version=version,
         )
-
-    # ---- weights ----------------------------------------------------------------------------
-    def sync_weights(
-        self,
-        params: Mapping[str, torch.Tensor],
-        *,
-        timeout_s: float = 600.0,
-        version: int | None = None,
-    ) -> str:
-        """Load (a subset of) a state dict all-or-nothing, then bump the policy version.
-
-        Every name, shape and dtype is checked before anything is copied. The copy waits for the
-        batch being generated to finish (weights swap between batches, never mid-forward), so
-        call it off the event loop (e.g. ``asyncio.to_thread``) when requests are in flight.
-        Floating-point tensors are cast to the model's dtype (a bf16 trainer can publish to fp32).
-        """
-        validate_state_dict(params, self.model.state_dict())
-        return self.load_validated(params, timeout_s=timeout_s, version=version)
-
-    def load_validated(
-        self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None,
-        adopt: bool = False,
-    ) -> str:
-        """``sync_weights`` after ``validate_state_dict`` passed. ``adopt``: the caller hands ``params`` over
-        (the server's receive buffers), so a parameter whose dtype and device already match takes the
-        tensor as its storage instead of a copy of it; the caller must not write to it afterwards."""
-        if not self._weights_lock.acquire(timeout=timeout_s):
-            raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
-        try:
-            with torch.no_grad():
-                assign_weights(self.model, params, adopt=adopt)
-            self.policy_version = int(version) if version is not None else self.policy_version + 1
-        finally:
-            self._weights_lock.release()
-        return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
 
     async def get_policy_version(self) -> int:
         return self.policy_version

@@ -1,0 +1,57 @@
+"""Weight updates for the embedded engine (``TransformersChatClient``): all or nothing, between batches.
+
+Every name, shape and dtype is checked before anything is copied; the swap takes the engine's weights
+lock, which a decoding batch holds from its first step to its last (or releases while a ``keep`` pause
+freezes it), so every token comes from exactly one policy version.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import torch
+
+from ludic.inference.weights import assign_weights, validate_state_dict
+
+
+class EngineWeightsMixin:
+    """``sync_weights`` / ``load_validated`` over the engine's ``model``, ``_weights_lock`` and ``policy_version``."""
+
+    model: torch.nn.Module
+    policy_version: int
+    _weights_lock: threading.Lock
+
+    def sync_weights(
+        self,
+        params: Mapping[str, torch.Tensor],
+        *,
+        timeout_s: float = 600.0,
+        version: int | None = None,
+    ) -> str:
+        """Load (a subset of) a state dict all-or-nothing, then bump the policy version.
+
+        Every name, shape and dtype is checked before anything is copied. The copy waits for the
+        batch being generated to finish (weights swap between batches, never mid-forward), so
+        call it off the event loop (e.g. ``asyncio.to_thread``) when requests are in flight.
+        Floating-point tensors are cast to the model's dtype (a bf16 trainer can publish to fp32).
+        """
+        validate_state_dict(params, self.model.state_dict())
+        return self.load_validated(params, timeout_s=timeout_s, version=version)
+
+    def load_validated(
+        self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None,
+        adopt: bool = False,
+    ) -> str:
+        """``sync_weights`` after ``validate_state_dict`` passed. ``adopt``: the caller hands ``params`` over
+        (the server's receive buffers), so a parameter whose dtype and device already match takes the
+        tensor as its storage instead of a copy of it; the caller must not write to it afterwards."""
+        if not self._weights_lock.acquire(timeout=timeout_s):
+            raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
+        try:
+            with torch.no_grad():
+                assign_weights(self.model, params, adopt=adopt)
+            self.policy_version = int(version) if version is not None else self.policy_version + 1
+        finally:
+            self._weights_lock.release()
+        return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
