@@ -104,6 +104,26 @@ async def test_state_dict_resumes_after_the_cursor_without_repeat_or_skip(redis_
     await resumed.close()
 
 
+async def test_entries_read_ahead_are_not_consumed_until_returned(redis_server, run_id, make_item):
+    """The read after a batch is sent before the batch is decoded; what it fetched is neither counted nor
+    checkpointed until a later next_batch returns it, and a resumed source reads it again."""
+    await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
+    source = _source(redis_server, run_id, batch_size=2)
+    assert [it.meta["n"] for it in (await source.next_batch()).items] == [0, 1]
+    await source._ahead  # type: ignore[misc]  # the read ahead of the cursor: entries 2 and 3
+    state = source.state_dict()
+    assert source.consumed == 2 and await source.stream.pending() == 2
+    await _push(redis_server.url, run_id, [make_item(4)])  # after the read ahead: read later, in order
+    source.batch_size = 3
+    assert [it.meta["n"] for it in (await source.next_batch()).items] == [2, 3, 4]
+    await source.close()
+    assert source._ahead is None  # closing cancels a read in flight
+    resumed = _source(redis_server, run_id, batch_size=3)
+    resumed.load_state_dict(state)
+    assert [it.meta["n"] for it in (await resumed.next_batch()).items] == [2, 3, 4]
+    await resumed.close()
+
+
 async def test_duplicates_are_recognised_across_a_resume(redis_server, run_id, make_item):
     await _push(redis_server.url, run_id, [make_item(0)], ids=["same"])
     first = _source(redis_server, run_id, batch_size=1)

@@ -12,10 +12,18 @@ Skipped entries are counted by reason in ``counters`` (``pipeline/skipped_<reaso
 each with the reason; items more than ``max_staleness`` policy versions behind the trainer are dropped
 and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``, with
 ``pipeline/wait_seconds``: how long that ``next_batch`` kept the trainer (waiting for and decoding items).
+
+Read-ahead: as soon as a reply arrives, the next XREAD (after the last entry fetched, without BLOCK) is
+sent before the entries just received are decoded, so Redis finds and sends the next entries while this
+process checks these; at most one read is in flight. Entries fetched but not yet consumed are held in
+memory only: the cursor (and so every checkpoint) covers consumed entries alone, and a resumed trainer
+reads the rest again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -67,6 +75,8 @@ class PipelineBatchSource:
         self.counters: dict[str, int] = {"pipeline/dropped_stale": 0}
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.wait_seconds = 0.0  # total time spent in next_batch
+        self._fetched: list[tuple[str, dict[bytes, bytes]]] = []  # read ahead of the cursor, not consumed
+        self._ahead: asyncio.Task | None = None  # the read after the last fetched entry, in flight
 
     async def _trainer_version(self) -> int:
         if self.version_fn is None:
@@ -80,10 +90,7 @@ class PipelineBatchSource:
         items: list[SAWItem] = []
         versions: list[int] = []
         while len(items) < self.batch_size:
-            entries = await self.stream.read(
-                self.last_id, count=self.batch_size - len(items), block_ms=self.block_ms
-            )
-            for entry_id, fields in entries:
+            for entry_id, fields in await self._entries(self.batch_size - len(items)):
                 kept = self._accept(entry_id, fields, version)
                 if kept is not None:
                     items.append(kept.item)
@@ -97,6 +104,29 @@ class PipelineBatchSource:
         self.wait_seconds += waited
         meta["pipeline/wait_seconds"] = waited
         return SAWBatch(items=items, meta=meta)
+
+    async def _entries(self, count: int) -> list[tuple[str, dict[bytes, bytes]]]:
+        """The next ``count`` entries after the cursor (fewer when no more came within ``block_ms``), with the
+        read after them sent before they are returned."""
+        if not self._fetched and self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            self._fetched = await ahead
+        if not self._fetched:
+            after = self.last_id
+            self._fetched = await self.stream.read(after, count=max(count, self.batch_size), block_ms=self.block_ms)
+        entries, self._fetched = self._fetched[:count], self._fetched[count:]
+        if entries and not self._fetched and self._ahead is None:
+            after = entries[-1][0]
+            self._ahead = asyncio.create_task(self.stream.read(after, count=self.batch_size, block_ms=None))
+            await asyncio.sleep(0)  # the task sends its XREAD now and waits for the reply
+        return entries
+
+    async def _drop_read_ahead(self) -> None:
+        ahead, self._ahead, self._fetched = self._ahead, None, []
+        if ahead is not None:
+            ahead.cancel()
+            with contextlib.suppress(BaseException):
+                await ahead
 
     def _accept(self, entry_id: str, fields: dict[bytes, bytes], version: int) -> DecodedEntry | None:
         """Advance the cursor past one entry; the decoded entry if it is to be trained on."""
@@ -138,12 +168,16 @@ class PipelineBatchSource:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._ahead is not None:  # read after the old cursor: its reply is of no use now
+            self._ahead.cancel()
+        self._ahead, self._fetched = None, []
         self.last_id = str(state["last_id"])
         self.consumed = int(state["consumed"])
         self._recent = OrderedDict((str(i), None) for i in state.get("recent_ids", []))
         self.counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
 
     async def close(self) -> None:
+        await self._drop_read_ahead()
         await self.stream.close()
 
     async def on_checkpoint_saved(self, state: dict[str, Any]) -> None:

@@ -41,6 +41,9 @@ DTYPES = {
 _ITEMSIZE = {"<i4": 4, "|u1": 1, "<f4": 4, "<f8": 8}
 _NP = {dtype: np.dtype(dtype) for dtype in _ITEMSIZE}
 _STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes under "<"
+_SPEC = {name: (dtype, _ITEMSIZE[dtype]) for name, dtype in DTYPES.items()}
+_FROZEN_SPEC = ("<f4", 4)
+_MASKS_AND_IDS = frozenset(("input_ids", "attention_mask", "action_mask"))
 
 
 class BadEntry(ValueError):
@@ -170,17 +173,6 @@ def _raw(tokens: dict[str, Any], name: str) -> bytes:
     return raw
 
 
-def _floats(tokens: dict[str, Any], name: str, n_action: int) -> tuple[bytes, str]:
-    """A per-action-token float array (``<f4``, ``token_weights`` ``<f8``): one entry per action token, all finite."""
-    raw, dtype = _raw(tokens, name), DTYPES.get(name, "<f4")
-    if len(raw) != n_action * _ITEMSIZE[dtype]:
-        n = len(raw) // _ITEMSIZE[dtype]
-        raise BadEntry("invalid", f"{name} has {n} entries, action_mask marks {n_action} action tokens")
-    if not _all_finite(raw, dtype):
-        raise BadEntry("invalid", f"{name} holds NaN or inf")
-    return raw, dtype
-
-
 def _all_finite(raw: bytes, dtype: str) -> bool:
     """NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no
     top byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top
@@ -194,26 +186,56 @@ def _all_finite(raw: bytes, dtype: str) -> bool:
 
 def _item(body: dict[str, Any]) -> PackedSAWItem:
     tokens, weight, meta = body.get("tokens"), body.get("weight"), body.get("meta")
-    if not isinstance(tokens, dict) or not isinstance(weight, float) or not isinstance(meta, dict):
+    if type(tokens) is not dict or type(weight) is not float or type(meta) is not dict:
         raise BadEntry("malformed", f"tokens {type(tokens).__name__} / weight {weight!r:.40} / meta {type(meta).__name__}")
-    unknown = [k for k in tokens if not (isinstance(k, str) and (k in DTYPES or k.startswith(FROZEN_PREFIX)))]
-    if unknown:
-        raise BadEntry("malformed", f"unknown per-token arrays {unknown[:5]}")
-    ids, attention, action = (_raw(tokens, k) for k in ("input_ids", "attention_mask", "action_mask"))
-    n = len(ids) // 4
-    if n == 0 or len(attention) != n or len(action) != n:
-        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")
-    if attention.translate(None, b"\0\1") or action.translate(None, b"\0\1"):  # anything left is not 0/1
-        raise BadEntry("invalid", "a mask holds values other than 0 and 1")
+    raws = _checked_arrays(tokens)
+    ids, attention, action = raws.get("input_ids"), raws.get("attention_mask"), raws.get("action_mask")
+    if ids is None or attention is None or action is None:
+        for name in ("input_ids", "attention_mask", "action_mask"):
+            _raw(tokens, name)  # raises, naming the missing array
+    n = len(ids) // 4  # type: ignore[arg-type]
+    if n == 0 or len(attention) != n or len(action) != n:  # type: ignore[arg-type]
+        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # type: ignore[arg-type]
+    if attention.translate(None, b"\0\1") or action.translate(None, b"\0\1"):  # type: ignore[union-attr]
+        raise BadEntry("invalid", "a mask holds values other than 0 and 1")  # anything left above is not 0/1
     if not math.isfinite(weight):
         raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
-    n_action = action.count(1)
-    actor = PackedTokenLogps.of(_floats(tokens, "actor_logps", n_action)) if "actor_logps" in tokens else None
-    frozen = {
-        k[len(FROZEN_PREFIX) :]: np.frombuffer(*_floats(tokens, k, n_action)).tolist()
-        for k in tokens if k.startswith(FROZEN_PREFIX)
-    }  # fmt: skip
-    token_weights = _floats(tokens, "token_weights", n_action) if "token_weights" in tokens else None
+    n_action = action.count(1)  # type: ignore[union-attr]
+    floats = {name: _finite(name, raw, n_action) for name, raw in raws.items() if name not in _MASKS_AND_IDS}
+    actor, token_weights = floats.pop("actor_logps", None), floats.pop("token_weights", None)
+    frozen = {k[len(FROZEN_PREFIX) :]: np.frombuffer(*packed).tolist() for k, packed in floats.items()}
     arrays = {"input_ids": (ids, "<i4"), "attention_mask": (attention, "|u1"), "action_mask": (action, "|u1")}
-    attachments = SampleAttachments(actor_logps=actor, frozen_logps=frozen)
+    attachments = SampleAttachments(actor_logps=None if actor is None else PackedTokenLogps.of(actor), frozen_logps=frozen)
     return PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments, token_weights=token_weights)
+
+
+def _checked_arrays(tokens: dict[Any, Any]) -> dict[str, bytes]:
+    """``{name: bytes}`` of every per-token array, each checked for its dtype and byte count (one combined test
+    per array on the fast path; ``_raw`` names what is wrong otherwise)."""
+    raws: dict[str, bytes] = {}
+    for name, entry in tokens.items():
+        spec = _SPEC.get(name)
+        if spec is None:
+            if not (isinstance(name, str) and name.startswith(FROZEN_PREFIX)):
+                unknown = [k for k in tokens if not (isinstance(k, str) and (k in DTYPES or k.startswith(FROZEN_PREFIX)))]
+                raise BadEntry("malformed", f"unknown per-token arrays {unknown[:5]}")
+            spec = _FROZEN_SPEC
+        if (
+            type(entry) is list and len(entry) == 3 and entry[0] == spec[0] and type(entry[1]) is int
+            and type(entry[2]) is bytes and len(entry[2]) == entry[1] * spec[1]
+        ):  # fmt: skip
+            raws[name] = entry[2]
+        else:
+            raws[name] = _raw(tokens, name)  # raises BadEntry, naming what is wrong
+    return raws
+
+
+def _finite(name: str, raw: bytes, n_action: int) -> tuple[bytes, str]:
+    """A per-action-token float array: one entry per action token, all finite; ``(bytes, dtype)``."""
+    dtype = DTYPES.get(name, "<f4")
+    size = _ITEMSIZE[dtype]
+    if len(raw) != n_action * size:
+        raise BadEntry("invalid", f"{name} has {len(raw) // size} entries, action_mask marks {n_action} action tokens")
+    if not _all_finite(raw, dtype):
+        raise BadEntry("invalid", f"{name} holds NaN or inf")
+    return raw, dtype

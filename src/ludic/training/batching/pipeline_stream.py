@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -28,6 +29,8 @@ from ludic.distributed.redis_server import REDIS_EXTRA_HINT
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_REPLY_TIMEOUT_S = 30.0
+"""How long a reply may take where the connection sets no socket timeout (redis-py 8 sets 5 s)."""
 
 
 def _redis_asyncio() -> Any:
@@ -87,13 +90,16 @@ class PipelineStream:
     def _safe_url(self) -> str:
         return self.redis_url.split("@")[-1]
 
-    async def _exchange(self, payload: bytes, n_replies: int, *, wait: bool = True) -> list[Any]:
+    async def _exchange(
+        self, payload: bytes, n_replies: int, *, wait: bool = True, blocks_s: float = 0.0
+    ) -> list[Any]:
         """Send RESP-encoded commands on the raw connection and read ``n_replies`` replies back.
 
         ``wait=False`` (idempotent commands only) returns once the commands are written; their replies are
         read by the next exchange, which comes after them on the same connection, so Redis has run them
         by then. Until then they count as unconfirmed and are sent again first on a new connection (the
-        server may have died before running them). Any failure (an error reply mid-way included) closes
+        server may have died before running them). ``blocks_s``: how long the server may hold the reply back
+        (XREAD's BLOCK), beyond the connection's socket timeout. Any failure (an error reply mid-way included) closes
         the connection: the replies still unread would otherwise answer the next call, and an unfinished
         MULTI is discarded by the server.
         """
@@ -113,11 +119,14 @@ class PipelineStream:
                     self._unconfirmed.append((payload, n_replies))
                     self._unread += n_replies
                     return []
-                while self._unread:
-                    await conn.read_response()  # an error reply raises: the connection is dropped below
-                    self._unread -= 1
-                self._unconfirmed.clear()
-                return [await conn.read_response() for _ in range(n_replies)]
+                # one deadline for all replies, not redis-py's timer per reply (a push reads 67 of them);
+                # TimeoutError is an OSError: _call reconnects
+                async with asyncio.timeout((conn.socket_timeout or _REPLY_TIMEOUT_S) + blocks_s):
+                    while self._unread:
+                        await conn.read_response(timeout=math.inf)  # an error reply raises: dropped below
+                        self._unread -= 1
+                    self._unconfirmed.clear()
+                    return [await conn.read_response(timeout=math.inf) for _ in range(n_replies)]
             except BaseException:
                 self._raw = None
                 await conn.disconnect(nowait=True)
@@ -138,13 +147,14 @@ class PipelineStream:
     async def push(self, entries: Sequence[dict[str, bytes]]) -> list[bytes]:
         """XADD all ``entries`` and count them in one MULTI/EXEC: all land or none do."""
         key = self.items_key.encode()
+        xadd = b"$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n" % (len(key), key)
         parts: list[bytes] = []
         _command(parts, b"MULTI")
-        for fields in entries:
-            args = [b"XADD", key, b"*"]
+        for fields in entries:  # XADD key * name value ...: _command written out, the fixed part once
+            parts += (b"*%d\r\n" % (3 + 2 * len(fields)), xadd)
             for name, value in fields.items():
-                args += (name.encode() if isinstance(name, str) else name, value)
-            _command(parts, *args)
+                name_b = name.encode() if isinstance(name, str) else name
+                parts += (b"$%d\r\n%s\r\n$%d\r\n" % (len(name_b), name_b, len(value)), value, b"\r\n")
         _command(parts, b"INCRBY", self.pushed_key.encode(), b"%d" % len(entries))
         _command(parts, b"EXEC")
         payload = b"".join(parts)
@@ -160,13 +170,17 @@ class PipelineStream:
         return await self._call("XADD", lambda r: r.xadd(self.items_key, fields))
 
     # ---- reading (the trainer's rank 0) -------------------------------------------------------
-    async def read(self, after: str, *, count: int, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
-        """Up to ``count`` entries with ids after ``after``, waiting up to ``block_ms`` for the first."""
+    async def read(
+        self, after: str, *, count: int, block_ms: int | None
+    ) -> list[tuple[str, dict[bytes, bytes]]]:
+        """Up to ``count`` entries with ids after ``after``, waiting up to ``block_ms`` for the first (None: what
+        is there now)."""
+        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
         parts: list[bytes] = []
-        _command(parts, b"XREAD", b"COUNT", b"%d" % count, b"BLOCK", b"%d" % block_ms,
-                 b"STREAMS", self.items_key.encode(), after.encode())  # fmt: skip
+        _command(parts, b"XREAD", b"COUNT", b"%d" % count, *block, b"STREAMS", self.items_key.encode(), after.encode())
         payload = b"".join(parts)
-        (reply,) = await self._call("XREAD", lambda _: self._exchange(payload, 1))
+        blocks_s = (block_ms or 0) / 1000
+        (reply,) = await self._call("XREAD", lambda _: self._exchange(payload, 1, blocks_s=blocks_s))
         if not reply:  # nil: nothing arrived within block_ms
             return []
         # [[key, entries]] in RESP2; some parser versions give {key: entries}
