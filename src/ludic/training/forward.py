@@ -35,6 +35,7 @@ from ludic.training.batching.packing import (
     truncated,
 )
 from ludic.training.batching.shared_prefix import prompt_groups
+from ludic.training.batching.token_arrays import num_tokens
 from ludic.training.loss.base import Stats, TokenLogpLoss, compute_token_logps
 from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
@@ -71,7 +72,7 @@ def plan_micro_batches(
     """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise."""
     mbs = split_items_by_token_budget(items, micro_token_budget=micro_token_budget, max_seq_len=max_seq_len)
     cut = [it for mb in mbs for it in mb]  # truncated, validated
-    if not (pack and can_pack(cut) and supports_packing(model, max(len(it.input_ids) for it in cut))):
+    if not (pack and can_pack(cut) and supports_packing(model, max(num_tokens(it) for it in cut))):
         return [MicroBatch(mb) for mb in mbs]
     cut = truncated(items, max_seq_len)  # input order: groups keep their members in order
     groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
@@ -92,7 +93,7 @@ def _positions(plans: list[PackPlan]) -> int:
 
 
 def _padded(mb: list[SAWItem]) -> int:
-    return len(mb) * max(len(it.input_ids) for it in mb)
+    return len(mb) * max(num_tokens(it) for it in mb)
 
 
 def _model_inputs(

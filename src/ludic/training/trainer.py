@@ -30,6 +30,7 @@ from ludic.training._setup import (
     seed_everything,
 )
 from ludic.training.algorithm import RLAlgorithm
+from ludic.training.batching.token_arrays import attended_tokens
 from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.distributed_checkpoint import make_checkpointer
 from ludic.training.distributed_publish import gather_publishable
@@ -228,7 +229,7 @@ class Trainer:
             if not mb_scale:  # a zero-weight repeat keeping ranks in step: no stats
                 continue
             loss_sum = loss_sum + mb_loss.detach().float() * mb_scale
-            real += sum(sum(it.attention_mask) for it in mb_items)
+            real += sum(attended_tokens(it) for it in mb_items)
             padded += computed
             mb_stats_list.append({"loss": mb_loss.detach(), **dict(mb_stats)})
             weights.append(float(len(mb_items)))

@@ -35,10 +35,21 @@ async def test_trainer_checkpoints_the_stream_cursor_trims_after_it_and_resumes_
         source=letter_source(tiny_client), redis_url=url, run_id=run_id, trainer_batch_size=8,
         max_staleness=1, stop=stop, policy_version_fn=tiny_client.get_policy_version,
     ))  # fmt: skip
+    popped, next_batch = [], trainer.batch_source.next_batch
+
+    async def recording_next_batch():
+        batch = await next_batch()
+        popped.extend(batch.items)
+        return batch
+
+    trainer.batch_source.next_batch = recording_next_batch
     stats = {}
     for _ in range(4):
         stats = await trainer.train_step()
         assert stats["train/pipeline/mean_staleness"] <= 1.0
+    built = [k for it in popped for obj in (it, it.attachments.actor_logps)
+             for k, v in obj.__dict__.items() if k.startswith("_list_") and v is not None]  # fmt: skip
+    assert len(popped) == 32 and built == []  # the step trained from the popped arrays: no per-token list
     stop.set()
     pushed = (await asyncio.wait_for(actor, 30)).entry_ids
     source = trainer.batch_source

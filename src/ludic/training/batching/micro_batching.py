@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from ludic.training.batching import token_arrays as ta
 from ludic.training.shapes import Float, Int, shape_checked
 from ludic.training.types import ActorTokenLogps, SAWItem, check_token_weights
 
@@ -31,7 +34,7 @@ def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
     so they stay aligned.
     Items that fit get the same meta keys (``seq_len_truncated=False``) so reducers see every item.
     """
-    n = len(item.input_ids)
+    n = ta.num_tokens(item)
     keep = min(n, max_seq_len)
     meta = {
         **item.meta,
@@ -41,7 +44,7 @@ def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
         "seq_len_retained_frac": keep / n,
     }
     if n <= max_seq_len:
-        return replace(item, meta=meta)
+        return ta.with_meta(item, meta)  # a popped item's arrays stay packed
     action_mask = list(item.action_mask[:keep])
     attachments = item.attachments
     n_action = int(sum(action_mask))
@@ -82,11 +85,11 @@ def split_items_by_token_budget(
         raise ValueError("split_items_by_token_budget got an empty list of items; nothing to train on")
     truncated = [truncate_item(it, max_seq_len) for it in items]
     _refuse_if_every_action_was_cut(items, truncated, max_seq_len)
-    ordered = sorted(truncated, key=lambda it: len(it.input_ids))  # stable: ties keep input order
+    ordered = sorted(truncated, key=ta.num_tokens)  # stable: ties keep input order
     batches: list[list[SAWItem]] = []
     current: list[SAWItem] = []
     for item in ordered:
-        length = len(item.input_ids)  # >= every length already in `current` (sorted)
+        length = ta.num_tokens(item)  # >= every length already in `current` (sorted)
         if current and length * (len(current) + 1) > micro_token_budget:
             batches.append(current)
             current = []
@@ -97,7 +100,7 @@ def split_items_by_token_budget(
 
 def _refuse_if_every_action_was_cut(items: list[SAWItem], truncated: list[SAWItem], max_seq_len: int) -> None:
     """A batch whose action tokens all fell past ``max_seq_len`` would train on nothing, silently."""
-    if any(any(it.action_mask) for it in truncated) or not any(any(it.action_mask) for it in items):
+    if any(ta.num_action_tokens(it) for it in truncated) or not any(ta.num_action_tokens(it) for it in items):
         return
     first_action = min(list(it.action_mask).index(1) for it in items if any(it.action_mask))
     raise ValueError(
@@ -109,21 +112,22 @@ def _refuse_if_every_action_was_cut(items: list[SAWItem], truncated: list[SAWIte
 
 def _validate_for_collate(item: SAWItem, index: int) -> None:
     where = _where(item, index)
-    n = len(item.input_ids)
+    n = ta.num_tokens(item)
     for name in ("attention_mask", "action_mask"):
-        m = len(getattr(item, name))
+        m = len(ta.values(item, name))
         if m != n:
             raise ValueError(f"{where}: {name} has {m} entries, input_ids {n}")
     if not isinstance(item.weight, (int, float)) or not math.isfinite(item.weight):
         raise ValueError(f"{where}: weight must be a finite number, got {item.weight!r}")
-    actor = item.attachments.actor_logps
-    if actor is not None and len(actor.token_logps) != int(sum(item.action_mask)):
-        raise ValueError(
-            f"{where}: actor_logps has {len(actor.token_logps)} entries, "
-            f"action_mask marks {int(sum(item.action_mask))} action tokens"
-        )
-    if item.token_weights is not None:
-        check_token_weights(where, item.token_weights, int(sum(item.action_mask)))
+    actor, n_action = ta.actor_logps(item), ta.num_action_tokens(item)
+    if actor is not None and len(actor) != n_action:
+        raise ValueError(f"{where}: actor_logps has {len(actor)} entries, action_mask marks {n_action} action tokens")
+    weights = ta.values(item, "token_weights")
+    if isinstance(weights, np.ndarray):  # packed: checked finite when popped
+        if len(weights) != n_action:
+            raise ValueError(f"{where}: token_weights has {len(weights)} entries, action_mask marks {n_action} action tokens")
+    elif weights is not None:
+        check_token_weights(where, weights, n_action)
 
 
 def collate_saw_items(
@@ -149,15 +153,16 @@ def collate_saw_items(
             f"{_where(items[missing], missing)} has no actor_logps while {sum(with_logps)} of "
             f"{len(items)} items do; mixing them would give a ratio loss wrong old log-probs"
         )
-    B, T = len(items), max(len(it.input_ids) for it in items)
+    B, T = len(items), max(ta.num_tokens(it) for it in items)
     input_ids = torch.full((B, T), int(pad_token_id), dtype=torch.long)
     attention_mask = torch.zeros((B, T), dtype=torch.long)
     action_mask = torch.zeros((B, T), dtype=torch.long)
-    for i, it in enumerate(items):
-        n = len(it.input_ids)
-        input_ids[i, :n] = torch.tensor(it.input_ids, dtype=torch.long)
-        attention_mask[i, :n] = torch.tensor(it.attention_mask, dtype=torch.long)
-        action_mask[i, :n] = torch.tensor(it.action_mask, dtype=torch.long)
+    for i, it in enumerate(items):  # from lists, or straight from a popped item's arrays (no list built)
+        ids = ta.values(it, "input_ids")
+        n = len(ids)
+        input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[i, :n] = torch.tensor(ta.values(it, "attention_mask"), dtype=torch.long)
+        action_mask[i, :n] = torch.tensor(ta.values(it, "action_mask"), dtype=torch.long)
     out = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
@@ -165,13 +170,14 @@ def collate_saw_items(
         "weight": torch.tensor([float(it.weight) for it in items], dtype=torch.float32),
     }
     if all(with_logps):
-        actor_logps = _at_action_positions([it.attachments.actor_logps.token_logps for it in items], action_mask)  # type: ignore[union-attr]
+        actor_logps = _at_action_positions([ta.actor_logps(it) for it in items], action_mask)
         out["actor_logps"] = actor_logps
         out["old_logp_action"] = actor_logps.sum(dim=1)
-    if any(it.token_weights is not None for it in items):
+    if any(ta.values(it, "token_weights") is not None for it in items):
+        per_token = [ta.values(it, "token_weights") for it in items]
         per_token = [
-            it.token_weights if it.token_weights is not None else [float(it.weight)] * it.num_action_tokens
-            for it in items
+            w if w is not None else [float(it.weight)] * ta.num_action_tokens(it)
+            for it, w in zip(items, per_token, strict=True)
         ]
         out["token_weight"] = _at_action_positions(per_token, action_mask)
     for key in _frozen_keys(items):
@@ -191,7 +197,7 @@ def _check_collated(
 
 
 @shape_checked
-def _at_action_positions(values: list[list[float]], action_mask: Int[Tensor, "B T"]) -> Float[Tensor, "B T"]:
+def _at_action_positions(values: list[Any], action_mask: Int[Tensor, "B T"]) -> Float[Tensor, "B T"]:
     """``[B, T]`` float32: row i holds ``values[i]`` at its action positions, 0 elsewhere."""
     out = torch.zeros(action_mask.shape, dtype=torch.float32)
     for i, row in enumerate(values):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
+from ludic.training.batching import token_arrays as ta
 from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
 from ludic.training.types import SAWItem
 
@@ -109,10 +110,7 @@ class PackedBatch:
 
 
 def first_action(item: SAWItem) -> int | None:
-    for t, flag in enumerate(item.action_mask):
-        if flag:
-            return t
-    return None
+    return ta.first_one(ta.values(item, "action_mask"))
 
 
 def view_start(item: SAWItem) -> int:
@@ -123,7 +121,7 @@ def view_start(item: SAWItem) -> int:
 
 def can_pack(items: list[SAWItem]) -> bool:
     """Packing needs every item's attention mask to be all ones (no holes to carry into the rows)."""
-    return all(all(it.attention_mask) for it in items)
+    return all(ta.all_ones(ta.values(it, "attention_mask")) for it in items)
 
 
 def make_segments(items: list[SAWItem], groups: list[list[int]], capacity: int) -> list[Segment]:
@@ -134,7 +132,7 @@ def make_segments(items: list[SAWItem], groups: list[list[int]], capacity: int) 
         members: list[int] = []
         length = s
         for i in group:
-            tail = len(items[i].input_ids) - s
+            tail = ta.num_tokens(items[i]) - s
             if members and length + tail > capacity:
                 segments.append(_segment(members, s, length))
                 members, length = [], s
@@ -200,7 +198,7 @@ def plan_packed_micro_batches(
     longest item, with and without the sharing ``groups`` propose: sharing is used exactly when
     it is estimated cheaper, so it never costs more than not sharing and needs no threshold.
     """
-    longest = max(len(it.input_ids) for it in items)
+    longest = max(ta.num_tokens(it) for it in items)
     ceiling = max(micro_token_budget, longest)
     if row_tokens is not None:
         capacities = [min(max(longest, row_tokens), ceiling)]
@@ -280,7 +278,7 @@ def pack_plan(
         attention_mask=mask.to(device),
         gather_index=gather.to(device),
         view=view,
-        real_tokens=sum(len(it.input_ids) for it in items),
+        real_tokens=sum(ta.num_tokens(it) for it in items),
     )
 
 
@@ -291,12 +289,12 @@ def _place_segment(
     """Write one segment into row ``r`` from column ``col``; returns the column after it."""
     s, base = seg.start, col
     if s:
-        ids[r, col : col + s] = torch.tensor(items[seg.members[0]].input_ids[:s], dtype=torch.long)
+        ids[r, col : col + s] = torch.tensor(ta.values(items[seg.members[0]], "input_ids")[:s], dtype=torch.long)
         positions[r, col : col + s] = torch.arange(s)
         allowed[r, col : col + s, col : col + s] = torch.ones(s, s, dtype=torch.bool).tril()
         col += s
     for i in seg.members:
-        tail = items[i].input_ids[s:]
+        tail = ta.values(items[i], "input_ids")[s:]
         n = len(tail)
         ids[r, col : col + n] = torch.tensor(tail, dtype=torch.long)
         positions[r, col : col + n] = torch.arange(s, s + n)
@@ -309,11 +307,4 @@ def _place_segment(
 
 
 def _view(item: SAWItem, start: int) -> SAWItem:
-    if start == 0:
-        return item
-    return replace(
-        item,
-        input_ids=item.input_ids[start:],
-        attention_mask=item.attention_mask[start:],
-        action_mask=item.action_mask[start:],
-    )
+    return ta.view_from(item, start)

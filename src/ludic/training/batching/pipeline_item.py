@@ -7,6 +7,11 @@ the Python lists a ``SAWItem`` holds costs more than everything else in a pop (a
 time it is read (collation reads them once per step, on the trainer's side). Apart from that it is
 a ``SAWItem``: same fields, assignable; ``dataclasses.replace`` builds (and checks) a copy holding
 lists; ``==`` compares by value with any ``SAWItem``.
+
+The trainer's path never builds the lists: it reads the arrays through ``token_arrays`` (``packed``),
+copies with a new meta (``with_meta``) and takes packing views (``view_from``) with the arrays still
+packed, so collation turns them into tensors directly. A list assigned to a field (or once built)
+is what every reader sees from then on.
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ class _ListFromArray:
         obj.__dict__[self.slot] = value
 
 
+def _packed(obj: Any, name: str) -> np.ndarray | None:
+    """The numpy array behind field ``name``, unless its list was built or assigned (then None: read the list)."""
+    state = obj.__dict__
+    if f"_list_{name}" in state:
+        return None
+    arrays = state["_arrays"]
+    value = arrays.get(name)
+    if isinstance(value, tuple):
+        arrays[name] = value = np.frombuffer(value[0], dtype=value[1])
+    return value if isinstance(value, np.ndarray) else None
+
+
 def _same_fields(a: Any, b: Any, cls: type) -> bool:
     return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(cls))
 
@@ -56,6 +73,9 @@ class PackedTokenLogps(ActorTokenLogps):
         obj = cls.__new__(cls)
         obj.__dict__["_arrays"] = {"token_logps": logps}
         return obj
+
+    def packed(self, name: str) -> np.ndarray | None:
+        return _packed(self, name)
 
     def __eq__(self, other: object) -> bool:
         return _same_fields(self, other, ActorTokenLogps) if isinstance(other, ActorTokenLogps) else NotImplemented
@@ -89,6 +109,36 @@ class PackedSAWItem(SAWItem):
             obj.__dict__["_list_token_weights"] = None
         else:
             arrays["token_weights"] = token_weights
+        return obj
+
+    def packed(self, name: str) -> np.ndarray | None:
+        """The checked array behind ``name`` (no list built), or None where the list is what to read."""
+        return _packed(self, name)
+
+    @property
+    def num_tokens(self) -> int:
+        array = self.packed("input_ids")
+        return len(self.input_ids) if array is None else len(array)
+
+    @property
+    def num_action_tokens(self) -> int:
+        array = self.packed("action_mask")
+        return int(sum(self.action_mask)) if array is None else int(np.count_nonzero(array))
+
+    def with_meta(self, meta: dict[str, Any]) -> PackedSAWItem:
+        """A copy with ``meta`` replaced, sharing the (read-only) arrays and any lists already built."""
+        obj = type(self).__new__(type(self))
+        obj.__dict__.update(self.__dict__, meta=meta, _arrays=dict(self.__dict__["_arrays"]))
+        return obj
+
+    def view_from(self, start: int) -> PackedSAWItem:
+        """The item without its first ``start`` tokens (action tokens must all come after ``start``)."""
+        obj = self.with_meta(self.meta)
+        state = obj.__dict__
+        for name in ("input_ids", "attention_mask", "action_mask"):
+            array = self.packed(name)
+            state.pop(f"_list_{name}", None)
+            state["_arrays"][name] = getattr(self, name)[start:] if array is None else array[start:]
         return obj
 
     def __eq__(self, other: object) -> bool:

@@ -16,9 +16,11 @@ here is the one-row-per-prompt layout on its own, for benchmarks and tests.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ludic.training.batching import token_arrays as ta
 from ludic.training.batching.packing import (
     PackedBatch,
     PackPlan,
@@ -39,14 +41,15 @@ def prompt_groups(items: list[SAWItem]) -> list[list[int]]:
 
     Items with no action token or a non-trivial attention mask cannot share; each is its own group.
     """
-    groups: dict[tuple[int, ...], list[int]] = {}
+    groups: dict[bytes, list[int]] = {}
     alone: list[list[int]] = []
     for i, item in enumerate(items):
         first = first_action(item)
-        if first is None or first <= 1 or not all(item.attention_mask):
+        if first is None or first <= 1 or not ta.all_ones(ta.values(item, "attention_mask")):
             alone.append([i])
             continue
-        groups.setdefault(tuple(item.input_ids[:first]), []).append(i)
+        prompt = np.asarray(ta.values(item, "input_ids")[:first], dtype=np.int64)  # lists and arrays alike
+        groups.setdefault(prompt.tobytes(), []).append(i)
     return list(groups.values()) + alone
 
 
