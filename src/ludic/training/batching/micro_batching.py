@@ -154,15 +154,14 @@ def collate_saw_items(
             f"{len(items)} items do; mixing them would give a ratio loss wrong old log-probs"
         )
     B, T = len(items), max(ta.num_tokens(it) for it in items)
-    input_ids = torch.full((B, T), int(pad_token_id), dtype=torch.long)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)
-    action_mask = torch.zeros((B, T), dtype=torch.long)
-    for i, it in enumerate(items):  # from lists, or straight from a popped item's arrays (no list built)
-        ids = ta.values(it, "input_ids")
-        n = len(ids)
-        input_ids[i, :n] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[i, :n] = torch.tensor(ta.values(it, "attention_mask"), dtype=torch.long)
-        action_mask[i, :n] = torch.tensor(ta.values(it, "action_mask"), dtype=torch.long)
+    ids, attention, action = np.full((B, T), int(pad_token_id), dtype=np.int64), np.zeros((B, T), np.int64), np.zeros((B, T), np.int64)
+    for i, it in enumerate(items):  # rows filled in numpy from lists, or straight from a popped item's arrays
+        row = ta.values(it, "input_ids")
+        n = len(row)
+        ids[i, :n] = row
+        attention[i, :n] = ta.values(it, "attention_mask")
+        action[i, :n] = ta.values(it, "action_mask")
+    input_ids, attention_mask, action_mask = (torch.from_numpy(x) for x in (ids, attention, action))
     out = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
@@ -198,11 +197,14 @@ def _check_collated(
 
 @shape_checked
 def _at_action_positions(values: list[Any], action_mask: Int[Tensor, "B T"]) -> Float[Tensor, "B T"]:
-    """``[B, T]`` float32: row i holds ``values[i]`` at its action positions, 0 elsewhere."""
-    out = torch.zeros(action_mask.shape, dtype=torch.float32)
+    """``[B, T]`` float32: row i holds ``values[i]`` (a list or an array) at its action positions, 0 elsewhere."""
+    out = np.zeros(tuple(action_mask.shape), dtype=np.float32)
+    on_action = action_mask.cpu().numpy() != 0
     for i, row in enumerate(values):
-        out[i][action_mask[i].bool()] = torch.tensor(row, dtype=torch.float32)
-    return out
+        if len(row) != int(on_action[i].sum()):
+            raise ValueError(f"row {i}: {len(row)} values for {int(on_action[i].sum())} action positions")
+        out[i][on_action[i]] = row  # float64 -> float32 rounds to nearest, as torch.tensor(row, float32) did
+    return torch.from_numpy(out)
 
 
 def _frozen_keys(items: list[SAWItem]) -> list[str]:

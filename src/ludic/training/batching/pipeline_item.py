@@ -47,16 +47,18 @@ class _ListFromArray:
         obj.__dict__[self.slot] = value
 
 
+_SLOTS = {name: f"_list_{name}" for name in ("input_ids", "attention_mask", "action_mask", "token_weights", "token_logps")}
+
+
 def _packed(obj: Any, name: str) -> np.ndarray | None:
     """The numpy array behind field ``name``, unless its list was built or assigned (then None: read the list)."""
     state = obj.__dict__
-    if f"_list_{name}" in state:
+    if _SLOTS.get(name, name) in state:
         return None
-    arrays = state["_arrays"]
-    value = arrays.get(name)
-    if isinstance(value, tuple):
-        arrays[name] = value = np.frombuffer(value[0], dtype=value[1])
-    return value if isinstance(value, np.ndarray) else None
+    value = state["_arrays"].get(name)
+    if type(value) is tuple:
+        state["_arrays"][name] = value = np.frombuffer(value[0], dtype=value[1])
+    return value if type(value) is np.ndarray else None
 
 
 def _same_fields(a: Any, b: Any, cls: type) -> bool:
