@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
+from ludic.inference._shared_prefix_cache import SharedPrefixKVCache
 from ludic.inference.sampling import SamplingConfig
 
 
@@ -127,6 +128,7 @@ class BatchGenerator:
         device: torch.device,
         *,
         lean: bool = True,
+        share_prefix: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -135,6 +137,7 @@ class BatchGenerator:
         self.device = device
         self.forward_calls = 0
         self.lean = LeanDecoder(model) if lean and lean_unsupported(model) is None else None
+        self.share_prefix = share_prefix  # lean path: rows of one prompt read its K/V once per step
 
     def _forward(self, **kwargs) -> tuple[torch.Tensor, object]:
         self.forward_calls += 1
@@ -171,7 +174,7 @@ class BatchGenerator:
     ) -> list[RowResult]:
         """Decode on a preallocated cache; finished rows leave the batch (and the cache) at once."""
         width, steps = mask.shape[1], uniforms.shape[1]
-        cache = StaticKVCache.from_prefill(dyn_cache, index, mask, width + steps)
+        cache = self._decode_cache(dyn_cache, index, mask, steps)
         del dyn_cache
         cos_table, sin_table = self.lean.rope_tables(width + steps, logits.dtype)
         weights = self.lean.bind()
@@ -203,6 +206,19 @@ class BatchGenerator:
             logits = self.lean.step(weights, tokens, cos_table[position], sin_table[position], cache, width + step)
             position = position + 1
         return self._results(rows, record, stops)
+
+    def _decode_cache(self, dyn_cache, index, mask, steps) -> StaticKVCache | SharedPrefixKVCache:
+        """Rows sharing a prompt attend over one copy of its K/V (``SharedPrefixKVCache``, logits equal
+        to fp32 rounding; CPU only); with every prompt distinct, on other devices, or with
+        ``share_prefix=False``, each row gets its own copy (``StaticKVCache``, the Hugging Face
+        forward's logits bit for bit)."""
+        keys = dyn_cache.layers[0].keys
+        prompts = keys.shape[0]
+        if not self.share_prefix or prompts == index.shape[0] or keys.device.type != "cpu":
+            return StaticKVCache.from_prefill(dyn_cache, index, mask, mask.shape[1] + steps)
+        prompt_mask = torch.zeros((prompts, mask.shape[1]), dtype=mask.dtype, device=mask.device)
+        prompt_mask[index] = mask
+        return SharedPrefixKVCache(dyn_cache, index, prompt_mask, steps)
 
     def _results(self, rows, record, stops: _StopWatch) -> list[RowResult]:
         """Per-row token and log-prob lists from the per-step records, with finish reasons."""

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ludic.inference._shared_prefix_cache import SharedPrefixKVCache
+
 SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 
 
@@ -64,6 +66,8 @@ class StaticKVCache:
     valid: torch.Tensor
     rows: int
     padded: bool  # some live row has a padding column (else attention needs no mask)
+    column: int = 0  # the column this step writes (set by ``begin``)
+    mask: torch.Tensor | None = None  # this step's padding mask (None when no live row is padded)
 
     @classmethod
     def from_prefill(cls, cache, index: torch.Tensor, mask: torch.Tensor, max_len: int) -> StaticKVCache:
@@ -97,6 +101,27 @@ class StaticKVCache:
         self.rows = n
         self.padded = not bool(self.valid[:n, :filled].all())
         return order
+
+    def begin(self, column: int) -> None:
+        """This step writes K/V at ``column`` and attends over columns ``[0, column]``."""
+        self.column = column
+        self.mask = self.valid[: self.rows, None, None, : column + 1] if self.padded else None
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """Attention for ``q [rows, heads, 1, head_dim]`` after writing ``k``/``v`` ``[rows, kv_heads, 1,
+        head_dim]`` at this step's column (transformers' SDPA call, so the logits match bit for bit)."""
+        n, heads, _, d = q.shape
+        kv_heads = k.shape[1]
+        column = self.column
+        self.kv[layer, 0, :n, :, column : column + 1] = k
+        self.kv[layer, 1, :n, :, column : column + 1] = v
+        keys = self.kv[layer, 0, :n, :, : column + 1]
+        values = self.kv[layer, 1, :n, :, : column + 1]
+        groups = heads // kv_heads
+        if groups > 1 and self.mask is None:  # transformers' choice for one query token without a mask
+            return F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=True)
+        q = q.reshape(n, kv_heads, groups, d)  # with a mask: query heads packed onto their KV head
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask, scale=scale)
 
 
 class LeanDecoder:
@@ -151,7 +176,7 @@ class LeanDecoder:
         tokens: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: StaticKVCache,
+        cache: StaticKVCache | SharedPrefixKVCache,
         column: int,
     ) -> torch.Tensor:
         """Logits ``[rows, vocab]`` after feeding ``tokens [rows]``; their K/V go to ``column`` of the cache.
@@ -162,17 +187,17 @@ class LeanDecoder:
         embed, layers, (norm_w, norm_eps, head_w, head_b) = weights
         x = F.embedding(tokens[:, None], embed)  # [n, 1, hidden]
         cos, sin = cos[:, None, None, :], sin[:, None, None, :]
-        mask = cache.valid[: tokens.shape[0], None, None, : column + 1] if cache.padded else None
+        cache.begin(column)
         for layer, w in enumerate(layers):
             h = _rms_norm(x, w[0], w[1])
-            x = x + self._attention(w, h, cos, sin, cache, layer, column, mask)
+            x = x + self._attention(w, h, cos, sin, cache, layer)
             h = _rms_norm(x, w[11], w[12])
             gate, up = F.linear(h, w[13], w[14]), F.linear(h, w[15], w[16])
             x = x + F.linear(F.silu(gate) * up, w[17], w[18])
         x = _rms_norm(x, norm_w, norm_eps)
         return F.linear(x[:, -1, :], head_w, head_b)
 
-    def _attention(self, w, h, cos, sin, cache: StaticKVCache, layer: int, column: int, mask):
+    def _attention(self, w, h, cos, sin, cache: StaticKVCache | SharedPrefixKVCache, layer: int):
         n, d = h.shape[0], self.head_dim
         q = F.linear(h, w[2], w[3]).view(n, 1, -1, d)
         k = F.linear(h, w[4], w[5]).view(n, 1, -1, d)
@@ -183,15 +208,6 @@ class LeanDecoder:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [n, heads, 1, head_dim]
         q = (q * cos) + (_rotate_half(q) * sin)
         k = (k * cos) + (_rotate_half(k) * sin)
-        cache.kv[layer, 0, :n, :, column : column + 1] = k
-        cache.kv[layer, 1, :n, :, column : column + 1] = v
-        keys = cache.kv[layer, 0, :n, :, : column + 1]
-        values = cache.kv[layer, 1, :n, :, : column + 1]
-        groups = self.heads // self.kv_heads
-        if groups > 1 and mask is None:  # transformers' choice for one query token without a mask
-            out = F.scaled_dot_product_attention(q, keys, values, scale=self.scaling, enable_gqa=True)
-        else:  # with a mask: query heads packed onto their KV head, no repeated K/V
-            q = q.reshape(n, self.kv_heads, groups, d)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
+        out = cache.attend(layer, q, k, v, self.scaling)
         out = out.reshape(n, -1, 1, d).transpose(1, 2).contiguous()
         return F.linear(out.reshape(n, 1, -1).contiguous(), w[8], w[9])

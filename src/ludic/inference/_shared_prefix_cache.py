@@ -1,0 +1,103 @@
+"""A decoding KV cache that keeps each distinct prompt's K/V once and attends over it once per group.
+
+A GRPO batch sends every prompt G times. Fanning the prompt's K/V out to each row (``StaticKVCache``)
+makes every decoding step read that prompt G times per layer; on a CPU a decoding step is bound by
+memory reads (the weights and the KV cache), so at 32 rows x 70 prompt tokens those copies cost as
+much as the weights. Here (cascade attention, as in FlashInfer's shared-prefix kernels) the prompts'
+K/V stay in one tensor per layer ``[prompts, kv_heads, width, head_dim]`` from the prefill, and each
+row has its own preallocated suffix ``[rows, kv_heads, max_new, head_dim]`` for the tokens it decodes.
+
+Per layer, for query ``q [rows, kv_heads, groups, head_dim]`` (query heads packed on their KV head),
+attention over the prompt and over the row's own suffix run apart and merge by their log-sum-exps:
+
+    o_pre, l_pre = attn(q[r], K_pre[prompt(r)], V_pre[prompt(r)], pad_bias[prompt(r)])   (one call, all prompts)
+    o_suf, l_suf = attn(q[r], K_suf[r], V_suf[r])                                        (per row)
+    out[r] = (e^l_pre o_pre + e^l_suf o_suf) / (e^l_pre + e^l_suf)    = softmax over both parts at once
+
+The prompt part runs on a slot layout ``[prompts, kv_heads, slots * groups, head_dim]`` (row ``r``
+sits at slot ``slot(r)`` of its prompt; slots of finished rows hold zeros, whose output is ignored),
+so each prompt's K/V is read once per step whatever the group size. The sums run in another order
+than one SDPA call's, so logits match the fanned-out path to fp32 rounding (about 1e-6, test), not
+bit for bit. CPU only (the kernel returning the log-sum-exp is the CPU one); other devices fan out.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class SharedPrefixKVCache:
+    """Prompt K/V once per distinct prompt plus a per-row suffix; live rows are always ``[:rows]``."""
+
+    def __init__(self, cache, index: torch.Tensor, prompt_mask: torch.Tensor, max_new: int) -> None:
+        """``cache``: the prefill's ``DynamicCache`` (one row per distinct prompt, left-padded);
+        ``index [rows]``: each row's prompt; ``prompt_mask [prompts, width]``: 1 at real tokens."""
+        first = cache.layers[0].keys
+        prompts, kv_heads, width, dim = first.shape
+        self.prefix = [(entry.keys, entry.values) for entry in cache.layers]  # each [P, kvh, W, d]
+        rows = index.shape[0]
+        self.suffix = first.new_empty((len(cache.layers), 2, rows, kv_heads, max_new, dim))
+        counts = torch.bincount(index, minlength=prompts)
+        self.slots = int(counts.max())
+        # row r's slot within its prompt: how many earlier rows share its prompt
+        same = index[:, None] == index[None, :]
+        slot = torch.tril(same, diagonal=-1).sum(-1)
+        self.prompt, self.slot = index.clone(), slot
+        bias = torch.zeros((prompts, width), dtype=first.dtype, device=first.device)
+        self.pad_bias = bias.masked_fill(prompt_mask == 0, float("-inf"))[:, None, None, :]  # [P, 1, 1, W]
+        self.rows, self.width = rows, width
+        self.column = 0  # the suffix column this step writes
+
+    def begin(self, column: int) -> None:
+        """This step writes the token at ``column`` (counted from the prompts' first column, as in
+        ``StaticKVCache``) and attends over the prompt and the suffix up to it."""
+        self.column = column - self.width
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """Attention output ``[rows, kv_heads, groups, head_dim]`` for ``q [rows, heads, 1, head_dim]``;
+        ``k``/``v`` ``[rows, kv_heads, 1, head_dim]`` are this step's, written to the suffix first."""
+        n, heads, _, dim = q.shape
+        kv_heads = k.shape[1]
+        groups = heads // kv_heads
+        q = q.reshape(n, kv_heads, groups, dim)  # query head h reads KV head h // groups
+        col = self.column
+        self.suffix[layer, 0, :n, :, col : col + 1] = k
+        self.suffix[layer, 1, :n, :, col : col + 1] = v
+        k_pre, v_pre = self.prefix[layer]
+        k_suf = self.suffix[layer, 0, :n, :, : col + 1]
+        v_suf = self.suffix[layer, 1, :n, :, : col + 1]
+        prompt, slot = self.prompt[:n], self.slot[:n]
+        prompts = k_pre.shape[0]
+        q_slots = q.new_zeros((prompts, kv_heads, self.slots, groups, dim))
+        q_slots[prompt, :, slot] = q
+        out_pre, lse_pre = _attention_with_lse(q_slots.view(prompts, kv_heads, -1, dim), k_pre, v_pre, self.pad_bias, scale)
+        out_pre = out_pre.view(prompts, kv_heads, self.slots, groups, dim)[prompt, :, slot]  # [n, kvh, g, d]
+        lse_pre = lse_pre.view(prompts, kv_heads, self.slots, groups)[prompt, :, slot]
+        out_suf, lse_suf = _attention_with_lse(q, k_suf, v_suf, None, scale)
+        # softmax over both parts = the parts' softmaxes weighted by exp(lse_part) / (exp(lse_pre) + exp(lse_suf))
+        share_pre = torch.sigmoid(lse_pre - lse_suf)[..., None].to(out_suf.dtype)
+        return out_suf + share_pre * (out_pre - out_suf)
+
+    def drop(self, done: torch.Tensor, filled: int) -> torch.Tensor | None:
+        """Drop the live rows where ``done [rows]`` is True (as ``StaticKVCache.drop``): the last kept
+        rows move into the holes, only their suffix columns below ``filled``; the prompts never move."""
+        keep = (~done).nonzero().squeeze(-1)
+        n, filled = keep.shape[0], filled - self.width
+        if n == 0:
+            return None
+        holes = done[:n].nonzero().squeeze(-1)
+        movers = keep[keep >= n]
+        order = torch.arange(n, device=done.device)
+        if holes.numel():
+            self.suffix[:, :, holes, :, :filled] = self.suffix[:, :, movers, :, :filled]
+            self.prompt[holes], self.slot[holes] = self.prompt[movers], self.slot[movers]
+            order[holes] = movers
+        self.rows = n
+        return order
+
+
+def _attention_with_lse(q, k, v, bias, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale + bias) v and the rows' log-sum-exp (the CPU flash-attention kernel behind
+    ``F.scaled_dot_product_attention``, which returns both)."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=bias, scale=scale)
+    return out, lse
