@@ -4,7 +4,8 @@ All rows share one forward per decoding step. Prompts are left-padded and each d
 prefilled once; finished rows are dropped from the batch (and the KV cache) so they stop costing
 compute. Llama-family models then decode through ``LeanDecoder`` on a preallocated cache (the same
 logits as the model's forward, without its per-step overheads: ``bench/bench_engine_profile.py``);
-others through the model's forward. Each row draws its uniforms from its own ``torch.Generator``
+on the CPU, rows that share a prompt read its K/V once per step (``SharedPrefixKVCache``); others
+decode through the model's forward. Each row draws its uniforms from its own ``torch.Generator``
 once per batch, so a seeded request gives the same completion whatever else is in the batch, on
 either path.
 """

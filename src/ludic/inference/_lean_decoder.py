@@ -9,6 +9,10 @@ columns -> o_proj -> RMSNorm -> SiLU MLP, then the final norm and the output lay
 logits equal the Hugging Face forward's (test). The weights are read from the model's own parameters
 at every batch, so an in-place weight swap (``sync_weights``) is seen by the next batch.
 
+Attention is the cache's: ``StaticKVCache`` gives each row its own copy of the prompt's K/V and makes
+transformers' SDPA call (logits bit for bit); ``SharedPrefixKVCache`` keeps each distinct prompt once
+and attends over it once per group (cascade attention; logits to fp32 rounding).
+
 Other architectures, rope scalings other than ``default`` and sliding windows shorter than a batch
 decode through Hugging Face's forward instead (``lean_unsupported`` names why).
 """
