@@ -202,21 +202,28 @@ def bench_stream_against(rev: str, repeats: int) -> None:
             ), flush=True)  # fmt: skip
 
 
-MODES = ("sync", "pipeline-loop", "pipeline-thread")
-"""Synchronous; in-process pipeline with the step on the loop's thread; the same with ``step_in_thread``."""
+MODES = ("sync", "pipeline-loop", "pipeline-thread", "pipeline-thread-half")
+"""Synchronous; in-process pipeline with the step on the loop's thread; the same with ``step_in_thread``; and
+with ``step_in_thread`` and torch's intra-op threads halved (two Python threads run torch ops at once)."""
 
 
-def bench_idle(steps: int, repeats: int) -> None:
+def bench_idle(steps: int, repeats: int, modes: list[str]) -> None:
+    import torch
+
     from ludic.quickstart.config import QuickstartConfig
 
-    results: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+    threads = torch.get_num_threads()
+    modes = modes if "sync" in modes else ["sync", *modes]  # the reference for the speed ratio
+    results: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
     for r in range(repeats):
-        for mode in MODES:  # interleaved
+        for mode in modes:  # interleaved
+            torch.set_num_threads(max(1, threads // 2) if mode == "pipeline-thread-half" else threads)
             results[mode].append(asyncio.run(_idle_run(QuickstartConfig(
                 seed=r, steps=steps, live=False, pipeline=mode != "sync", sft_steps=0, eval_every=0,
                 output_dir=f"runs/bench_pipeline/{mode}{r}",
-            ), in_thread=mode == "pipeline-thread")))  # fmt: skip
+            ), in_thread=mode.startswith("pipeline-thread"))))  # fmt: skip
             print(f"  repeat {r} {mode}: idle {results[mode][-1][0]:.1%}, {results[mode][-1][1]:.3f} s/step", flush=True)
+    torch.set_num_threads(threads)
     sync_sps = statistics.median(s for _, s in results["sync"])
     for mode, runs in results.items():
         idle = statistics.median(i for i, _ in runs)
@@ -314,13 +321,14 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--actors", type=int, default=2, help="multiproc: actor processes")
     p.add_argument("--against", default=None, help="stream: also run the pipeline modules of this git revision")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES[:3]), help="idle: the modes to run")
     args = p.parse_args()
     if args.part == "stream" and args.against:
         bench_stream_against(args.against, args.repeats)
     elif args.part == "stream":
         bench_stream(args.repeats)
     elif args.part == "idle":
-        bench_idle(args.steps, args.repeats)
+        bench_idle(args.steps, args.repeats, args.modes)
     elif args.part == "multiproc":
         bench_multiproc(args.steps, args.repeats, args.actors)
     else:
