@@ -26,8 +26,27 @@ def board_prompt(board_obs: str, note: str | None = None) -> str:
     return f"{note}\n{board_obs}" if note else board_obs
 
 
+def board_view(obs: str) -> str:
+    """The env's view of the board (from the line holding ``Board:``), without the notes in front.
+
+    The notes ("Opponent (O) played 4.", "Illegal move: cell 5 is already taken. ...") name taken
+    cells with the same digits that mark free cells on the board, so a small model that learns
+    "answer a digit shown in the prompt" is misled by them; the board alone holds the whole state.
+    """
+    at = obs.rfind(BOARD_MARK)
+    return obs[obs.rfind("\n", 0, at) + 1 :]
+
+
 class LatestBoard(ContextStrategy):
-    """Sends the system prompt (if any) and one user message: ``board_prompt(latest board, note)``."""
+    """Sends the system prompt (if any) and one user message: ``board_prompt(latest board, note)``.
+
+    board_only: send only the board view (``board_view``), without the env's notes in front (the
+    opponent's last move, why a move was illegal); off by default (the README's figures keep them).
+    """
+
+    def __init__(self, system_prompt: str | None = None, *, board_only: bool = False) -> None:
+        self.board_only = board_only
+        super().__init__(system_prompt)
 
     def reset(self, system_prompt: str | None = None) -> None:
         super().reset(system_prompt)
@@ -36,7 +55,10 @@ class LatestBoard(ContextStrategy):
 
     def on_env_reset(self, obs: Obs, info: Info) -> None:
         super().on_env_reset(obs, info)
-        self._board, self._note = str(obs), None
+        self._board, self._note = self._view(str(obs)), None
+
+    def _view(self, text: str) -> str:
+        return board_view(text) if self.board_only else text
 
     def on_after_step(self, obs: Obs | None, info: Info) -> None:
         super().on_after_step(obs, info)
@@ -44,7 +66,7 @@ class LatestBoard(ContextStrategy):
             return
         text = str(obs)
         if BOARD_MARK in text:
-            self._board, self._note = text, None
+            self._board, self._note = self._view(text), None
         else:  # the parser's note on a rejected reply: the board has not changed
             self._note = text
 

@@ -5,8 +5,8 @@
 
 Written against the public API only: ``TicTacToeEnv``, an ``Agent`` that sees the latest board
 (``LatestBoard``: the observation holds the whole state, so the history only costs), ``sft_items``
-for the warm start, ``make_grpo``'s loss with per-turn credit (``PerTurnReturn``) and
-``RolloutBatchSource`` (which forms the groups), ``Trainer`` with a warm-up + linear-decay schedule,
+for the warm start (the heuristic's moves; ``--sft-player random``: uniformly random legal moves,
+which teach the format and legality but no strategy), ``make_grpo``'s loss with per-turn credit (``PerTurnReturn``) and ``RolloutBatchSource`` (which forms the groups), ``Trainer`` with a warm-up + linear-decay schedule,
 and an ``Evaluator`` on held-out games. It prints win rate and bad-move rate (illegal moves +
 replies without a ``<move>`` tag, per move) with 95% intervals before training, at the start of RL
 (after the warm start) and at the end, and writes ``metrics.jsonl``, ``summary.json`` and
@@ -63,7 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="runs/tic_tac_toe")
     p.add_argument("--seed", type=int, default=0, help="fixes the tiny model, the data order and sampling")
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
-    p.add_argument("--sft-games", type=int, default=48, help="heuristic games used as demonstrations")
+    p.add_argument("--sft-games", type=int, default=48, help="games used as demonstrations")
+    p.add_argument(
+        "--sft-player", default="heuristic", choices=["heuristic", "random"],
+        help="X's moves in the demonstrations: the heuristic's, or random legal moves (format and legality, no strategy)",
+    )  # fmt: skip
     p.add_argument("--sft-steps", type=int, default=60, help="SFT warm-start steps (0 to skip)")
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument(
@@ -74,10 +78,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--positive-only", action=argparse.BooleanOptionalAction, default=True,
         help="clamp advantages at 0: reinforce better-than-average moves, never push replies down",
     )  # fmt: skip
+    p.add_argument(
+        "--gamma", type=float, default=1.0,
+        help="per-turn credit's discount: 1 gives every move the whole reward-to-go, 0 only its own reward",
+    )  # fmt: skip
+    p.add_argument(
+        "--board-only", action=argparse.BooleanOptionalAction, default=False,
+        help="the agent sees only the board view, not the env's notes (which name taken cells with digits)",
+    )  # fmt: skip
     p.add_argument("--steps", type=int, default=60, help="GRPO steps")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--prompts-per-step", type=int, default=2)
-    p.add_argument("--max-turns", type=int, default=6, help="model calls per game (X moves at most 5 times)")
+    p.add_argument(
+        "--max-turns", type=int, default=6,
+        help="model calls per game, retries included (X moves at most 5 times); a game cut short has no result",
+    )  # fmt: skip
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--eval-games", type=int, default=256, help="held-out games per evaluation (95%% CI about +-0.06)")
@@ -92,24 +107,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def build_engine(client: Any, model: str) -> RolloutEngine:
+def build_engine(client: Any, model: str, *, board_only: bool = False) -> RolloutEngine:
     """Env + agent registries: a fresh agent per episode (agents keep state)."""
 
     def protocol() -> SingleAgentProtocol:
-        agent = Agent(client=client, model=model, ctx=LatestBoard(), parser=MOVE_PARSER)
+        agent = Agent(client=client, model=model, ctx=LatestBoard(board_only=board_only), parser=MOVE_PARSER)
         return SingleAgentProtocol(agent=agent, use_env_sysprompt=False)  # the warm start teaches the format
 
     return RolloutEngine(env_registry={"ttt": TicTacToeEnv}, protocol_registry={"agent": protocol})
 
 
-def rl_algorithm(credit: str, group_size: int, *, positive_only: bool) -> Any:
+def rl_algorithm(credit: str, group_size: int, *, positive_only: bool, gamma: float = 1.0) -> Any:
     """GRPO's loss (token-level clip) with per-turn or per-episode credit; the group size is given once here."""
     algo = make_grpo(group_size=group_size, positive_only=positive_only)
     if credit == "episode":
         return algo
     # An illegal move is scored where it happens (-1), not smeared over the whole game; the win (+1)
     # still reaches every move before it (gamma 1).
-    turn = PerTurnReturn(gamma=1.0, group_size=group_size, normalize_adv=True, positive_only=positive_only)
+    turn = PerTurnReturn(gamma=gamma, group_size=group_size, normalize_adv=True, positive_only=positive_only)
     return dataclasses.replace(algo, name="grpo_per_turn", credit_assigner=turn)
 
 
@@ -194,17 +209,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(model_path).to(args.device)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     client = TransformersChatClient(model_path, device=args.device, model_name="policy")
-    engine = build_engine(client, "policy")
+    engine = build_engine(client, "policy", board_only=args.board_only)
     eval_sampling = SamplingConfig(temperature=args.eval_temperature, max_tokens=args.max_new_tokens)
     evaluator = Evaluator(
         engine=engine, requests=[game(EVAL_SEEDS + i, args.opponent, eval_sampling) for i in range(args.eval_games)],
         max_steps=args.max_turns, concurrency=args.eval_games, out_dir=out / "eval",
     )  # fmt: skip
     report: dict[str, Any] = {"initial": await evaluate(evaluator, -1)}
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     if args.sft_steps:  # SFT warm start on the heuristic's moves
-        items = demonstration_items(tokenizer, seeds=range(SFT_SEEDS, SFT_SEEDS + args.sft_games))
+        items = demonstration_items(
+            tokenizer, seeds=range(SFT_SEEDS, SFT_SEEDS + args.sft_games), player=args.sft_player,
+            board_only=args.board_only,
+        )
         source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=args.seed)
         sft_cfg = TrainerConfig(
             model_device=args.device, lr=args.sft_lr, max_seq_len=256, micro_token_budget=8192
@@ -217,7 +235,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
     seeds = iter(range(args.seed * 100_000, 10**9))
-    algo = rl_algorithm(args.credit, args.group_size, positive_only=args.positive_only)
+    algo = rl_algorithm(args.credit, args.group_size, positive_only=args.positive_only, gamma=args.gamma)
     source = RolloutBatchSource(
         engine=engine, algorithm=algo, max_steps=args.max_turns, concurrency=args.group_size * args.prompts_per_step,
         request_fn=lambda: [game(next(seeds), args.opponent, sampling) for _ in range(args.prompts_per_step)],
@@ -232,6 +250,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     history = await trainer.train(args.steps)
     report["end"] = await evaluate(evaluator, args.steps)
     report["seconds"] = time.perf_counter() - start
+    report["cpu_seconds"] = time.process_time() - cpu_start  # this process's CPU time: wall time on a busy machine overstates
     report["rl_seconds_per_step"] = sum(h["perf/step_seconds"] for h in history) / max(len(history), 1)
     model.save_pretrained(out / "final_model")
     tokenizer.save_pretrained(out / "final_model")
@@ -247,7 +266,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[tic_tac_toe] {phase:12s} win {r['win_rate']:.2f} [{win[0]:.2f}, {win[1]:.2f}]  draw {r['draw_rate']:.2f}  "
               f"bad moves {r['bad_move_rate']:.2f} [{bad[0]:.2f}, {bad[1]:.2f}]  parse errors {r['parse_error_rate']:.2f}"
               f"  ({r['games']} games)")  # fmt: skip
-    print(f"[tic_tac_toe] {report['seconds']:.0f} s (warm start + RL + evals)")
+    print(f"[tic_tac_toe] {report['seconds']:.0f} s, {report['cpu_seconds']:.0f} s of CPU (warm start + RL + evals)")
     return report
 
 

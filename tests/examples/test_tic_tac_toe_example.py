@@ -12,7 +12,7 @@ import pytest
 TTT = Path(__file__).resolve().parents[2] / "examples" / "tic_tac_toe"
 sys.path.insert(0, str(TTT))
 
-from board_context import MOVE_PARSER, LatestBoard  # noqa: E402
+from board_context import MOVE_PARSER, LatestBoard, board_view  # noqa: E402
 from demonstrations import game_turns  # noqa: E402
 from train_tic_tac_toe import ratio_interval, wilson  # noqa: E402
 
@@ -27,6 +27,15 @@ def test_demonstration_turns_are_the_latest_observation_and_the_heuristic_move()
     later, _ = turns[1]
     assert later.startswith("Opponent (O) played") and "X" in later.split("Board:")[1]
     assert all(r.startswith("<move>") and r.endswith("</move>") for _, r in turns)
+    board_only = game_turns(3, board_only=True)
+    assert [p for p, _ in board_only] == [board_view(p) for p, _ in turns]  # what LatestBoard(board_only=True) sends
+    assert board_only[1][0].startswith("You are X. Board:\n")
+    rnd = game_turns(3, player="random")
+    assert rnd[0][1] != "<move>5</move>" or rnd[1][1] != turns[1][1]  # not the heuristic's game
+    env = TicTacToeEnv(opponent="random")
+    env.reset(seed=3)
+    for _obs, reply in rnd:  # every random demonstration move is legal
+        assert not env.step({"agent_0": reply[6:-7]})["agent_0"].info["illegal_move"]
 
 
 def test_latest_board_keeps_the_board_after_a_reply_without_a_tag() -> None:
@@ -43,6 +52,21 @@ def test_latest_board_keeps_the_board_after_a_reply_without_a_tag() -> None:
     ctx.on_after_step(after.obs, after.info)
     assert ctx.on_before_act() == [{"role": "user", "content": after.obs}]  # the note is gone
     assert len(ctx.messages) == 3  # the full history is still recorded
+
+
+def test_board_view_drops_the_notes_that_name_taken_cells() -> None:
+    env = TicTacToeEnv(opponent="random")
+    env.reset(seed=2)
+    env.step({"agent_0": "5"})
+    illegal = env.step({"agent_0": "5"})["agent_0"].obs
+    assert illegal.startswith("Illegal move: cell 5 is already taken")
+    view = board_view(illegal)
+    assert view.startswith("You are X. Board:\n") and "5" not in view  # 5 is taken: its digit is gone
+    keep, drop = LatestBoard(), LatestBoard(board_only=True)
+    for ctx in (keep, drop):
+        ctx.on_env_reset(illegal, {})
+    assert keep.on_before_act() == [{"role": "user", "content": illegal}]
+    assert drop.on_before_act() == [{"role": "user", "content": view}]
 
 
 def test_intervals_match_known_values() -> None:
