@@ -19,7 +19,7 @@ from ludic.eval import Evaluator
 from ludic.inference import SamplingConfig, TransformersChatClient
 
 
-async def evaluate(model: str, *, device: str, games: int, opponent: str, max_turns: int = 6) -> dict[str, float]:
+async def evaluate(model: str, *, device: str, games: int, opponent: str, max_turns: int = 9) -> dict[str, float]:
     engine = build_engine(TransformersChatClient(model, device=device, model_name="policy"), "policy")
     greedy = SamplingConfig(temperature=0.0, max_tokens=16)
     requests = [game(EVAL_SEEDS + i, opponent, greedy) for i in range(games)]
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--device", default="cpu")
     p.add_argument("--games", type=int, default=256)
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
-    p.add_argument("--max-turns", type=int, default=6, help="model calls per game, retries included")
+    p.add_argument("--max-turns", type=int, default=9, help="model calls per game, retries included")
     args = p.parse_args(argv)
     stats = asyncio.run(
         evaluate(args.model, device=args.device, games=args.games, opponent=args.opponent, max_turns=args.max_turns)

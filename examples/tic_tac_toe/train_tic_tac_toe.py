@@ -1,12 +1,12 @@
-"""Tic-Tac-Toe against the random bot: SFT warm start on heuristic games, then GRPO, then held-out games.
+"""Tic-Tac-Toe against the random bot: SFT warm start on random legal moves, then GRPO, then held-out games.
 
-    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, 3-8 min
+    .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py                 # tiny model, CPU, about 3 min
     .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
 
 Written against the public API only: ``TicTacToeEnv``, an ``Agent`` that sees the latest board
 (``LatestBoard``: the observation holds the whole state, so the history only costs), ``sft_items``
-for the warm start (the heuristic's moves; ``--sft-player random``: uniformly random legal moves,
-which teach the format and legality but no strategy), ``make_grpo``'s loss with per-turn credit (``PerTurnReturn``) and ``RolloutBatchSource`` (which forms the groups), ``Trainer`` with a warm-up + linear-decay schedule,
+for the warm start (uniformly random legal moves: a short warm start that teaches some of the format
+and legality and no strategy; ``--sft-player heuristic``: the heuristic's moves), ``make_grpo``'s loss with per-turn credit (``PerTurnReturn``) and ``RolloutBatchSource`` (which forms the groups), ``Trainer`` with a warm-up + linear-decay schedule,
 and an ``Evaluator`` on held-out games. It prints win rate and bad-move rate (illegal moves +
 replies without a ``<move>`` tag, per move) with 95% intervals before training, at the start of RL
 (after the warm start) and at the end, and writes ``metrics.jsonl``, ``summary.json`` and
@@ -63,12 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="runs/tic_tac_toe")
     p.add_argument("--seed", type=int, default=0, help="fixes the tiny model, the data order and sampling")
     p.add_argument("--opponent", default="random", choices=["random", "heuristic"])
-    p.add_argument("--sft-games", type=int, default=48, help="games used as demonstrations")
+    p.add_argument("--sft-games", type=int, default=200, help="games used as demonstrations")
     p.add_argument(
-        "--sft-player", default="heuristic", choices=["heuristic", "random"],
-        help="X's moves in the demonstrations: the heuristic's, or random legal moves (format and legality, no strategy)",
+        "--sft-player", default="random", choices=["random", "heuristic"],
+        help="X's moves in the demonstrations: random legal moves (format and legality, no strategy), or the heuristic's",
     )  # fmt: skip
-    p.add_argument("--sft-steps", type=int, default=60, help="SFT warm-start steps (0 to skip)")
+    p.add_argument("--sft-steps", type=int, default=50, help="SFT warm-start steps (0 to skip)")
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument(
         "--credit", default="turn", choices=["turn", "episode"],
@@ -83,14 +83,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="per-turn credit's discount: 1 gives every move the whole reward-to-go, 0 only its own reward",
     )  # fmt: skip
     p.add_argument(
-        "--board-only", action=argparse.BooleanOptionalAction, default=False,
+        "--board-only", action=argparse.BooleanOptionalAction, default=True,
         help="the agent sees only the board view, not the env's notes (which name taken cells with digits)",
     )  # fmt: skip
     p.add_argument("--steps", type=int, default=60, help="GRPO steps")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--prompts-per-step", type=int, default=2)
     p.add_argument(
-        "--max-turns", type=int, default=6,
+        "--max-turns", type=int, default=9,
         help="model calls per game, retries included (X moves at most 5 times); a game cut short has no result",
     )  # fmt: skip
     p.add_argument("--lr", type=float, default=5e-4)
@@ -107,7 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def build_engine(client: Any, model: str, *, board_only: bool = False) -> RolloutEngine:
+def build_engine(client: Any, model: str, *, board_only: bool = True) -> RolloutEngine:
     """Env + agent registries: a fresh agent per episode (agents keep state)."""
 
     def protocol() -> SingleAgentProtocol:

@@ -106,7 +106,8 @@ def test_default_flags_learn_against_the_random_bot(tmp_path: Path) -> None:
     report = _run(tmp_path / "run", timeout=1190)
     start, end = report["start_of_rl"], report["end"]
     print(json.dumps({k: report[k] for k in ("start_of_rl", "end", "seconds")}))
-    # measured (seed 0, 256 held-out games): see the README's Tic-Tac-Toe table
+    # measured (seed 0, 256 held-out games): see the README's Tic-Tac-Toe table; the 95% intervals
+    # of the start and the end do not overlap, for the win rate and for the bad-move rate
+    assert end["win_rate_ci95"][0] > start["win_rate_ci95"][1], report
     assert end["bad_move_rate_ci95"][1] < start["bad_move_rate_ci95"][0], report
     assert end["parse_error_rate"] <= start["parse_error_rate"] - 0.1, report
-    assert end["win_rate"] >= start["win_rate"], report
