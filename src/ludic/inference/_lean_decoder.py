@@ -4,10 +4,12 @@ Hugging Face's forward spends most of a small model's decoding step outside the 
 mask building, output dataclasses and a KV cache that grows by ``torch.cat`` (copying every row's whole
 cache each step). This step calls the same weights through plain tensor ops: embedding, per layer
 RMSNorm -> q/k/v -> RoPE -> write K/V at one column of a preallocated cache -> SDPA over the filled
-columns -> o_proj -> RMSNorm -> SiLU MLP, then the final norm and the output layer. The ops mirror
-``transformers``' Qwen2/Qwen3/Llama/Mistral code one for one (same order, dtypes, GQA packing), so the
-logits equal the Hugging Face forward's (test). The weights are read from the model's own parameters
-at every batch, so an in-place weight swap (``sync_weights``) is seen by the next batch.
+columns -> o_proj -> RMSNorm -> SiLU MLP, then the final norm and the output layer. The ops compute
+``transformers``' Qwen2/Qwen3/Llama/Mistral code value for value (same order of sums, dtypes, GQA
+packing; q/k/v and gate/up as one matmul each, whose columns are the same dot products; RoPE for q and
+k at once, by ``roll``), so the logits equal the Hugging Face forward's (test). The weights are read
+from the model's own parameters at every batch, so an in-place weight swap (``sync_weights``) is seen
+by the next batch.
 
 Attention is the cache's: ``StaticKVCache`` gives each row its own copy of the prompt's K/V and makes
 transformers' SDPA call (logits bit for bit); ``SharedPrefixKVCache`` keeps each distinct prompt once
@@ -53,9 +55,14 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * h.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """transformers' ``x * cos + rotate_half(x) * sin`` in four ops instead of six, bit for bit.
+
+    ``rotate_half(x) = cat(-x2, x1)`` is ``roll(x, half)`` with its first half negated, and a sign
+    flip is exact in IEEE arithmetic, so ``rotate_half(x) * sin == roll(x, half) * sin_signed`` where
+    ``sin_signed`` is ``sin`` with its first half negated (``LeanDecoder.rope_tables``)."""
+    rotated = torch.roll(x, x.shape[-1] // 2, dims=-1).mul_(sin_signed)
+    return (x * cos).add_(rotated)
 
 
 @dataclass
@@ -112,20 +119,47 @@ class StaticKVCache:
         self.mask = self.valid[: self.rows, None, None, : column + 1] if self.padded else None
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        """Attention for ``q [rows, heads, 1, head_dim]`` after writing ``k``/``v`` ``[rows, kv_heads, 1,
-        head_dim]`` at this step's column (transformers' SDPA call, so the logits match bit for bit)."""
-        n, heads, _, d = q.shape
+        """Attention ``[rows, heads * head_dim]`` for ``q [rows, heads, head_dim]`` after writing ``k``/``v``
+        ``[rows, kv_heads, head_dim]`` at this step's column (transformers' SDPA call, so the logits
+        match bit for bit)."""
+        n, heads, d = q.shape
         kv_heads = k.shape[1]
         column = self.column
-        self.kv[layer, 0, :n, :, column : column + 1] = k
-        self.kv[layer, 1, :n, :, column : column + 1] = v
+        self.kv[layer, 0, :n, :, column] = k
+        self.kv[layer, 1, :n, :, column] = v
         keys = self.kv[layer, 0, :n, :, : column + 1]
         values = self.kv[layer, 1, :n, :, : column + 1]
         groups = heads // kv_heads
         if groups > 1 and self.mask is None:  # transformers' choice for one query token without a mask
-            return F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=True)
-        q = q.reshape(n, kv_heads, groups, d)  # with a mask: query heads packed onto their KV head
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask, scale=scale)
+            out = F.scaled_dot_product_attention(q[:, :, None], keys, values, scale=scale, enable_gqa=True)
+        else:  # with a mask: query heads packed onto their KV head
+            out = F.scaled_dot_product_attention(q.view(n, kv_heads, groups, d), keys, values, attn_mask=self.mask, scale=scale)
+        return out.reshape(n, heads * d)
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    """One decoder layer's weights as the step uses them. ``qkv`` and ``gate_up`` hold one fused
+    ``(weight, bias)`` projection whose output columns are the separate projections' side by side,
+    or the projections apart (see ``LeanDecoder.bind``)."""
+
+    input_norm: tuple[torch.Tensor, float]
+    qkv: list[tuple[torch.Tensor, torch.Tensor | None]]
+    qk_norm: tuple[torch.Tensor, float, torch.Tensor] | None  # Qwen3: RMSNorm over each head before RoPE
+    o_proj: tuple[torch.Tensor, torch.Tensor | None]
+    post_norm: tuple[torch.Tensor, float]
+    gate_up: list[tuple[torch.Tensor, torch.Tensor | None]]
+    down: tuple[torch.Tensor, torch.Tensor | None]
+
+
+def _fuse(linears: list[torch.nn.Linear], fuse: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """``[(weight, bias)]`` of one matmul computing all ``linears`` (their outputs side by side), or
+    each apart when ``fuse`` is False or only some have a bias."""
+    biases = [lin.bias for lin in linears]
+    if not fuse or (None in biases and any(b is not None for b in biases)):
+        return [(lin.weight, lin.bias) for lin in linears]
+    bias = None if biases[0] is None else torch.cat(biases)
+    return [(torch.cat([lin.weight for lin in linears]), bias)]
 
 
 class LeanDecoder:
@@ -150,25 +184,37 @@ class LeanDecoder:
         return all(w is None or w >= max_len for w in windows)
 
     def rope_tables(self, max_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin for positions ``[0, max_len)`` (the rotary module's formula, position by position)."""
+        """cos and ``sin_signed`` (sin with its first half negated, see ``_rope``) for positions
+        ``[0, max_len)``, each ``[max_len, head_dim]`` (the rotary module's formula, position by position)."""
         positions = torch.arange(max_len, device=self.inv_freq.device, dtype=torch.float32)
         freqs = positions[:, None] * self.inv_freq.to(torch.float32)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+        cos, sin = (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+        sin[:, : sin.shape[-1] // 2].neg_()
+        return cos, sin
 
-    def bind(self) -> list[tuple]:
-        """The model's current weight tensors, per layer, looked up once for a whole batch."""
+    def bind(self) -> list:
+        """The model's current weights, looked up once for a whole batch (so a ``sync_weights``
+        between batches is seen by the next one).
+
+        On the CPU, q/k/v and gate/up are concatenated into one matmul each (a copy of those weights
+        for the batch): fewer, wider matmuls, each output column still the same dot product in the same
+        order, so the logits stay bit-identical to the model's forward (test). Elsewhere (nothing of
+        this loop has run on a GPU, where a wider matmul may pick another kernel and a copy of the
+        weights costs scarce memory) the projections stay apart."""
+        fuse = self.inv_freq.device.type == "cpu"
         layers = []
         for block in self.model.model.layers:
             attn, mlp = block.self_attn, block.mlp
             qk_norm = (attn.q_norm.weight, attn.q_norm.variance_epsilon, attn.k_norm.weight) if hasattr(attn, "q_norm") else None
-            layers.append((
-                block.input_layernorm.weight, block.input_layernorm.variance_epsilon,
-                attn.q_proj.weight, attn.q_proj.bias, attn.k_proj.weight, attn.k_proj.bias,
-                attn.v_proj.weight, attn.v_proj.bias, attn.o_proj.weight, attn.o_proj.bias, qk_norm,
-                block.post_attention_layernorm.weight, block.post_attention_layernorm.variance_epsilon,
-                mlp.gate_proj.weight, mlp.gate_proj.bias, mlp.up_proj.weight, mlp.up_proj.bias,
-                mlp.down_proj.weight, mlp.down_proj.bias,
+            layers.append(LayerWeights(
+                input_norm=(block.input_layernorm.weight, block.input_layernorm.variance_epsilon),
+                qkv=_fuse([attn.q_proj, attn.k_proj, attn.v_proj], fuse),
+                qk_norm=qk_norm,
+                o_proj=(attn.o_proj.weight, attn.o_proj.bias),
+                post_norm=(block.post_attention_layernorm.weight, block.post_attention_layernorm.variance_epsilon),
+                gate_up=_fuse([mlp.gate_proj, mlp.up_proj], fuse),
+                down=(mlp.down_proj.weight, mlp.down_proj.bias),
             ))  # fmt: skip
         inner = self.model.model
         head = (inner.norm.weight, inner.norm.variance_epsilon, self.model.lm_head.weight, self.model.lm_head.bias)
@@ -185,33 +231,35 @@ class LeanDecoder:
     ) -> torch.Tensor:
         """Logits ``[rows, vocab]`` after feeding ``tokens [rows]``; their K/V go to ``column`` of the cache.
 
-        ``weights`` comes from ``bind()``; ``cos``/``sin`` ``[rows, head_dim]`` are each row's rotary
-        values at its own position.
+        ``weights`` comes from ``bind()``; ``cos``/``sin`` ``[rows, head_dim]`` are each row's rows of
+        ``rope_tables`` (cos and signed sin) at its own position.
         """
         embed, layers, (norm_w, norm_eps, head_w, head_b) = weights
-        x = F.embedding(tokens[:, None], embed)  # [n, 1, hidden]
-        cos, sin = cos[:, None, None, :], sin[:, None, None, :]
+        x = F.embedding(tokens, embed)  # [n, hidden]
+        cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         cache.begin(column)
         for layer, w in enumerate(layers):
-            h = _rms_norm(x, w[0], w[1])
-            x = x + self._attention(w, h, cos, sin, cache, layer)
-            h = _rms_norm(x, w[11], w[12])
-            gate, up = F.linear(h, w[13], w[14]), F.linear(h, w[15], w[16])
-            x = x + F.linear(F.silu(gate) * up, w[17], w[18])
-        x = _rms_norm(x, norm_w, norm_eps)
-        return F.linear(x[:, -1, :], head_w, head_b)
+            h = _rms_norm(x, *w.input_norm)
+            x = x + F.linear(self._attention(w, h, cos, sin, cache, layer), *w.o_proj)
+            h = _rms_norm(x, *w.post_norm)
+            if len(w.gate_up) == 1:
+                gate, up = F.linear(h, *w.gate_up[0]).chunk(2, dim=-1)
+            else:
+                gate, up = (F.linear(h, *p) for p in w.gate_up)
+            x = x + F.linear(F.silu(gate).mul_(up), *w.down)
+        return F.linear(_rms_norm(x, norm_w, norm_eps), head_w, head_b)
 
-    def _attention(self, w, h, cos, sin, cache: StaticKVCache | SharedPrefixKVCache, layer: int):
-        n, d = h.shape[0], self.head_dim
-        q = F.linear(h, w[2], w[3]).view(n, 1, -1, d)
-        k = F.linear(h, w[4], w[5]).view(n, 1, -1, d)
-        v = F.linear(h, w[6], w[7]).view(n, 1, -1, d)
-        if w[10] is not None:  # Qwen3: RMSNorm over each head before RoPE
-            q_w, eps, k_w = w[10]
-            q, k = _rms_norm(q, q_w, eps), _rms_norm(k, k_w, eps)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [n, heads, 1, head_dim]
-        q = (q * cos) + (_rotate_half(q) * sin)
-        k = (k * cos) + (_rotate_half(k) * sin)
-        out = cache.attend(layer, q, k, v, self.scaling)
-        out = out.reshape(n, -1, 1, d).transpose(1, 2).contiguous()
-        return F.linear(out.reshape(n, 1, -1).contiguous(), w[8], w[9])
+    def _attention(self, w: LayerWeights, h, cos, sin, cache: StaticKVCache | SharedPrefixKVCache, layer: int):
+        """Attention output ``[rows, heads * head_dim]`` (before ``o_proj``) for ``h [rows, hidden]``."""
+        n, d, heads, kv_heads = h.shape[0], self.head_dim, self.heads, self.kv_heads
+        if len(w.qkv) == 1:
+            qkv = F.linear(h, *w.qkv[0]).view(n, heads + 2 * kv_heads, d)
+            qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]  # q and k side by side
+        else:
+            q, k, v = (F.linear(h, *p).view(n, -1, d) for p in w.qkv)
+            qk = torch.cat((q, k), dim=1)
+        if w.qk_norm is not None:  # Qwen3: RMSNorm over each head before RoPE
+            q_w, eps, k_w = w.qk_norm
+            qk = torch.cat((_rms_norm(qk[:, :heads], q_w, eps), _rms_norm(qk[:, heads:], k_w, eps)), dim=1)
+        qk = _rope(qk, cos, sin)  # [n, heads + kv_heads, head_dim]: one rotation for q and k
+        return cache.attend(layer, qk[:, :heads], qk[:, heads:], v, self.scaling)

@@ -15,7 +15,7 @@ attention over the prompt and over the row's own suffix run apart and merge by t
     out[r] = (e^l_pre o_pre + e^l_suf o_suf) / (e^l_pre + e^l_suf)    = softmax over both parts at once
 
 The prompt part runs on a slot layout ``[prompts, kv_heads, slots * groups, head_dim]`` (row ``r``
-sits at slot ``slot(r)`` of its prompt; slots of finished rows hold zeros, whose output is ignored),
+sits at slot ``slot(r)`` of its prompt; slots of finished rows hold stale queries, whose output is ignored),
 so each prompt's K/V is read once per step whatever the group size. The sums run in another order
 than one SDPA call's, so logits match the fanned-out path to fp32 rounding (about 1e-6, test), not
 bit for bit. CPU only (the kernel returning the log-sum-exp is the CPU one); other devices fan out.
@@ -47,36 +47,48 @@ class SharedPrefixKVCache:
         self.pad_bias = bias.masked_fill(prompt_mask == 0, float("-inf"))[:, None, None, :]  # [P, 1, 1, W]
         self.rows, self.width = rows, width
         self.column = 0  # the suffix column this step writes
+        self.q_slots: torch.Tensor | None = None  # [prompts, kv_heads, slots, groups, head_dim], made by attend
 
     def begin(self, column: int) -> None:
         """This step writes the token at ``column`` (counted from the prompts' first column, as in
         ``StaticKVCache``) and attends over the prompt and the suffix up to it."""
         self.column = column - self.width
+        # where each live row's queries sit in the slot layout, viewed as [prompts * kv_heads * slots, ...]:
+        # row r, KV head j -> (prompt(r) * kv_heads + j) * slots + slot(r); the same for every layer
+        kv_heads = self.suffix.shape[3]
+        n = self.rows
+        heads = torch.arange(kv_heads, device=self.prompt.device)
+        self.slot_index = ((self.prompt[:n, None] * kv_heads + heads) * self.slots + self.slot[:n, None]).view(-1)
+        self.query_index = self.prompt[:n] * self.slots + self.slot[:n]  # row r -> its query slot [prompts * slots]
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-        """Attention output ``[rows, kv_heads, groups, head_dim]`` for ``q [rows, heads, 1, head_dim]``;
-        ``k``/``v`` ``[rows, kv_heads, 1, head_dim]`` are this step's, written to the suffix first."""
-        n, heads, _, dim = q.shape
+        """Attention output ``[rows, heads * head_dim]`` for ``q [rows, heads, head_dim]``; ``k``/``v``
+        ``[rows, kv_heads, head_dim]`` are this step's, written to the suffix first."""
+        n, heads, dim = q.shape
         kv_heads = k.shape[1]
         groups = heads // kv_heads
-        q = q.reshape(n, kv_heads, groups, dim)  # query head h reads KV head h // groups
+        q = q.view(n, kv_heads, groups, dim)  # query head h reads KV head h // groups
         col = self.column
-        self.suffix[layer, 0, :n, :, col : col + 1] = k
-        self.suffix[layer, 1, :n, :, col : col + 1] = v
+        self.suffix[layer, 0, :n, :, col] = k
+        self.suffix[layer, 1, :n, :, col] = v
         k_pre, v_pre = self.prefix[layer]
         k_suf = self.suffix[layer, 0, :n, :, : col + 1]
         v_suf = self.suffix[layer, 1, :n, :, : col + 1]
-        prompt, slot = self.prompt[:n], self.slot[:n]
         prompts = k_pre.shape[0]
-        q_slots = q.new_zeros((prompts, kv_heads, self.slots, groups, dim))
-        q_slots[prompt, :, slot] = q
-        out_pre, lse_pre = _attention_with_lse(q_slots.view(prompts, kv_heads, -1, dim), k_pre, v_pre, self.pad_bias, scale)
-        out_pre = out_pre.view(prompts, kv_heads, self.slots, groups, dim)[prompt, :, slot]  # [n, kvh, g, d]
-        lse_pre = lse_pre.view(prompts, kv_heads, self.slots, groups)[prompt, :, slot]
+        if self.q_slots is None:  # slots of rows that are not live keep stale (finite) queries, never read
+            self.q_slots = q.new_zeros((prompts, kv_heads, self.slots, groups, dim))
+        q_flat = self.q_slots.view(-1, groups * dim)
+        q_flat.index_copy_(0, self.slot_index, q.reshape(n * kv_heads, groups * dim))
+        q_slots = self.q_slots.view(prompts, kv_heads, -1, dim)
+        out_pre, lse_pre = _attention_with_lse(q_slots, k_pre, v_pre, self.pad_bias, scale)
+        out_pre = out_pre.reshape(-1, groups * dim).index_select(0, self.slot_index).view(n, kv_heads, groups, dim)
+        # the log-sum-exp comes out [prompts, kv_heads, slots * groups] with KV heads innermost in memory
+        lse_pre = lse_pre.transpose(1, 2).reshape(prompts * self.slots, groups, kv_heads)
+        lse_pre = lse_pre.index_select(0, self.query_index).transpose(1, 2)  # [n, kv_heads, groups]
         out_suf, lse_suf = _attention_with_lse(q, k_suf, v_suf, None, scale)
         # softmax over both parts = the parts' softmaxes weighted by exp(lse_part) / (exp(lse_pre) + exp(lse_suf))
         share_pre = torch.sigmoid(lse_pre - lse_suf)[..., None].to(out_suf.dtype)
-        return out_suf + share_pre * (out_pre - out_suf)
+        return torch.lerp(out_suf, out_pre, share_pre).view(n, heads * dim)
 
     def drop(self, done: torch.Tensor, filled: int) -> torch.Tensor | None:
         """Drop the live rows where ``done [rows]`` is True (as ``StaticKVCache.drop``): the last kept
