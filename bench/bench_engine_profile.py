@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from ludic.inference._generation import sample_with_logprobs
 from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache
+from ludic.inference._sampling_kernel import sample_with_logprobs
 from ludic.testing import tiny_model_path
 
 SIZES = {  # the sizes bench_vs_trl_curve.py trains

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference._generation import sample_with_logprobs
+from ludic.inference._sampling_kernel import sample_with_logprobs
 from ludic.testing import tiny_model_path
 from ludic.training.algorithm import validate_actor_logps
 from ludic.training.batching.saw_builder import prompt_completion_item
