@@ -2,10 +2,11 @@
 
 All rows share one forward per decoding step. Prompts are left-padded and each distinct prompt is
 prefilled once; finished rows are dropped from the batch (and the KV cache) so they stop costing
-compute. Llama-family models then decode through ``LeanDecoder`` on a preallocated cache (the same
-logits as the model's forward, without its per-step overheads: ``bench/bench_engine_profile.py``);
-on the CPU, rows that share a prompt read its K/V once per step (``SharedPrefixKVCache``); others
-decode through the model's forward. Each row draws its uniforms from its own ``torch.Generator``
+compute. Llama-family models then decode through ``LeanDecoder`` on a preallocated cache (the
+model's forward's logits, to fp32 rounding with oneDNN's matmuls on the CPU or bit for bit with
+``exact=True``, without its per-step overheads: ``bench/bench_engine_profile.py``); on the CPU,
+rows that share a prompt read its K/V once per step (``SharedPrefixKVCache``); others decode
+through the model's forward. Each row draws its uniforms from its own ``torch.Generator``
 once per batch, so a seeded request gives the same completion whatever else is in the batch, on
 either path.
 """
@@ -78,7 +79,9 @@ class BatchGenerator:
 
     Llama-family models decode through ``LeanDecoder`` on a preallocated KV cache; others (or
     ``lean=False``) through the model's own forward on a growing ``DynamicCache``. Both sample the
-    same way from the same per-row uniforms, so a seeded row gives the same tokens on either path.
+    same way from the same per-row uniforms, so a seeded row gives the same tokens on either path
+    (barring a draw within fp32 rounding of a token boundary). ``exact=True``: the lean path's logits
+    equal the model's forward bit for bit (its own matmuls, each row its own copy of the prompt's K/V).
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class BatchGenerator:
         *,
         lean: bool = True,
         share_prefix: bool = True,
+        exact: bool = False,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -98,8 +102,8 @@ class BatchGenerator:
         self.pad_id = pad_id
         self.device = device
         self.forward_calls = 0
-        self.lean = LeanDecoder(model) if lean and lean_unsupported(model) is None else None
-        self.share_prefix = share_prefix  # lean path: rows of one prompt read its K/V once per step
+        self.lean = LeanDecoder(model, exact=exact) if lean and lean_unsupported(model) is None else None
+        self.share_prefix = share_prefix and not exact  # lean path: rows of one prompt read its K/V once per step
 
     def _forward(self, **kwargs) -> tuple[torch.Tensor, object]:
         self.forward_calls += 1
@@ -139,7 +143,7 @@ class BatchGenerator:
         cache = self._decode_cache(dyn_cache, index, mask, steps)
         del dyn_cache
         cos_table, sin_table = self.lean.rope_tables(width + steps, logits.dtype)
-        weights = self.lean.bind()
+        weights = self.lean.bind(len(rows))
         alive = torch.arange(len(rows), device=self.device)  # original index of each live row
         alive_list = list(range(len(rows)))
         position = positions[:, -1] + 1
@@ -172,8 +176,8 @@ class BatchGenerator:
     def _decode_cache(self, dyn_cache, index, mask, steps) -> StaticKVCache | SharedPrefixKVCache:
         """Rows sharing a prompt attend over one copy of its K/V (``SharedPrefixKVCache``, logits equal
         to fp32 rounding; CPU only); with every prompt distinct, on other devices, or with
-        ``share_prefix=False``, each row gets its own copy (``StaticKVCache``, the Hugging Face
-        forward's logits bit for bit)."""
+        ``share_prefix=False`` or ``exact``, each row gets its own copy (``StaticKVCache``, with ``exact``
+        the Hugging Face forward's logits bit for bit)."""
         keys = dyn_cache.layers[0].keys
         prompts = keys.shape[0]
         if not self.share_prefix or prompts == index.shape[0] or keys.device.type != "cpu":
