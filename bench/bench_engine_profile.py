@@ -4,8 +4,9 @@
 
 Per size, one step (one new token for each of 32 rows, prompt 70 tokens + 32 already decoded):
 - ``hf forward``: the model's own forward on a growing ``DynamicCache`` (what the engine ran before),
-- ``lean step``: ``LeanDecoder.step`` on a preallocated cache (same logits, bit for bit),
-- ``matmuls only``: the step's ``F.linear`` calls alone on the same shapes (the floor for fp32 on this CPU),
+- ``lean step``: ``LeanDecoder.step`` on a preallocated cache (oneDNN's packed matmuls: logits to fp32 rounding),
+- ``lean step, exact``: the same with ``exact=True`` (the model's own matmuls: logits bit for bit),
+- ``matmuls only``: the step's ``F.linear`` calls alone on the same shapes (the BLAS matmuls the exact step pays),
 - ``cache growth``: the ``torch.cat`` of every layer's K and V that a ``DynamicCache`` does each step,
 - ``sampling``: ``sample_with_logprobs`` for the batch, and the old per-row ``torch.rand(...).item()`` draws.
 Variants interleave; medians of ``--repeats`` rounds of 20 steps each, in microseconds of this
@@ -50,10 +51,10 @@ def _timers(model) -> dict[str, callable]:
     mask = torch.ones(ROWS, width + 1, dtype=torch.long)
     position = torch.full((ROWS, 1), width)
     token = torch.randint(3, 250, (ROWS, 1))
-    lean = LeanDecoder(model)
+    lean, exact = LeanDecoder(model), LeanDecoder(model, exact=True)
     static = StaticKVCache.from_prefill(cache, torch.arange(ROWS), mask[:, :width], width + 128)
     cos, sin = lean.rope_tables(width + 128, torch.float32)
-    weights = lean.bind()
+    weights, exact_weights = lean.bind(ROWS), exact.bind(ROWS)
     layers = [(a.weight, a.bias) for a in model.modules() if isinstance(a, torch.nn.Linear)]
     x = torch.randn(ROWS, 1, model.config.hidden_size)
     inter = torch.randn(ROWS, 1, model.config.intermediate_size)
@@ -78,6 +79,7 @@ def _timers(model) -> dict[str, callable]:
     return {
         "hf forward": hf,
         "lean step": lambda: lean.step(weights, token[:, 0], cos[position[:, 0]], sin[position[:, 0]], static, width),
+        "lean step, exact": lambda: exact.step(exact_weights, token[:, 0], cos[position[:, 0]], sin[position[:, 0]], static, width),
         "matmuls only": matmuls,
         "cache growth": growth,
         "sampling (batch)": lambda: sample_with_logprobs(logits, params, torch.rand(ROWS)),

@@ -2,11 +2,13 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_engine_speed.py [--sizes 0.8M 6M 25M --repeats 5 --context 0]
 
-Per model size (the sizes ``bench_vs_trl_curve.py`` trains), three variants run interleaved on the
+Per model size (the sizes ``bench_vs_trl_curve.py`` trains), five variants run interleaved on the
 same 32 prompts (4 distinct prompts x 8, a GRPO-shaped batch), temperature 1, top_p 1:
 - ``engine``: 32 concurrent ``TransformersChatClient.complete`` calls (the lean decoding loop),
 - ``engine, no prompt sharing``: the same, each row attending over its own copy of the prompt's K/V
-  (``share_prefix=False``: the lean loop before cascade attention, logits bit-identical to HF's),
+  (``share_prefix=False``: the lean loop before cascade attention),
+- ``engine, exact``: the same with ``exact=True`` (no prompt sharing, the model's own matmuls instead of
+  oneDNN's packed ones: logits bit-identical to HF's),
 - ``engine, hf decode``: the same client decoding through the model's own forward (``lean=False``),
 - ``model.generate``: one batched call (``do_sample=True``, no top-k), on the same thread.
 Each reports tokens/s (tokens up to and including each row's EOS) by wall clock and by this process's
@@ -77,12 +79,16 @@ def run_size(size: str, rows: int, new_tokens: int, repeats: int, context: int) 
     fanned_client = TransformersChatClient(path, generate_in_thread=False)
     fanned_client.model = client.model  # the very same weights
     fanned_client._generator = BatchGenerator(client.model, gen.tokenizer, gen.eos_ids, gen.pad_id, gen.device, share_prefix=False)
+    exact_client = TransformersChatClient(path, generate_in_thread=False)
+    exact_client.model = client.model
+    exact_client._generator = BatchGenerator(client.model, gen.tokenizer, gen.eos_ids, gen.pad_id, gen.device, exact=True)
     hf_client = TransformersChatClient(path, generate_in_thread=False)
     hf_client.model = client.model
     hf_client._generator = BatchGenerator(client.model, gen.tokenizer, gen.eos_ids, gen.pad_id, gen.device, lean=False)
     variants = {
         "engine": lambda r: asyncio.run(_engine(client, _requests(rows, new_tokens, r, context))),
         "engine, no prompt sharing": lambda r: asyncio.run(_engine(fanned_client, _requests(rows, new_tokens, r, context))),
+        "engine, exact": lambda r: asyncio.run(_engine(exact_client, _requests(rows, new_tokens, r, context))),
         "engine, hf decode": lambda r: asyncio.run(_engine(hf_client, _requests(rows, new_tokens, r, context))),
         "model.generate": lambda r: _hf_generate(client, _requests(rows, new_tokens, r, context), new_tokens),
     }
@@ -103,7 +109,8 @@ def run_size(size: str, rows: int, new_tokens: int, repeats: int, context: int) 
         print(f"  {name:<27}{statistics.median(wall[name]):>8.0f}{statistics.median(cpu[name]):>8.0f}")
     out = {}
     for clock, rates in (("wall", wall), ("cpu", cpu)):
-        pairs = (("generate", "model.generate"), ("hf_decode", "engine, hf decode"), ("fanned", "engine, no prompt sharing"))
+        pairs = (("generate", "model.generate"), ("hf_decode", "engine, hf decode"), ("fanned", "engine, no prompt sharing"),
+                 ("exact", "engine, exact"))  # fmt: skip
         for key, other in pairs:
             ratios = [e / g for e, g in zip(rates["engine"], rates[other], strict=True)]
             out[f"{clock}_vs_{key}"] = statistics.median(ratios)
@@ -124,12 +131,13 @@ def main() -> None:
     print(f"{args.rows} rows x {args.new_tokens} new tokens, {args.context} extra prompt tokens, "
           f"{torch.get_num_threads()} threads, fp32, CPU")  # fmt: skip
     summary = {size: run_size(size, args.rows, args.new_tokens, args.repeats, args.context) for size in args.sizes}
-    print("\nengine / model.generate, / hf decode, / no prompt sharing (goal >= 1.5x generate)")
-    print("size     by wall     by cpu   vs hf decode (wall, cpu)   vs no sharing (wall, cpu)")
+    print("\nengine / model.generate, / hf decode, / no prompt sharing, / exact (goal >= 1.5x generate)")
+    print("size     by wall     by cpu   vs hf decode (wall, cpu)   vs no sharing (wall, cpu)   vs exact (wall, cpu)")
     for size, s in summary.items():
         print(f"{size:<7}{s['wall_vs_generate']:>8.2f}x{s['cpu_vs_generate']:>10.2f}x"
               f"{s['wall_vs_hf_decode']:>10.2f}x{s['cpu_vs_hf_decode']:>7.2f}x"
-              f"{s['wall_vs_fanned']:>14.2f}x{s['cpu_vs_fanned']:>7.2f}x")  # fmt: skip
+              f"{s['wall_vs_fanned']:>14.2f}x{s['cpu_vs_fanned']:>7.2f}x"
+              f"{s['wall_vs_exact']:>14.2f}x{s['cpu_vs_exact']:>7.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":
