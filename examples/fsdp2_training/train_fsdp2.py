@@ -8,6 +8,10 @@
 
 Rank 0 generates every macro-batch (``Rank0BatchSource``) and publishes weights gathered one layer at a
 time; every rank trains on its token-balanced share. See docs/fsdp.md.
+
+With the default tiny model (random weights, no warm start) this is a wiring demo of FSDP2 training on
+CPUs: ranks, sharded steps, checkpoints, the publish path; its reward is not shown to rise. Pass
+``--model`` with a model that can already add for the reward to move.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ Starts a private Redis (``RedisServer``, append-only), ``python -m ludic.inferen
 (or ``--model-dir``), ``--actors`` copies of ``run_actor.py`` sampling from that server, and
 ``run_trainer.py``, which trains from the stream and pushes weights to the server every step. Stops
 everything when the trainer is done (or on Ctrl-C).
+
+On a CPU with the default tiny model (random weights, no warm start) this is a wiring demo: it shows the
+processes, the stream, the weight pushes and the trainer's idle time, not learning (its reward was not
+measured to rise). The pipeline run that learns on a CPU is ``ludic quickstart --pipeline`` (held-out
+reward +0.76 to +0.79 on 3 seeds, ``bench/bench_pipeline.py learn``); pass ``--model-dir`` for a real model.
 """
 
 from __future__ import annotations
