@@ -7,6 +7,7 @@ import asyncio
 from ludic.training.batching.pipeline_actor import run_pipeline_actor
 from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
 from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.types import SAWBatch
 
 
 async def _eventually(cond, timeout_s: float = 20.0) -> None:
@@ -89,3 +90,35 @@ async def test_actor_waits_for_weights_within_max_staleness_of_the_trainer(
     stats = await asyncio.wait_for(actor, 30)
     assert stats.batches == 1 and await stream.length() == 8
     await stream.close()
+
+
+class _VersionedBatches:
+    """A BatchSource of ready-made items: the batch at index k carries policy version ``versions[k]``."""
+
+    def __init__(self, make_item, versions: list[int], size: int) -> None:
+        self.make_item, self.versions, self.size, self.calls = make_item, versions, size, 0
+
+    async def next_batch(self) -> SAWBatch:
+        version = self.versions[min(self.calls, len(self.versions) - 1)]
+        base, self.calls = self.calls * self.size, self.calls + 1
+        return SAWBatch(items=[self.make_item(base + i, version=version) for i in range(self.size)])
+
+
+async def test_a_trainer_waiting_on_a_part_batch_lets_actors_refill_it(redis_server, run_id, make_item):
+    """Stale drops leave the trainer short of a batch while actors count the entries it has read as queued:
+    the trainer must tell Redis what it consumed before it waits, or both wait for each other forever
+    (``examples/pipeline_rl/run_local.py`` hung this way)."""
+    source = PipelineBatchSource(
+        redis_url=redis_server.url, run_id=run_id, batch_size=4, max_staleness=0, version_fn=lambda: 1, block_ms=50
+    )
+    actor = asyncio.create_task(run_pipeline_actor(
+        source=_VersionedBatches(make_item, [1, 0, 0, 1], size=3), redis_url=redis_server.url, run_id=run_id,
+        trainer_batch_size=4, max_staleness=0, num_batches=4, poll_s=0.01,
+    ))  # fmt: skip
+    # budget (0 + 1) x 4: the actor pushes a batch while pending + 3 <= 4; the 2nd and 3rd batches are stale
+    batch = await asyncio.wait_for(source.next_batch(), 30)
+    stats = await asyncio.wait_for(actor, 30)
+    assert [it.meta["n"] for it in batch.items] == [0, 1, 2, 9]
+    assert batch.meta["pipeline/dropped_stale"] == 6.0 and stats.batches == 4
+    assert await source.stream.pending() == 2  # items 10 and 11: read ahead, not consumed
+    await source.close()

@@ -72,6 +72,7 @@ class PipelineBatchSource:
         self.block_ms = block_ms
         self.last_id = START
         self.consumed = 0
+        self._consumed_published: int | None = None  # the consumed count Redis holds, as last sent (None: unknown)
         self.counters: dict[str, int] = {"pipeline/dropped_stale": 0}
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.wait_seconds = 0.0  # total time spent in next_batch
@@ -95,7 +96,7 @@ class PipelineBatchSource:
                 if kept is not None:
                     items.append(kept.item)
                     versions.append(kept.policy_version if kept.policy_version is not None else version)
-        await self.stream.set_consumed(self.consumed, wait=False)  # its reply is read with the next command
+        await self._publish_consumed()
         meta: dict[str, Any] = {k: float(v) for k, v in self.counters.items()}
         meta["pipeline/trainer_version"] = float(version)
         meta["pipeline/mean_staleness"] = sum(version - v for v in versions) / len(versions)
@@ -112,6 +113,7 @@ class PipelineBatchSource:
             ahead, self._ahead = self._ahead, None
             self._fetched = await ahead
         if not self._fetched:
+            await self._publish_consumed()  # before waiting: see _publish_consumed
             after = self.last_id
             self._fetched = await self.stream.read(after, count=max(count, self.batch_size), block_ms=self.block_ms)
         entries, self._fetched = self._fetched[:count], self._fetched[count:]
@@ -120,6 +122,17 @@ class PipelineBatchSource:
             self._ahead = asyncio.create_task(self.stream.read(after, count=self.batch_size, block_ms=None))
             await asyncio.sleep(0)  # the task sends its XREAD now and waits for the reply
         return entries
+
+    async def _publish_consumed(self) -> None:
+        """Tell actors how many entries this source has consumed (their admission counts the rest as queued).
+
+        Sent after each batch and before each blocking read: a trainer one batch short (its stale items
+        dropped) that waited without saying what it had read would leave actors counting those entries as
+        queued and holding back, each side waiting for the other. The SET's reply is read with the next
+        command."""
+        if self.consumed != self._consumed_published:
+            await self.stream.set_consumed(self.consumed, wait=False)
+            self._consumed_published = self.consumed
 
     async def _drop_read_ahead(self) -> None:
         ahead, self._ahead, self._fetched = self._ahead, None, []
@@ -173,6 +186,7 @@ class PipelineBatchSource:
         self._ahead, self._fetched = None, []
         self.last_id = str(state["last_id"])
         self.consumed = int(state["consumed"])
+        self._consumed_published = None  # a crashed trainer may have sent a later count: send this one
         self._recent = OrderedDict((str(i), None) for i in state.get("recent_ids", []))
         self.counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
 
