@@ -38,6 +38,7 @@ from ludic.training.distributed_step import DataParallelGroup
 from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
 from ludic.training.loggers.base import TrainingLogger
 from ludic.training.loggers.prefix import GROUPS
+from ludic.training.onednn_linear import onednn_linears
 from ludic.training.stats import (
     Reducer,
     apply_reducers_to_records,
@@ -220,7 +221,10 @@ class Trainer:
         padded = 0
         for i, mb in enumerate(micro_batches):
             mb_items = mb.items
-            with self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1):
+            with (
+                self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1),
+                onednn_linears(self.model, self.cfg.onednn_linears),
+            ):
                 mb_loss, mb_stats, computed = micro_batch_loss(
                     self.model, self.algo.loss, mb, pad_token_id=self.pad_token_id, device=device
                 )

@@ -1,0 +1,133 @@
+"""Training on the CPU with the linear layers on oneDNN vs torch's default BLAS (MKL), side by side.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_train_matmuls.py [--sizes 0.8M 6M 25M --repeats 5]
+
+Two parts, each variant interleaved with the other in every round, medians:
+
+- matmuls: GFLOP/s of the three products of one linear layer at training shapes (4,688 rows: 16 packed
+  rows of 293 positions), ``F.linear`` / ``mm`` (MKL) vs ``OneDNNLinear``'s (weight reordered every call);
+- training step: ``Trainer.train_step`` of GRPO on 4 prompts (69 tokens) x 8 replies of 128 tokens, the
+  TRL curve's 128-token cell (``bench_vs_trl_curve.py``), with ``TrainerConfig(onednn_linears=False)`` vs
+  ``True``, each with a model of its own built from the same weights (fixed batches: no generation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ludic.training import Trainer, TrainerConfig, make_grpo
+from ludic.training.onednn_linear import _inner_product, _weight_grad, onednn_available
+from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
+
+SIZES = {  # Qwen2 configs of bench_vs_trl_curve.py
+    "0.8M": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=384),
+    "6M": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, intermediate_size=768),
+    "25M": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1536),
+}  # fmt: skip
+PROMPTS, GROUP, PROMPT_LEN, REPLY_LEN, VOCAB = 4, 8, 69, 128, 260
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def products(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> dict[str, tuple[Callable, Callable]]:
+    """The three products of one linear layer's training step: (MKL, oneDNN) for each."""
+    return {
+        "forward": (lambda: F.linear(x, w), lambda: _inner_product(x, w)),
+        "grad input": (lambda: dy.mm(w), lambda: _inner_product(dy, w.t().contiguous())),
+        "grad weight": (lambda: dy.t().mm(x), lambda: _weight_grad(dy, x)),
+    }
+
+
+def bench_matmuls(repeats: int) -> None:
+    rows = 16 * 293
+    print(f"matmuls, {rows} rows, GFLOP/s (medians of {repeats}): MKL / oneDNN")
+    for in_f, out_f in ((128, 384), (256, 768), (768, 256), (512, 1536), (1536, 512)):
+        gflop = 2 * rows * in_f * out_f / 1e9
+        line = []
+        for name, (mkl, dnn) in products(torch.randn(rows, in_f), torch.randn(out_f, in_f), torch.randn(rows, out_f)).items():
+            times: dict[str, list[float]] = {"mkl": [], "dnn": []}
+            mkl(), dnn()
+            for _ in range(repeats):
+                times["mkl"].append(timed(mkl))
+                times["dnn"].append(timed(dnn))
+            a, b = (gflop / statistics.median(times[k]) for k in ("mkl", "dnn"))
+            line.append(f"{name} {a:.0f} / {b:.0f} ({b / a:.2f}x)")
+        print(f"  {in_f:>4} -> {out_f:<4}  " + "   ".join(line))
+
+
+def grpo_batch(seed: int) -> SAWBatch:
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for p in range(PROMPTS):
+        prompt = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=g).tolist()
+        for r in range(GROUP):
+            reply = torch.randint(0, VOCAB, (REPLY_LEN,), generator=g).tolist()
+            items.append(SAWItem(
+                input_ids=prompt + reply, attention_mask=[1] * (PROMPT_LEN + REPLY_LEN),
+                action_mask=[0] * PROMPT_LEN + [1] * REPLY_LEN, weight=float(r % 3 - 1),
+                meta={"rollout_id": f"{seed}-{p}-{r}", "request_meta": {"group_id": f"{seed}-{p}"}},
+                attachments=SampleAttachments(actor_logps=ActorTokenLogps([-5.5] * REPLY_LEN)),
+            ))  # fmt: skip
+    return SAWBatch(items=items)
+
+
+class Batches:
+    def __init__(self) -> None:
+        self.n = 0
+
+    async def next_batch(self) -> SAWBatch:
+        self.n += 1
+        return grpo_batch(self.n)
+
+
+def bench_steps(sizes: list[str], repeats: int) -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    print(f"\ntraining step, GRPO, {PROMPTS} prompts x {GROUP} replies, {PROMPT_LEN} + {REPLY_LEN} tokens, "
+          f"s/step (medians of {repeats}): MKL / oneDNN")  # fmt: skip
+    for size in sizes:
+        torch.manual_seed(0)
+        base = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, **SIZES[size]))
+        trainers = {}
+        for onednn in (False, True):
+            model = Qwen2ForCausalLM(base.config)
+            model.load_state_dict(base.state_dict())
+            cfg = TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=16384, onednn_linears=onednn)
+            trainers[onednn] = Trainer(model=model, algo=make_grpo(group_size=GROUP), batch_source=Batches(), cfg=cfg)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for t in trainers.values():
+            t.train_step_sync()  # warm-up
+        for _ in range(repeats):
+            for onednn, t in trainers.items():
+                times[onednn].append(timed(t.train_step_sync))
+        a, b = statistics.median(times[False]), statistics.median(times[True])
+        params = sum(p.numel() for p in base.parameters()) / 1e6
+        print(f"  {size} ({params:.1f}M params): {a:.3f} / {b:.3f} s/step: oneDNN {a / b:.2f}x")
+        for t in trainers.values():
+            t.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args()
+    if not onednn_available():
+        raise SystemExit("this torch build has no oneDNN")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
+    bench_matmuls(args.repeats)
+    bench_steps(args.sizes, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""``onednn_linears``: the training forward/backward's fp32 CPU linears on oneDNN, same values and gradients
+as torch's path to fp32 rounding; other dtypes untouched; ``TrainerConfig(onednn_linears=...)`` takes effect."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ludic.training.onednn_linear as onednn
+from ludic.training.config import TrainerConfig
+from ludic.training.onednn_linear import OneDNNLinear, onednn_available, onednn_linears
+
+from .test_trainer import make_trainer, params_of, tiny_model
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+
+
+def _grads(fn, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, upstream: torch.Tensor):
+    leaves = [t for t in (x, w, b) if t is not None]
+    for t in leaves:
+        t.grad = None
+    out = fn(x, w, b)
+    (out * upstream).sum().backward()
+    return out.detach(), [t.grad.clone() if t.grad is not None else None for t in leaves]
+
+
+@pytest.mark.parametrize(
+    ("shape", "out_features", "bias"),
+    [((3, 50, 24), 40, True), ((70, 40), 24, False), ((2, 5, 64), 8, True), ((1, 1, 16), 16, False)],
+)
+def test_values_and_all_three_gradients_match_float64(shape, out_features, bias) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.randn(out_features, shape[-1], requires_grad=True)
+    b = torch.randn(out_features, requires_grad=True) if bias else None
+    upstream = torch.randn(*shape[:-1], out_features)
+    got, got_grads = _grads(OneDNNLinear.apply, x, w, b, upstream)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_() if b is not None else None
+    want, want_grads = _grads(F.linear, x64, w64, b64, upstream.double())
+    torch.testing.assert_close(got, want.float(), rtol=1e-5, atol=1e-5)
+    for g, h in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, h.float(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_frozen_weight_gets_no_gradient_and_the_input_still_does() -> None:
+    x = torch.randn(4, 6, requires_grad=True)
+    w = torch.randn(5, 6)  # requires_grad False: a frozen base layer under LoRA
+    OneDNNLinear.apply(x, w, None).sum().backward()
+    assert w.grad is None
+    torch.testing.assert_close(x.grad, w.sum(0).expand(4, 6))
+
+
+def test_only_fp32_cpu_linears_of_the_model_inside_the_block_take_the_onednn_path() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    with onednn_linears(model):
+        inside = model(x)
+        as_float64 = model.double()(x.double())
+        model.float()
+    outside = model(x)
+    with onednn_linears(model, enabled=False):
+        disabled = model(x)
+    assert type(inside.grad_fn).__name__ == "OneDNNLinearBackward"
+    assert "OneDNN" not in type(as_float64.grad_fn).__name__
+    assert "OneDNN" not in type(outside.grad_fn).__name__ and "OneDNN" not in type(disabled.grad_fn).__name__
+    assert all("forward" not in m.__dict__ for m in model)  # the layers are given back as they were
+    torch.testing.assert_close(inside, outside, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(monkeypatch, checkpointing) -> None:
+    calls = {"n": 0}
+    real_apply = OneDNNLinear.apply
+
+    def counting_apply(*args):
+        calls["n"] += 1
+        return real_apply(*args)
+
+    monkeypatch.setattr(onednn.OneDNNLinear, "apply", counting_apply)
+    runs = {}
+    for enabled in (False, True):
+        calls["n"] = 0
+        cfg = TrainerConfig(
+            lr=1e-2, max_seq_len=32, micro_token_budget=64, onednn_linears=enabled,
+            gradient_checkpointing=checkpointing,
+        )  # fmt: skip
+        trainer = make_trainer(model=tiny_model(5), cfg=cfg)
+        losses = [s["train/loss"] for s in trainer.train_sync(3)]
+        runs[enabled] = (losses, params_of(trainer.model), calls["n"])
+        trainer.close()
+    (off_losses, off_params, off_calls), (on_losses, on_params, on_calls) = runs[False], runs[True]
+    assert off_calls == 0 and on_calls > 0  # every layer of every micro-batch of 3 steps (and recomputes)
+    assert on_losses == pytest.approx(off_losses, rel=1e-5, abs=1e-6)
+    for name, value in on_params.items():
+        torch.testing.assert_close(value, off_params[name], rtol=1e-4, atol=1e-5)
