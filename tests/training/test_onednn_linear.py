@@ -95,3 +95,28 @@ def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(m
     assert on_losses == pytest.approx(off_losses, rel=1e-5, abs=1e-6)
     for name, value in on_params.items():
         torch.testing.assert_close(value, off_params[name], rtol=1e-4, atol=1e-5)
+
+
+def test_the_frozen_model_scorer_scores_the_same_on_either_path(monkeypatch) -> None:
+    from ludic.training.scoring import FrozenModelScorer
+
+    from .test_trainer import make_item
+
+    calls = {"n": 0}
+    real_apply = OneDNNLinear.apply
+
+    def counting_apply(*args):
+        calls["n"] += 1
+        return real_apply(*args)
+
+    monkeypatch.setattr(onednn.OneDNNLinear, "apply", counting_apply)
+    scores = {}
+    for enabled in (False, True):
+        calls["n"] = 0
+        items = [make_item(n, rid=f"r{n}") for n in (6, 9, 14)]
+        FrozenModelScorer(tiny_model(2), onednn_linears=enabled).score_items(items)
+        scores[enabled] = ([it.attachments.frozen_logps["ref_logps"] for it in items], calls["n"])
+    (off, off_calls), (on, on_calls) = scores[False], scores[True]
+    assert off_calls == 0 and on_calls > 0
+    for a, b in zip(off, on, strict=True):
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-5)

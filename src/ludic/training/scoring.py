@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ludic.training.forward import MicroBatch, micro_batch_token_logps, plan_micro_batches
+from ludic.training.onednn_linear import onednn_linears
 from ludic.training.types import SAWBatch, SAWItem
 
 ModelLike = str | Path | nn.Module
@@ -34,6 +35,8 @@ class FrozenModelScorer:
     micro_token_budget: padded tokens per forward (``max_len * count``), as ``TrainerConfig``'s.
     device / dtype: where and in what precision the frozen model runs (default: a module stays where
         it is; a directory loads on CPU in its saved dtype).
+    onednn_linears: fp32 on the CPU, run the linear layers through oneDNN (``training/onednn_linear.py``;
+        as ``TrainerConfig.onednn_linears``); log-probs equal to fp32 rounding.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class FrozenModelScorer:
         dtype: torch.dtype | str | None = None,
         pad_token_id: int = 0,
         snapshot: bool = True,
+        onednn_linears: bool = True,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"FrozenModelScorer.key must be a non-empty string, got {key!r}")
@@ -54,6 +58,7 @@ class FrozenModelScorer:
         self.key = key
         self.micro_token_budget = micro_token_budget
         self.pad_token_id = int(pad_token_id)
+        self.onednn_linears = onednn_linears
         self.model = _load_frozen(model, device=device, dtype=dtype, snapshot=snapshot)
         self.device = next(self.model.parameters()).device
 
@@ -76,7 +81,8 @@ class FrozenModelScorer:
     @torch.no_grad()
     def _score_micro_batch(self, mb: MicroBatch) -> list[tuple[int, list[float]]]:
         """(item index, its action tokens' log-probs) for one micro-batch, through the trainer's path."""
-        batch, logps = micro_batch_token_logps(self.model, mb, pad_token_id=self.pad_token_id, device=self.device)
+        with onednn_linears(self.model, self.onednn_linears):
+            batch, logps = micro_batch_token_logps(self.model, mb, pad_token_id=self.pad_token_id, device=self.device)
         mask = batch["action_mask"].bool()  # [B, T]
         logps = logps.float().cpu()
         mask = mask.cpu()
