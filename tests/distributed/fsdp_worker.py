@@ -93,9 +93,10 @@ def main() -> None:
         publisher = create_vllm_publisher(
             VLLMChatClient(base_url=args.server_url, enable_weight_updates=True), rank0_only=True
         )
+    # onednn_linears=False: the one-process run is checked against FSDP2's, which runs torch's own linears
     cfg = TrainerConfig(
         lr=1e-2, max_seq_len=24, micro_token_budget=48, max_grad_norm=1e-3, pad_token_id=0,
-        sync_every_steps=1 if publisher else 0, share_prompt_prefix=False,
+        sync_every_steps=1 if publisher else 0, share_prompt_prefix=False, onednn_linears=False,
         model_device=f"cuda:{torch.cuda.current_device()}" if args.backend == "nccl" else "cpu",
     )  # fmt: skip
     ckpt = CheckpointConfig(output_dir=args.ckpt_dir) if args.ckpt_dir else None
