@@ -54,7 +54,7 @@ def test_a_frozen_weight_gets_no_gradient_and_the_input_still_does() -> None:
 
 def test_only_fp32_cpu_linears_of_the_model_inside_the_block_take_the_onednn_path() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
-    x = torch.randn(2, 3, 8, requires_grad=True)
+    x = torch.randn(2, onednn.MIN_ROWS // 2, 8, requires_grad=True)
     with onednn_linears(model):
         inside = model(x)
         as_float64 = model.double()(x.double())
@@ -69,6 +69,26 @@ def test_only_fp32_cpu_linears_of_the_model_inside_the_block_take_the_onednn_pat
     torch.testing.assert_close(inside, outside, rtol=1e-6, atol=1e-6)
 
 
+def test_inputs_of_fewer_than_min_rows_stay_on_torchs_linear() -> None:
+    layer = torch.nn.Linear(8, 4)
+    with onednn_linears(layer):
+        few = layer(torch.randn(onednn.MIN_ROWS - 1, 8, requires_grad=True))
+        enough = layer(torch.randn(onednn.MIN_ROWS, 8, requires_grad=True))
+    assert "OneDNN" not in type(few.grad_fn).__name__
+    assert type(enough.grad_fn).__name__ == "OneDNNLinearBackward"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_weight_gradient_takes_mkl_below_the_size_where_onednn_pays_with_threads(threads) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        small, large = onednn._weight_grad_pays(512, 128, 384), onednn._weight_grad_pays(2048, 512, 1536)
+    finally:
+        torch.set_num_threads(before)
+    assert large and small == (threads == 1)
+
+
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(monkeypatch, checkpointing) -> None:
     calls = {"n": 0}
@@ -79,6 +99,7 @@ def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(m
         return real_apply(*args)
 
     monkeypatch.setattr(onednn.OneDNNLinear, "apply", counting_apply)
+    monkeypatch.setattr(onednn, "MIN_ROWS", 1)  # the tiny test batches have a few dozen rows
     runs = {}
     for enabled in (False, True):
         calls["n"] = 0
@@ -110,6 +131,7 @@ def test_the_frozen_model_scorer_scores_the_same_on_either_path(monkeypatch) -> 
         return real_apply(*args)
 
     monkeypatch.setattr(onednn.OneDNNLinear, "apply", counting_apply)
+    monkeypatch.setattr(onednn, "MIN_ROWS", 1)
     scores = {}
     for enabled in (False, True):
         calls["n"] = 0
