@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -21,6 +22,8 @@ from ludic.training.credit_assignment import EpisodicReturn
 from ludic.training.loss import ReinforceLoss
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
+
+faulthandler.enable()  # a rank that aborts (SIGABRT from C++) prints every thread's Python stack first
 
 GLOBAL_BATCH = 7  # odd on purpose: the ranks get unequal item counts
 

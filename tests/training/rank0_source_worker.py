@@ -6,6 +6,7 @@ with a Trainer whose rank-0 source raises. Each rank writes what it saw to ``OUT
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import os
 import sys
@@ -23,6 +24,8 @@ from ludic.training.distributed_batch import Rank0BatchSource
 from ludic.training.loss import ReinforceLoss
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
+
+faulthandler.enable()  # a rank that aborts (SIGABRT from C++) prints every thread's Python stack first
 
 
 def sample_item() -> SAWItem:
