@@ -28,7 +28,7 @@ from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.distributed import ClientPublisher, Rank0OnlyPublisher
 from ludic.distributed.collectives import broadcast_json
-from ludic.distributed.fsdp import FSDPConfig, init_distributed, shard_model, shutdown_distributed
+from ludic.distributed.fsdp import FSDPConfig, exit_distributed, init_distributed, shard_model
 from ludic.envs import SingleAgentEnv
 from ludic.inference import InferenceSpec, SamplingConfig, TransformersChatClient, VLLMChatClient
 from ludic.interaction import SingleAgentSyncProtocol
@@ -147,7 +147,7 @@ def main() -> None:
     if rank == 0:
         print(f"done: {trainer.step} steps on {world} ranks, reward {stats.get('train/avg_total_reward', 0):.3f}")
     trainer.close()
-    shutdown_distributed()
+    exit_distributed()  # destroys the groups, then exits without finalizing (see its docstring)
 
 
 if __name__ == "__main__":

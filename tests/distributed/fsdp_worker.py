@@ -130,9 +130,9 @@ def main() -> None:
         assert params == {}, "only rank 0 receives the gathered weights"
     trainer.close()
     if distributed:
-        from ludic.distributed.fsdp import shutdown_distributed
+        from ludic.distributed.fsdp import exit_distributed
 
-        shutdown_distributed()
+        exit_distributed()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from ludic.distributed.fsdp import shutdown_distributed
+from ludic.distributed.fsdp import exit_distributed
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import TrainerConfig
 from ludic.training.credit_assignment import EpisodicReturn
@@ -81,7 +81,7 @@ def main() -> None:
     seen.append(train_with_failing_source())
     dist.barrier()  # both ranks are still in step: every failure above reached every rank
     (out / f"rank{rank}.json").write_text(json.dumps({"seen": seen, "factory_calls": len(built)}))
-    shutdown_distributed()
+    exit_distributed()
 
 
 def train_with_failing_source() -> dict:

@@ -9,9 +9,12 @@ sharded parameters). Only PyTorch's own engine is used: ``torch.distributed`` pr
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -78,6 +81,23 @@ def shutdown_distributed() -> None:
         return
     dist.barrier()
     dist.destroy_process_group()
+
+
+def exit_distributed(code: int = 0) -> NoReturn:
+    """``shutdown_distributed()``, then end the process at once, without interpreter finalization.
+
+    Why: with gloo, a rank whose work is all done (files written, groups destroyed) can still abort while
+    the interpreter finalizes: SIGABRT, "terminate called without an active exception", with no Python
+    frame left on the stack. The process group's C++ threads outlive Python (pytorch/pytorch#179291
+    describes the mechanism), and torchrun then reports the finished run as failed. Flushing stdio and
+    logging and leaving with ``os._exit`` skips that finalization. Call it last in a torchrun script:
+    ``atexit`` handlers do not run after it.
+    """
+    shutdown_distributed()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def is_fsdp_model(model: nn.Module) -> bool:
