@@ -124,6 +124,50 @@ async def test_entries_read_ahead_are_not_consumed_until_returned(redis_server, 
     await resumed.close()
 
 
+def _xread_calls(client) -> int:
+    return int(client.info("commandstats").get("cmdstat_xread", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("url_query", ["", "?socket_timeout=5"])
+async def test_the_read_ahead_reaches_redis_before_the_batch_is_decoded(
+    redis_server, run_id, make_item, url_query, monkeypatch
+):
+    """Redis must find the next entries while this process decodes the ones just received, with or without a
+    socket timeout in the URL (under one, redis-py writes through a task of its own on Python 3.11, which
+    held the XREAD back until the decoding was over). Decoding blocks the event loop, so only a read already
+    sent can arrive while the first entry is decoded."""
+    import time
+
+    import redis
+
+    import ludic.training.batching.pipeline_batch_source as source_module
+
+    client = redis.Redis.from_url(redis_server.url)
+    seen: list[int] = []
+    decode = source_module.decode_entry
+
+    def decode_watching_redis(fields, **kw):
+        if not seen:  # the first entry: wait (blocking, as decoding does) for the read ahead to arrive
+            deadline = time.monotonic() + 2.0
+            while _xread_calls(client) < before + 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen.append(_xread_calls(client))
+        return decode(fields, **kw)
+
+    monkeypatch.setattr(source_module, "decode_entry", decode_watching_redis)
+    await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
+    source = PipelineBatchSource(redis_url=redis_server.url + url_query, run_id=run_id, batch_size=2,
+                                 version_fn=lambda: 0, block_ms=50)  # fmt: skip
+    try:
+        before = _xread_calls(client)
+        assert [it.meta["n"] for it in (await source.next_batch()).items] == [0, 1]
+        assert seen == [before + 2]  # the first read, and the read ahead sent before decoding began
+        assert [it.meta["n"] for it in (await source.next_batch()).items] == [2, 3]
+    finally:
+        await source.close()
+        client.close()
+
+
 async def test_duplicates_are_recognised_across_a_resume(redis_server, run_id, make_item):
     await _push(redis_server.url, run_id, [make_item(0)], ids=["same"])
     first = _source(redis_server, run_id, batch_size=1)

@@ -11,29 +11,30 @@ Every call retries through a lost connection (a Redis restart, a network blip) f
 ``reconnect_timeout_s`` seconds, logging each retry, and then raises.
 
 The two hot calls, ``push`` (a MULTI/EXEC of XADDs) and ``read`` (XREAD), skip redis-py's per-command
-layer: the commands are written as one RESP buffer on a connection of their own and the raw replies
-are read back (redis-py's argument packing and reply callbacks cost more per entry than Redis's own
-work; ``bench/bench_pipeline.py stream``). The rest goes through the ordinary redis-py client.
+layer: the commands are written as one RESP buffer on a connection of their own (``RespConnection``:
+replies parsed as the bytes arrive) and the raw replies are read back (redis-py's argument packing, reply
+callbacks and stream reader cost more per entry than Redis's own work; ``bench/bench_pipeline.py
+stream``). The rest goes through the ordinary redis-py client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ludic.distributed.redis_server import REDIS_EXTRA_HINT
+from ludic.training.batching.resp_connection import RedisPyConnection, RespConnection, supports
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _READ_SIZE = 1 << 20
-"""Bytes asked of the socket per read (redis-py: 64 KiB): a 64-entry XREAD of 4,096-token items is ~2.4 MB,
-taken in fewer, larger reads (pop 1.10x at 4,096 tokens, even at 512: ``bench_pipeline.py stream --against``)."""
+"""Bytes redis-py asks of the socket per read (its default: 64 KiB) on the ordinary client and on the raw
+connection of a ``rediss://`` URL (a 64-entry XREAD of 4,096-token items is ~2.4 MB)."""
 _REPLY_TIMEOUT_S = 30.0
-"""How long a reply may take where the connection sets no socket timeout (redis-py 8 sets 5 s)."""
+"""How long a write, or a reply, may take where the URL sets no socket timeout (redis-py 8 sets 5 s)."""
 
 
 def _redis_asyncio() -> Any:
@@ -62,6 +63,7 @@ class PipelineStream:
         self._unread = 0  # replies to commands sent with wait=False, read by the next exchange
         self._unconfirmed: list[tuple[bytes, int]] = []  # those commands, sent again on a new connection
         self._raw_lock = asyncio.Lock()
+        self._raw_timeout_s = _REPLY_TIMEOUT_S
 
     def _redis(self) -> Any:
         if self._client is None:
@@ -108,37 +110,50 @@ class PipelineStream:
         """
         async with self._raw_lock:
             if self._raw is None:
-                pool = self._redis().connection_pool
-                conn = pool.connection_class(**pool.connection_kwargs)
-                await conn.connect()
-                self._raw, self._unread = conn, 0
-                for sent, replies in self._unconfirmed:
-                    await conn.send_packed_command(sent, check_health=False)
-                    self._unread += replies
+                await self._open_raw()
             conn = self._raw
             try:
-                await conn.send_packed_command(payload, check_health=False)
+                await conn.send(payload)  # written before this returns: a read-ahead is on its way at once
                 if not wait:
                     self._unconfirmed.append((payload, n_replies))
                     self._unread += n_replies
                     return []
-                # one deadline for all replies, not redis-py's timer per reply (a push reads 67 of them);
-                # TimeoutError is an OSError: _call reconnects
-                async with asyncio.timeout((conn.socket_timeout or _REPLY_TIMEOUT_S) + blocks_s):
+                # one deadline for all replies (a push reads 67 of them); TimeoutError is an OSError: _call
+                # reconnects
+                async with asyncio.timeout(self._raw_timeout_s + blocks_s):
                     while self._unread:
-                        await conn.read_response(timeout=math.inf)  # an error reply raises: dropped below
+                        await conn.read_response()  # an error reply raises: dropped below
                         self._unread -= 1
                     self._unconfirmed.clear()
-                    return [await conn.read_response(timeout=math.inf) for _ in range(n_replies)]
+                    return [await conn.read_response() for _ in range(n_replies)]
             except BaseException:
                 self._raw = None
-                await conn.disconnect(nowait=True)
+                await conn.aclose()
                 raise
+
+    async def _open_raw(self) -> None:
+        """Open the raw connection (``RespConnection``; redis-py's for ``rediss://``) and send again what an
+        earlier connection may have lost."""
+        pool = self._redis().connection_pool
+        self._raw_timeout_s = pool.connection_kwargs.get("socket_timeout") or _REPLY_TIMEOUT_S
+        if supports(self.redis_url):
+            conn = await RespConnection.open(self.redis_url, timeout_s=self._raw_timeout_s)
+        else:
+            conn = await RedisPyConnection.open(pool, timeout_s=self._raw_timeout_s)
+        self._raw, self._unread = conn, 0
+        try:
+            for sent, replies in self._unconfirmed:
+                await conn.send(sent)
+                self._unread += replies
+        except BaseException:
+            self._raw = None
+            await conn.aclose()
+            raise
 
     async def _drop_connection(self) -> None:
         raw, self._raw = self._raw, None
         if raw is not None:
-            await raw.disconnect(nowait=True)
+            await raw.aclose()
         client, self._client = self._client, None
         if client is not None:
             try:
