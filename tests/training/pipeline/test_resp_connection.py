@@ -91,6 +91,29 @@ async def test_a_cancelled_wait_closes_the_connection_so_no_reply_answers_the_wr
         await _call(conn, b"PING")
 
 
+async def test_bytes_that_are_not_resp_fail_the_connection_with_a_clear_error():
+    """A server that answers garbage (a real socket on loopback, standing in for a broken Redis)."""
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"?not resp\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        conn = await RespConnection.open(f"redis://127.0.0.1:{port}/0", timeout_s=5)
+        with pytest.raises(ConnectionError, match="could not be parsed"):
+            await asyncio.wait_for(_call(conn, b"PING"), 5)
+        with pytest.raises(ConnectionError, match="could not be parsed"):
+            await conn.send(_resp(b"PING"))
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 class _UnixSocketRedis(RedisServer):
     def command(self) -> list[str]:
         return [*super().command(), "--unixsocket", str(self.data_dir / "redis.sock"), "--unixsocketperm", "700"]

@@ -50,9 +50,8 @@ class _RespProtocol(asyncio.BufferedProtocol):
         self._reader.feed(self._view, 0, nbytes)
         while self.waiting:
             try:
-                reply = self._reader.gets()
-            except Exception as exc:  # a protocol error: the stream is unusable from here on
-                self._fail(ConnectionError(f"Redis sent a reply that could not be parsed: {exc}"))
+                reply = self.next_parsed()
+            except ConnectionError:  # every waiter has been failed
                 return
             if reply is False:
                 return
@@ -60,11 +59,23 @@ class _RespProtocol(asyncio.BufferedProtocol):
             if not future.done():
                 future.set_result(reply)
 
+    def next_parsed(self) -> Any:
+        """The next reply already received in full, or False; bytes that are not RESP fail the connection."""
+        try:
+            return self._reader.gets()
+        except Exception as exc:  # a protocol error: the stream is unusable from here on
+            failure = ConnectionError(f"Redis sent a reply that could not be parsed: {exc}")
+            self._fail(failure)
+            raise failure from exc
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(ConnectionError(f"connection to Redis lost: {exc or 'closed by the server'}"))
 
     def _fail(self, exc: BaseException) -> None:
-        self.failure = exc
+        """Fail every waiting and later call with ``exc`` (the first failure is the one reported)."""
+        if self.failure is None:
+            self.failure = exc
+        exc = self.failure
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
@@ -136,7 +147,7 @@ class RespConnection:
         protocol = self._protocol
         if protocol.failure is not None:
             raise protocol.failure
-        reply = protocol._reader.gets() if not protocol.waiting else False  # already parsed and buffered
+        reply = protocol.next_parsed() if not protocol.waiting else False  # received before this call
         if reply is False:
             future = asyncio.get_running_loop().create_future()
             protocol.waiting.append(future)
