@@ -9,14 +9,13 @@ import redis
 
 from ludic.distributed.redis_server import RedisServer
 from ludic.training.batching.pipeline_stream import PipelineStream
-from ludic.training.batching.resp_connection import RespConnection, supports
+from ludic.training.batching.resp_connection import RespConnection, append_command, supports
 
 
 def _resp(*args: bytes) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        out += [b"$%d\r\n" % len(arg), arg, b"\r\n"]
-    return b"".join(out)
+    parts: list[bytes] = []
+    append_command(parts, *args)
+    return b"".join(parts)
 
 
 async def _call(conn: RespConnection, *args: bytes):

@@ -26,7 +26,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ludic.distributed.redis_server import REDIS_EXTRA_HINT
-from ludic.training.batching.resp_connection import RedisPyConnection, RespConnection, supports
+from ludic.training.batching.resp_connection import (
+    RawConnection,
+    RedisPyConnection,
+    RespConnection,
+    append_command,
+    supports,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,7 +65,7 @@ class PipelineStream:
         self.consumed_key, self.version_key = f"{prefix}:consumed", f"{prefix}:version"
         self.reconnects = 0
         self._client: Any = None
-        self._raw: Any = None  # the connection push/read/counters use, opened on first use
+        self._raw: RawConnection | None = None  # the connection push/read/counters use, opened on first use
         self._unread = 0  # replies to commands sent with wait=False, read by the next exchange
         self._unconfirmed: list[tuple[bytes, int]] = []  # those commands, sent again on a new connection
         self._raw_lock = asyncio.Lock()
@@ -167,14 +173,14 @@ class PipelineStream:
         key = self.items_key.encode()
         xadd = b"$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n" % (len(key), key)
         parts: list[bytes] = []
-        _command(parts, b"MULTI")
-        for fields in entries:  # XADD key * name value ...: _command written out, the fixed part once
+        append_command(parts, b"MULTI")
+        for fields in entries:  # XADD key * name value ...: append_command written out, the fixed part once
             parts += (b"*%d\r\n" % (3 + 2 * len(fields)), xadd)
             for name, value in fields.items():
                 name_b = name.encode() if isinstance(name, str) else name
                 parts += (b"$%d\r\n%s\r\n$%d\r\n" % (len(name_b), name_b, len(value)), value, b"\r\n")
-        _command(parts, b"INCRBY", self.pushed_key.encode(), b"%d" % len(entries))
-        _command(parts, b"EXEC")
+        append_command(parts, b"INCRBY", self.pushed_key.encode(), b"%d" % len(entries))
+        append_command(parts, b"EXEC")
         payload = b"".join(parts)
         replies = await self._call("XADD", lambda _: self._exchange(payload, len(entries) + 3))
         results = replies[-1]  # EXEC: one reply per queued command
@@ -195,7 +201,7 @@ class PipelineStream:
         is there now)."""
         block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
         parts: list[bytes] = []
-        _command(parts, b"XREAD", b"COUNT", b"%d" % count, *block, b"STREAMS", self.items_key.encode(), after.encode())
+        append_command(parts, b"XREAD", b"COUNT", b"%d" % count, *block, b"STREAMS", self.items_key.encode(), after.encode())
         payload = b"".join(parts)
         blocks_s = (block_ms or 0) / 1000
         (reply,) = await self._call("XREAD", lambda _: self._exchange(payload, 1, blocks_s=blocks_s))
@@ -229,7 +235,7 @@ class PipelineStream:
 
     async def _raw_call(self, what: str, *args: bytes, wait: bool = True) -> list[Any]:
         parts: list[bytes] = []
-        _command(parts, *args)
+        append_command(parts, *args)
         payload = b"".join(parts)
         return await self._call(what, lambda _: self._exchange(payload, 1, wait=wait))
 
@@ -241,10 +247,3 @@ class PipelineStream:
 
     async def close(self) -> None:
         await self._drop_connection()
-
-
-def _command(parts: list[bytes], *args: bytes) -> None:
-    """Append one command in RESP (an array of bulk strings) to ``parts``."""
-    parts.append(b"*%d\r\n" % len(args))
-    for arg in args:
-        parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")

@@ -2,12 +2,12 @@
 
 redis-py's asyncio connection reads through a ``StreamReader`` that pauses the socket at 128 KiB buffered
 and hands over at most 256 KiB per event-loop turn, copying each chunk twice before its parser sees it.
-An XREAD of 64 items of 4,096 tokens is a 2.4 MB reply, so the trainer spent about a millisecond per batch
-in those turns after the reply had already arrived. Here the transport reads up to 1 MiB at a time straight into one preallocated
-buffer (``asyncio.BufferedProtocol``), hiredis parses each read as it comes, and each parsed reply resolves
-the oldest waiting future (with the read-ahead's XREAD also written at once: the trainer pops 1.32x /
-1.25x as many items per second at 4,096 / 512 tokens as through redis-py's connection, ``bench/bench_pipeline.py
-stream --against``).
+An XREAD of 64 items of 4,096 tokens is a 2.4 MB reply, so the trainer spent about a millisecond per
+batch in those turns after the reply had already arrived. Here the transport reads up to 1 MiB at a time
+straight into one preallocated buffer (``asyncio.BufferedProtocol``), hiredis parses each read as it
+comes, and each parsed reply resolves the oldest waiting future. With the read-ahead's XREAD also written
+at once (``send`` never yields), the trainer pops 1.32x / 1.25x as many items per second at 4,096 / 512
+tokens as through redis-py's connection (``bench/bench_pipeline.py stream --against``).
 
 Plain TCP (``redis://``) and Unix sockets (``unix://``); the handshake is AUTH (user and password from the
 URL) and SELECT when the URL names a database other than 0. ``rediss://`` (TLS, with redis-py's many
@@ -20,10 +20,27 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-from typing import Any
+from typing import Any, Protocol
 
 _BUFFER_BYTES = 1 << 20
 """What the transport may write per read (asyncio's own transports read at most 256 KiB)."""
+
+
+class RawConnection(Protocol):
+    """What the pipeline stream needs of a connection: write RESP, read replies in order, close."""
+
+    async def send(self, payload: bytes) -> None: ...
+
+    async def read_response(self) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+
+def append_command(parts: list[bytes], *args: bytes) -> None:
+    """Append one command in RESP (an array of bulk strings) to ``parts``."""
+    parts.append(b"*%d\r\n" % len(args))
+    for arg in args:
+        parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")
 
 
 def supports(redis_url: str) -> bool:
@@ -67,6 +84,9 @@ class _RespProtocol(asyncio.BufferedProtocol):
             failure = ConnectionError(f"Redis sent a reply that could not be parsed: {exc}")
             self._fail(failure)
             raise failure from exc
+
+    def close(self) -> None:
+        self._fail(ConnectionError("connection to Redis closed by this process"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(ConnectionError(f"connection to Redis lost: {exc or 'closed by the server'}"))
@@ -126,9 +146,7 @@ class RespConnection:
             return
         parts: list[bytes] = []
         for command in commands:
-            parts.append(b"*%d\r\n" % len(command))
-            for arg in command:
-                parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+            append_command(parts, *command)
         await self.send(b"".join(parts))
         for _ in commands:
             await self.read_response()
@@ -161,9 +179,7 @@ class RespConnection:
         return reply
 
     def close(self) -> None:
-        transport = self._protocol.transport
-        if transport is not None:
-            transport.abort()
+        self._protocol.close()
 
     async def aclose(self) -> None:
         self.close()
