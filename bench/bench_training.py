@@ -7,7 +7,7 @@ Prints, for a synthetic macro-batch whose lengths are drawn uniformly between 32
 2. train-step tokens/s of the three with a tiny real Qwen2 model (forward, GRPO loss, backward,
    AdamW), interleaved, median of ``--repeats``;
 3. peak memory over forward + backward of the action tokens' log-probs from the last hidden states:
-   plain ``log_softmax(hidden @ W.T)`` vs the chunked head (``loss/head_logps.py``), and the
+   plain ``log_softmax(hidden @ W.T)`` vs the chunked head (``ludic/training/loss/head_logps.py``), and the
    chunked log-probs from full logits, on a 150k vocabulary, each in a fresh subprocess (VmHWM).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_training.py
