@@ -22,6 +22,8 @@ import collections
 import math
 from typing import Any, Protocol
 
+from ludic.distributed.redis_server import REDIS_EXTRA_HINT
+
 _BUFFER_BYTES = 1 << 20
 """What the transport may write per read (asyncio's own transports read at most 256 KiB)."""
 
@@ -116,8 +118,11 @@ class RespConnection:
 
     @classmethod
     async def open(cls, redis_url: str, *, timeout_s: float) -> RespConnection:
-        import hiredis
-        from redis.asyncio.connection import parse_url
+        try:
+            import hiredis
+            from redis.asyncio.connection import parse_url
+        except ImportError as exc:
+            raise ImportError(f"pipeline RL's Redis connection needs redis and hiredis; {REDIS_EXTRA_HINT}") from exc
 
         options = parse_url(redis_url)
         loop = asyncio.get_running_loop()
