@@ -71,7 +71,11 @@ async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[
         encode, stream_cls, source_cls = encode_item_now, PipelineStream, PipelineBatchSource
     else:
         codec, stream_mod, source_mod = mods
-        encode, stream_cls, source_cls = codec.encode_item, stream_mod.PipelineStream, source_mod.PipelineBatchSource
+        encode, stream_cls, source_cls = (
+            codec.encode_item,
+            stream_mod.PipelineStream,
+            source_mod.PipelineBatchSource,
+        )
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     item = saw_item(tokens)
     stream = stream_cls(url, run_id)
@@ -83,7 +87,8 @@ async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[
     rates = []
     for collate in (False, True):
         source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
-        await source.stream.read("$", count=1, block_ms=None)  # connected before timing, as redis-benchmark is
+        # connected before timing, as redis-benchmark is
+        await source.stream.read("$", count=1, block_ms=None)
         t0 = time.perf_counter()
         for _ in range(n // BATCH):
             batch = await source.next_batch()
@@ -141,7 +146,9 @@ def _rps(out: str) -> float:
 def bench_stream(repeats: int) -> None:
     with RedisServer() as server:
         for tokens, n in ((512, 4096), (4096, 4096)):
-            rows: dict[str, list[float]] = {k: [] for k in ("push", "pop", "pop_collate", "xadd", "xrange", "xrange_rand")}
+            rows: dict[str, list[float]] = {
+                k: [] for k in ("push", "pop", "pop_collate", "xadd", "xrange", "xrange_rand")
+            }
             size = 0
             for _ in range(repeats):  # interleaved: Ludic, then redis-benchmark, repeated
                 push, pop, pop_collate, size = asyncio.run(ludic_rates(server.url, tokens, n))
@@ -163,8 +170,8 @@ def bench_stream(repeats: int) -> None:
 
 
 def modules_at(rev: str) -> Any:
-    """The pipeline codec, stream and batch source as they were at git revision ``rev``, importable beside
-    this checkout's (written to a temporary package ``pipeline_at_rev``)."""
+    """The pipeline codec, stream and batch source (and the popped item's class) as they were at git revision
+    ``rev``, importable beside this checkout's (written to a temporary package ``pipeline_at_rev``)."""
     import importlib
     import sys
     import tempfile
@@ -175,10 +182,14 @@ def modules_at(rev: str) -> Any:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     names = ("pipeline_codec", "pipeline_stream", "pipeline_batch_source")
-    for name in names:
-        text = subprocess.run(["git", "-C", str(root), "show", f"{rev}:src/ludic/training/batching/{name}.py"],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
-        for other in names:
+    texts = {}
+    for name in (*names, "pipeline_item"):  # pipeline_item where the revision has one, else this checkout's
+        shown = subprocess.run(["git", "-C", str(root), "show", f"{rev}:src/ludic/training/batching/{name}.py"],
+                               capture_output=True, text=True, check=name in names)  # fmt: skip
+        if shown.returncode == 0:
+            texts[name] = shown.stdout
+    for name, text in texts.items():
+        for other in texts:
             text = text.replace(f"ludic.training.batching.{other}", f"pipeline_at_rev.{other}")
         (pkg / f"{name}.py").write_text(text)
     sys.path.insert(0, str(pkg.parent))
@@ -201,7 +212,10 @@ def bench_stream_against(rev: str, repeats: int) -> None:
                     rows.setdefault("redis-benchmark xadd", []).append(ref[0])
                     rows.setdefault("redis-benchmark xrange", []).append(ref[1])
             med = {k: statistics.median(v) for k, v in rows.items()}
-            print(f"{tokens:>5} tokens, medians of {repeats}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in med.items()))
+            print(
+                f"{tokens:>5} tokens, medians of {repeats}: "
+                + ", ".join(f"{k} {v:,.0f}/s" for k, v in med.items())
+            )
             print("       now / " + rev[:8] + ": " + ", ".join(
                 f"{key} {med[f'now {key}'] / med[f'{rev[:8]} {key}']:.2f}x" for key in ("push", "pop", "pop_collate")
             ), flush=True)  # fmt: skip
@@ -239,7 +253,10 @@ def bench_idle(steps: int, repeats: int, modes: list[str]) -> None:
                 seed=r, steps=steps, live=False, pipeline=mode != "sync", sft_steps=0, eval_every=0,
                 output_dir=f"runs/bench_pipeline/{mode}{r}",
             ), in_thread=mode.startswith("pipeline-thread"))))  # fmt: skip
-            print(f"  repeat {r} {mode}: idle {results[mode][-1][0]:.1%}, {results[mode][-1][1]:.3f} s/step", flush=True)
+            print(
+                f"  repeat {r} {mode}: idle {results[mode][-1][0]:.1%}, {results[mode][-1][1]:.3f} s/step",
+                flush=True,
+            )
     torch.set_num_threads(threads)
     sync_sps = statistics.median(s for _, s in results["sync"])
     for mode, runs in results.items():
@@ -301,11 +318,22 @@ def bench_multiproc(steps: int, repeats: int, actors: int) -> None:
     idle, sps = [], []
     for r in range(repeats):
         with tempfile.TemporaryDirectory(prefix="ludic-bench-multiproc-") as out:
-            cmd = [sys.executable, str(script), "--actors", str(actors), "--steps", str(steps), "--output-dir", out]
+            cmd = [
+                sys.executable,
+                str(script),
+                "--actors",
+                str(actors),
+                "--steps",
+                str(steps),
+                "--output-dir",
+                out,
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         found = pattern.search(proc.stdout)
         if proc.returncode != 0 or found is None:
-            raise RuntimeError(f"run_local.py failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}")
+            raise RuntimeError(
+                f"run_local.py failed ({proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}"
+            )
         idle.append(float(found.group(1)) / 100)
         sps.append(float(found.group(2)))
         print(f"  repeat {r}: {found.group(0)}", flush=True)
@@ -317,7 +345,9 @@ def bench_learn(seeds: list[int]) -> None:
     from ludic.quickstart.config import QuickstartConfig
     from ludic.quickstart.run import run_quickstart
 
-    print("| seed | mode | start of RL | after RL | gain | RL s/step |\n| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| seed | mode | start of RL | after RL | gain | RL s/step |\n| --- | --- | --- | --- | --- | --- |"
+    )
     gains: dict[str, list[float]] = {"sync": [], "pipeline": []}
     for seed in seeds:
         for mode in ("sync", "pipeline"):  # interleaved
@@ -338,8 +368,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40, help="idle: training steps per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--actors", type=int, default=2, help="multiproc: actor processes")
-    p.add_argument("--against", default=None, help="stream: also run the pipeline modules of this git revision")
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES[:3]), help="idle: the modes to run")
+    p.add_argument(
+        "--against", default=None, help="stream: also run the pipeline modules of this git revision"
+    )
+    p.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES[:3]), help="idle: the modes to run"
+    )
     args = p.parse_args()
     if args.part == "stream" and args.against:
         bench_stream_against(args.against, args.repeats)

@@ -144,17 +144,17 @@ async def test_the_read_ahead_reaches_redis_before_the_batch_is_decoded(
 
     client = redis.Redis.from_url(redis_server.url)
     seen: list[int] = []
-    decode = source_module.decode_entry
+    decode = source_module.decode_fields
 
-    def decode_watching_redis(fields, **kw):
+    def decode_watching_redis(fields, *args, **kw):
         if not seen:  # the first entry: wait (blocking, as decoding does) for the read ahead to arrive
             deadline = time.monotonic() + 2.0
             while _xread_calls(client) < before + 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
             seen.append(_xread_calls(client))
-        return decode(fields, **kw)
+        return decode(fields, *args, **kw)
 
-    monkeypatch.setattr(source_module, "decode_entry", decode_watching_redis)
+    monkeypatch.setattr(source_module, "decode_fields", decode_watching_redis)
     await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
     source = PipelineBatchSource(redis_url=redis_server.url + url_query, run_id=run_id, batch_size=2,
                                  version_fn=lambda: 0, block_ms=50)  # fmt: skip
@@ -214,7 +214,8 @@ async def test_a_refused_push_lands_nothing_and_the_stream_goes_on(redis_server,
     with pytest.raises(RuntimeError, match="WRONGTYPE"):
         await stream.push(entries)
     await other.delete(stream.items_key, stream.pushed_key)
-    with pytest.raises(Exception, match="wrong number of arguments"):  # refused while queueing: EXEC never runs
+    # refused while queueing: EXEC never runs
+    with pytest.raises(Exception, match="wrong number of arguments"):
         await stream.push([{"v": b"2", "run": b"x"}, {}])
     assert await other.exists(stream.items_key) == 0 and await stream.pending() == 0  # nothing landed
     ids = await stream.push(entries)

@@ -8,7 +8,13 @@ import msgpack
 import numpy as np
 import pytest
 
-from ludic.training.batching.pipeline_codec import SCHEMA_VERSION, BadEntry, decode_entry, encode_item
+from ludic.training.batching.pipeline_codec import (
+    SCHEMA_VERSION,
+    BadEntry,
+    decode_entry,
+    decode_fields,
+    encode_item,
+)
 from ludic.training.types import SAWItem
 
 
@@ -55,12 +61,31 @@ def test_bad_entries_raise_bad_entry_with_reason(mutate, reason, make_item):
     assert info.value.reason == reason
 
 
+def test_fields_as_xread_gives_them_decode_as_the_entry_does_in_any_order(make_item):
+    entry = _fields(encode_item(make_item(3, version=2), run_id="r1", item_id="abc"))
+    flat = [part for field in entry.items() for part in field]
+    want = decode_entry(entry, run_id="r1")
+    for fields in (flat, flat[2:] + flat[:2], [*flat, b"extra", b"1"]):
+        item_id, version, item = decode_fields(fields, b"r1")
+        assert (item_id, version, item) == (want.item_id, want.policy_version, want.item)
+    with pytest.raises(BadEntry, match="no 'v' field") as info:
+        decode_fields(flat[2:], b"r1")
+    assert info.value.reason == "malformed"
+    with pytest.raises(BadEntry) as info:
+        decode_fields(flat, b"r2")
+    assert info.value.reason == "foreign"
+
+
 def _body(make_item) -> dict:
     return msgpack.unpackb(encode_item(make_item(0), run_id="r1", item_id="x")["data"], raw=False)
 
 
 def _entry(body: dict) -> dict[bytes, bytes]:
-    return {b"v": str(SCHEMA_VERSION).encode(), b"run": b"r1", b"data": msgpack.packb(body, use_bin_type=True)}
+    return {
+        b"v": str(SCHEMA_VERSION).encode(),
+        b"run": b"r1",
+        b"data": msgpack.packb(body, use_bin_type=True),
+    }
 
 
 def _refused(body: dict) -> BadEntry:

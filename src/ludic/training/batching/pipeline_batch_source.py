@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ludic.training.batching.pipeline_codec import BadEntry, DecodedEntry, decode_entry
+from ludic.training.batching.pipeline_codec import BadEntry, decode_fields
 from ludic.training.batching.pipeline_stream import PipelineStream
 from ludic.training.types import SAWBatch, SAWItem
 
@@ -72,11 +72,12 @@ class PipelineBatchSource:
         self.block_ms = block_ms
         self.last_id = START
         self.consumed = 0
-        self._consumed_published: int | None = None  # the consumed count Redis holds, as last sent (None: unknown)
+        # the consumed count Redis holds, as last sent (None: unknown)
+        self._consumed_published: int | None = None
         self.counters: dict[str, int] = {"pipeline/dropped_stale": 0}
         self._recent: OrderedDict[str, None] = OrderedDict()
         self.wait_seconds = 0.0  # total time spent in next_batch
-        self._fetched: list[tuple[str, dict[bytes, bytes]]] = []  # read ahead of the cursor, not consumed
+        self._fetched: list[Any] = []  # entries read ahead of the cursor (as Redis sends them), not consumed
         self._ahead: asyncio.Task | None = None  # the read after the last fetched entry, in flight
 
     async def _trainer_version(self) -> int:
@@ -89,24 +90,20 @@ class PipelineBatchSource:
         t0 = time.perf_counter()
         version = await self._trainer_version()
         items: list[SAWItem] = []
-        versions: list[int] = []
+        staleness = 0
         while len(items) < self.batch_size:
-            for entry_id, fields in await self._entries(self.batch_size - len(items)):
-                kept = self._accept(entry_id, fields, version)
-                if kept is not None:
-                    items.append(kept.item)
-                    versions.append(kept.policy_version if kept.policy_version is not None else version)
+            staleness += self._consume(await self._entries(self.batch_size - len(items)), version, items)
         await self._publish_consumed()
         meta: dict[str, Any] = {k: float(v) for k, v in self.counters.items()}
         meta["pipeline/trainer_version"] = float(version)
-        meta["pipeline/mean_staleness"] = sum(version - v for v in versions) / len(versions)
+        meta["pipeline/mean_staleness"] = staleness / len(items)
         meta["pipeline/last_id"] = self.last_id
         waited = time.perf_counter() - t0
         self.wait_seconds += waited
         meta["pipeline/wait_seconds"] = waited
         return SAWBatch(items=items, meta=meta)
 
-    async def _entries(self, count: int) -> list[tuple[str, dict[bytes, bytes]]]:
+    async def _entries(self, count: int) -> list[Any]:
         """The next ``count`` entries after the cursor (fewer when no more came within ``block_ms``), with the
         read after them sent before they are returned."""
         if not self._fetched and self._ahead is not None:
@@ -115,11 +112,15 @@ class PipelineBatchSource:
         if not self._fetched:
             await self._publish_consumed()  # before waiting: see _publish_consumed
             after = self.last_id
-            self._fetched = await self.stream.read(after, count=max(count, self.batch_size), block_ms=self.block_ms)
+            self._fetched = await self.stream.read_entries(
+                after, count=max(count, self.batch_size), block_ms=self.block_ms
+            )
         entries, self._fetched = self._fetched[:count], self._fetched[count:]
         if entries and not self._fetched and self._ahead is None:
-            after = entries[-1][0]
-            self._ahead = asyncio.create_task(self.stream.read(after, count=self.batch_size, block_ms=None))
+            after = entries[-1][0].decode()
+            self._ahead = asyncio.create_task(
+                self.stream.read_entries(after, count=self.batch_size, block_ms=None)
+            )
             await asyncio.sleep(0)  # the task sends its XREAD now and waits for the reply
         return entries
 
@@ -141,35 +142,40 @@ class PipelineBatchSource:
             with contextlib.suppress(BaseException):
                 await ahead
 
-    def _accept(self, entry_id: str, fields: dict[bytes, bytes], version: int) -> DecodedEntry | None:
-        """Advance the cursor past one entry; the decoded entry if it is to be trained on."""
-        self.last_id = entry_id
-        self.consumed += 1
-        try:
-            decoded = decode_entry(fields, run_id=self._run)
-        except BadEntry as exc:
-            self._count(f"pipeline/skipped_{exc.reason}")
-            log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)
-            return None
-        if decoded.item_id in self._recent:
-            self._count("pipeline/skipped_duplicate")
-            log.warning("pipeline: skipped stream entry %s (duplicate of item %s)", entry_id, decoded.item_id)
-            return None
-        self._remember(decoded.item_id)
-        if decoded.policy_version is not None and version - decoded.policy_version > self.max_staleness:
-            self._count("pipeline/dropped_stale")
-            return None
-        decoded.item.meta["pipeline_entry_id"] = entry_id
-        decoded.item.meta["pipeline_item_id"] = decoded.item_id
-        return decoded
+    def _consume(self, entries: list[Any], version: int, items: list[SAWItem]) -> int:
+        """Advance the cursor past ``entries`` (``[id, fields]`` as Redis sends them), one at a time, appending
+        each to be trained on to ``items``; the sum of their staleness."""
+        recent, run, staleness = self._recent, self._run, 0
+        for raw_id, fields in entries:
+            entry_id = raw_id.decode()
+            self.last_id = entry_id
+            self.consumed += 1
+            try:
+                item_id, policy_version, item = decode_fields(fields, run)
+            except BadEntry as exc:
+                self._count(f"pipeline/skipped_{exc.reason}")
+                log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)
+                continue
+            if item_id in recent:
+                self._count("pipeline/skipped_duplicate")
+                log.warning("pipeline: skipped stream entry %s (duplicate of item %s)", entry_id, item_id)
+                continue
+            recent[item_id] = None
+            if len(recent) > RECENT_IDS_KEPT:
+                recent.popitem(last=False)
+            if policy_version is None:
+                policy_version = version
+            elif version - policy_version > self.max_staleness:
+                self._count("pipeline/dropped_stale")
+                continue
+            item.meta["pipeline_entry_id"] = entry_id
+            item.meta["pipeline_item_id"] = item_id
+            items.append(item)
+            staleness += version - policy_version
+        return staleness
 
     def _count(self, key: str) -> None:
         self.counters[key] = self.counters.get(key, 0) + 1
-
-    def _remember(self, item_id: str) -> None:
-        self._recent[item_id] = None
-        while len(self._recent) > RECENT_IDS_KEPT:
-            self._recent.popitem(last=False)
 
     # ---- checkpoint protocol (the Trainer saves/restores any batch source that has these) --------
     def state_dict(self) -> dict[str, Any]:
@@ -204,4 +210,3 @@ def _next_id(entry_id: str) -> str:
     """The smallest stream id after ``entry_id`` (``ms-seq`` -> ``ms-(seq+1)``)."""
     ms, seq = entry_id.split("-")
     return f"{ms}-{int(seq) + 1}"
-

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ _NP = {dtype: np.dtype(dtype) for dtype in _ITEMSIZE}
 _STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes under "<"
 _SPEC = {name: (dtype, _ITEMSIZE[dtype]) for name, dtype in DTYPES.items()}
 _FROZEN_SPEC = ("<f4", 4)
-_MASKS_AND_IDS = frozenset(("input_ids", "attention_mask", "action_mask"))
+_IDS_AND_MASKS = ("input_ids", "attention_mask", "action_mask")
 
 
 class BadEntry(ValueError):
@@ -107,9 +108,11 @@ def _packed(name: str, values: Any) -> list[Any]:
     dtype = DTYPES.get(name, "<f4")
     try:
         if dtype == "|u1":
-            raw: bytes | bytearray = bytearray(values)  # 0/1 each: one byte per entry (msgpack packs it as bin)
+            # 0/1 each: one byte per entry (msgpack packs it as bin)
+            raw: bytes | bytearray = bytearray(values)
         else:
-            raw = struct.pack(f"<{len(values)}{_STRUCT[dtype]}", *values)  # "<": little-endian, standard sizes
+            # "<": little-endian, standard sizes
+            raw = struct.pack(f"<{len(values)}{_STRUCT[dtype]}", *values)
     except (OverflowError, TypeError, ValueError, struct.error) as exc:
         raise ValueError(f"SAWItem {name} does not fit {dtype}: {exc}") from exc
     return [dtype, len(values), raw]
@@ -125,20 +128,37 @@ def _packable(value: Any) -> bool:
 
 def decode_entry(fields: dict[bytes, bytes], *, run_id: str | bytes) -> DecodedEntry:
     """The item in one stream entry, or BadEntry saying why not."""
+    run_b = run_id if isinstance(run_id, bytes) else run_id.encode()
+    return DecodedEntry(*_decode(*_named(fields), run_b))
+
+
+def decode_fields(fields: Sequence[bytes], run_id: bytes) -> tuple[str, int | None, PackedSAWItem]:
+    """``decode_entry`` for the entry's fields as XREAD gives them (``[name, value, ...]``), with no dict and no
+    ``DecodedEntry`` built: ``(item_id, policy_version, item)``, or BadEntry saying why not."""
+    if len(fields) == 6 and fields[0] == b"v" and fields[2] == b"run" and fields[4] == b"data":  # as encoded
+        return _decode(fields[1], fields[3], fields[5], run_id)
+    return _decode(*_named(dict(zip(fields[0::2], fields[1::2], strict=False))), run_id)
+
+
+def _named(fields: dict[bytes, bytes]) -> tuple[bytes, bytes, bytes]:
+    """``(v, run, data)``; a missing field is ``malformed``."""
     try:
-        schema, run, data = fields[b"v"], fields[b"run"], fields[b"data"]
+        return fields[b"v"], fields[b"run"], fields[b"data"]
     except KeyError as exc:
-        raise BadEntry("malformed", f"no {exc.args[0].decode()!r} field (fields: {sorted(fields)[:5]})") from None
+        missing = exc.args[0].decode()
+        raise BadEntry("malformed", f"no {missing!r} field (fields: {sorted(fields)[:5]})") from None
+
+
+def _decode(schema: bytes, run: bytes, data: bytes, run_id: bytes) -> tuple[str, int | None, PackedSAWItem]:
     if schema != _SCHEMA:
         raise BadEntry("unknown_schema", f"schema {schema[:20]!r}, this trainer reads {SCHEMA_VERSION}")
-    run_b = run_id if isinstance(run_id, bytes) else run_id.encode()
-    if run != run_b:
-        raise BadEntry("foreign", f"entry of run {run[:64]!r}, this run is {run_b.decode()!r}")
+    if run != run_id:
+        raise BadEntry("foreign", f"entry of run {run[:64]!r}, this run is {run_id.decode()!r}")
     body = _unpack(data)
     item_id, version = body.get("id"), body.get("policy_version")
     if not isinstance(item_id, str) or not (version is None or isinstance(version, int)):
         raise BadEntry("malformed", f"id {item_id!r:.40} / policy_version {version!r:.40}")
-    return DecodedEntry(item_id=item_id, policy_version=version, item=_item(body))
+    return item_id, version, _item(body)
 
 
 def _unpack(data: bytes) -> dict[str, Any]:
@@ -152,7 +172,7 @@ def _unpack(data: bytes) -> dict[str, Any]:
         raise BadEntry(reason, f"msgpack: {exc}") from exc
     except Exception as exc:  # FormatError, StackError, ...: anything else undecodable
         raise BadEntry("malformed", f"msgpack: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(body, dict):
+    if type(body) is not dict:
         raise BadEntry("malformed", f"body is a {type(body).__name__}, expected a map")
     return body
 
@@ -161,7 +181,9 @@ def _raw(tokens: dict[str, Any], name: str) -> bytes:
     """The bytes of ``tokens[name]`` after checking its dtype and that ``length`` entries fill them exactly."""
     entry, dtype = tokens.get(name), DTYPES.get(name, "<f4")
     if not isinstance(entry, list) or len(entry) != 3:
-        raise BadEntry("malformed", f"tokens[{name!r}] is {type(entry).__name__}, expected [dtype, length, bytes]")
+        raise BadEntry(
+            "malformed", f"tokens[{name!r}] is {type(entry).__name__}, expected [dtype, length, bytes]"
+        )
     got, length, raw = entry
     if got != dtype:
         raise BadEntry("malformed", f"{name} has dtype {got!r:.20}, expected {dtype!r}")
@@ -173,40 +195,32 @@ def _raw(tokens: dict[str, Any], name: str) -> bytes:
     return raw
 
 
-def _all_finite(raw: bytes, dtype: str) -> bool:
-    """NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no
-    top byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top
-    byte have |x| >= 2**127 in float32, 2**1023 in float64)."""
-    size = _ITEMSIZE[dtype]
-    top = raw[size - 1 :: size]  # little-endian: the last byte of each holds the sign and high exponent bits
-    if 0x7F not in top and 0xFF not in top:
-        return True
-    return bool(np.isfinite(np.frombuffer(raw, dtype=_NP[dtype])).all())
-
-
 def _item(body: dict[str, Any]) -> PackedSAWItem:
     tokens, weight, meta = body.get("tokens"), body.get("weight"), body.get("meta")
     if type(tokens) is not dict or type(weight) is not float or type(meta) is not dict:
-        raise BadEntry("malformed", f"tokens {type(tokens).__name__} / weight {weight!r:.40} / meta {type(meta).__name__}")
-    raws = _checked_arrays(tokens)
-    ids, attention, action = raws.get("input_ids"), raws.get("attention_mask"), raws.get("action_mask")
+        raise BadEntry("malformed", f"tokens {type(tokens).__name__} / weight {weight!r:.40} / meta {type(meta).__name__}")  # fmt: skip
+    arrays = _checked_arrays(tokens)
+    ids, attention, action = arrays.get("input_ids"), arrays.get("attention_mask"), arrays.get("action_mask")
     if ids is None or attention is None or action is None:
-        for name in ("input_ids", "attention_mask", "action_mask"):
+        for name in _IDS_AND_MASKS:
             _raw(tokens, name)  # raises, naming the missing array
     n = len(ids) // 4  # type: ignore[arg-type]
     if n == 0 or len(attention) != n or len(action) != n:  # type: ignore[arg-type]
-        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # type: ignore[arg-type]
+        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # type: ignore[arg-type]  # fmt: skip
     if attention.translate(None, b"\0\1") or action.translate(None, b"\0\1"):  # type: ignore[union-attr]
         raise BadEntry("invalid", "a mask holds values other than 0 and 1")  # anything left above is not 0/1
     if not math.isfinite(weight):
         raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
     n_action = action.count(1)  # type: ignore[union-attr]
-    floats = {name: _finite(name, raw, n_action) for name, raw in raws.items() if name not in _MASKS_AND_IDS}
-    actor, token_weights = floats.pop("actor_logps", None), floats.pop("token_weights", None)
-    frozen = {k[len(FROZEN_PREFIX) :]: np.frombuffer(*packed).tolist() for k, packed in floats.items()}
-    arrays = {"input_ids": (ids, "<i4"), "attention_mask": (attention, "|u1"), "action_mask": (action, "|u1")}
-    attachments = SampleAttachments(actor_logps=None if actor is None else PackedTokenLogps.of(actor), frozen_logps=frozen)
-    return PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments, token_weights=token_weights)
+    actor, frozen = None, {}
+    for name, raw in arrays.items():
+        if name not in _IDS_AND_MASKS:  # a per-action-token float array
+            _check_floats(name, raw, n_action)
+            if name == "actor_logps":
+                actor = PackedTokenLogps.of(raw)
+            elif name != "token_weights":
+                frozen[name[len(FROZEN_PREFIX) :]] = np.frombuffer(raw, dtype=_NP["<f4"]).tolist()
+    return PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=SampleAttachments(actor, frozen))
 
 
 def _checked_arrays(tokens: dict[Any, Any]) -> dict[str, bytes]:
@@ -217,7 +231,7 @@ def _checked_arrays(tokens: dict[Any, Any]) -> dict[str, bytes]:
         spec = _SPEC.get(name)
         if spec is None:
             if not (isinstance(name, str) and name.startswith(FROZEN_PREFIX)):
-                unknown = [k for k in tokens if not (isinstance(k, str) and (k in DTYPES or k.startswith(FROZEN_PREFIX)))]
+                unknown = [k for k in tokens if not (isinstance(k, str) and (k in DTYPES or k.startswith(FROZEN_PREFIX)))]  # fmt: skip
                 raise BadEntry("malformed", f"unknown per-token arrays {unknown[:5]}")
             spec = _FROZEN_SPEC
         if (
@@ -230,12 +244,16 @@ def _checked_arrays(tokens: dict[Any, Any]) -> dict[str, bytes]:
     return raws
 
 
-def _finite(name: str, raw: bytes, n_action: int) -> tuple[bytes, str]:
-    """A per-action-token float array: one entry per action token, all finite; ``(bytes, dtype)``."""
+def _check_floats(name: str, raw: bytes, n_action: int) -> None:
+    """Check a per-action-token float array: one entry per action token, all finite.
+
+    NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no top
+    byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top byte
+    have |x| >= 2**127 in float32, 2**1023 in float64)."""
     dtype = DTYPES.get(name, "<f4")
     size = _ITEMSIZE[dtype]
     if len(raw) != n_action * size:
-        raise BadEntry("invalid", f"{name} has {len(raw) // size} entries, action_mask marks {n_action} action tokens")
-    if not _all_finite(raw, dtype):
+        raise BadEntry("invalid", f"{name} has {len(raw) // size} entries, action_mask marks {n_action} action tokens")  # fmt: skip
+    top = raw[size - 1 :: size]  # little-endian: the last byte of each holds the sign and high exponent bits
+    if (0x7F in top or 0xFF in top) and not np.isfinite(np.frombuffer(raw, dtype=_NP[dtype])).all():
         raise BadEntry("invalid", f"{name} holds NaN or inf")
-    return raw, dtype

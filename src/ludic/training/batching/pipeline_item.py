@@ -23,41 +23,48 @@ import numpy as np
 
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
+_new = object.__new__  # no __init__: the fields are set from checked arrays
+
+
+ARRAY_DTYPES = {
+    "input_ids": "<i4", "attention_mask": "|u1", "action_mask": "|u1", "token_weights": "<f8", "token_logps": "<f4",
+}  # fmt: skip
+"""The dtype of the little-endian bytes each field is kept in until read (the stream's wire dtypes)."""
+
 
 class _ListFromArray:
-    """A data descriptor: the attribute is the list of ``arrays[name]`` (a numpy array, or ``(bytes, dtype)``
-    still packed), built on the first read."""
+    """A data descriptor: the attribute is the list of ``arrays[name]`` (bytes still packed, or a numpy array),
+    built on the first read; None where ``arrays`` has no ``name`` (an item without token weights)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name, self.slot = name, f"_list_{name}"
+        self.name, self.slot, self.dtype = name, f"_list_{name}", ARRAY_DTYPES[name]
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
         state = obj.__dict__
         if self.slot not in state:
-            value = state["_arrays"][self.name]
-            if isinstance(value, tuple):
-                raw, dtype = value
-                value = list(raw) if dtype == "|u1" else np.frombuffer(raw, dtype=dtype)
-            state[self.slot] = value if isinstance(value, list) else value.tolist()
+            value = state["_arrays"].get(self.name)
+            if type(value) is bytes:
+                value = list(value) if self.dtype == "|u1" else np.frombuffer(value, dtype=self.dtype)
+            state[self.slot] = value if value is None or isinstance(value, list) else value.tolist()
         return state[self.slot]
 
     def __set__(self, obj: Any, value: Any) -> None:  # the dataclass __init__ (replace, copies) sets lists
         obj.__dict__[self.slot] = value
 
 
-_SLOTS = {name: f"_list_{name}" for name in ("input_ids", "attention_mask", "action_mask", "token_weights", "token_logps")}
+_SLOTS = {name: f"_list_{name}" for name in ARRAY_DTYPES}
 
 
 def _packed(obj: Any, name: str) -> np.ndarray | None:
     """The numpy array behind field ``name``, unless its list was built or assigned (then None: read the list)."""
     state = obj.__dict__
-    if _SLOTS.get(name, name) in state:
+    if _SLOTS[name] in state:
         return None
     value = state["_arrays"].get(name)
-    if type(value) is tuple:
-        state["_arrays"][name] = value = np.frombuffer(value[0], dtype=value[1])
+    if type(value) is bytes:
+        state["_arrays"][name] = value = np.frombuffer(value, dtype=ARRAY_DTYPES[name])
     return value if type(value) is np.ndarray else None
 
 
@@ -71,8 +78,9 @@ class PackedTokenLogps(ActorTokenLogps):
     token_logps = _ListFromArray()  # type: ignore[assignment]
 
     @classmethod
-    def of(cls, logps: np.ndarray | tuple[bytes, str]) -> PackedTokenLogps:
-        obj = cls.__new__(cls)
+    def of(cls, logps: bytes | np.ndarray) -> PackedTokenLogps:
+        """From float32 log-probs (little-endian bytes or a numpy array) already checked."""
+        obj = _new(cls)
         obj.__dict__["_arrays"] = {"token_logps": logps}
         return obj
 
@@ -80,7 +88,11 @@ class PackedTokenLogps(ActorTokenLogps):
         return _packed(self, name)
 
     def __eq__(self, other: object) -> bool:
-        return _same_fields(self, other, ActorTokenLogps) if isinstance(other, ActorTokenLogps) else NotImplemented
+        return (
+            _same_fields(self, other, ActorTokenLogps)
+            if isinstance(other, ActorTokenLogps)
+            else NotImplemented
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -96,21 +108,17 @@ class PackedSAWItem(SAWItem):
     @classmethod
     def of(
         cls,
-        arrays: dict[str, np.ndarray | tuple[bytes, str]],
+        arrays: dict[str, bytes | np.ndarray],
         *,
         weight: float,
         meta: dict[str, Any],
         attachments: SampleAttachments,
-        token_weights: np.ndarray | tuple[bytes, str] | None = None,
     ) -> PackedSAWItem:
-        """From arrays (numpy, or ``(little-endian bytes, dtype)``) already checked as ``SAWItem.__post_init__``
-        would check the lists."""
-        obj = cls.__new__(cls)
+        """From per-token arrays already checked as ``SAWItem.__post_init__`` would check the lists: ``arrays`` maps
+        ``input_ids``, the masks and (optionally) ``token_weights`` to little-endian bytes of their
+        ``ARRAY_DTYPES`` or numpy arrays (other keys are ignored)."""
+        obj = _new(cls)
         obj.__dict__.update(_arrays=arrays, weight=weight, meta=meta, attachments=attachments)
-        if token_weights is None:
-            obj.__dict__["_list_token_weights"] = None
-        else:
-            arrays["token_weights"] = token_weights
         return obj
 
     def packed(self, name: str) -> np.ndarray | None:
