@@ -22,9 +22,12 @@ every time (as in training) and receives into warm buffers. Per repeat, interlea
 - "flat": serial, with every tensor packed into one buffer (a copy of every byte) sent as one bucket:
   one broadcast of one flat tensor between the same two processes, whose time inside the server
   (``server_receive_s``) is reported as "raw_same".
+- "shm": ``BroadcastPolicyPublisher(backend="shm").publish`` end to end (the same pause and control calls,
+  256 MB buckets, each packed by the trainer straight into a shared-memory buffer of the server's, which
+  checks and adopts it: one copy of every byte, no socket; ``ludic.inference.shared_memory``).
 - "blob": ``ClientPublisher`` over ``VLLMChatClient.sync_weights`` (safetensors, one HTTP upload).
-Medians are reported, with the serial publish's stages (trainer side and the server's own timings).
-Goal (issue 10): broadcast >= 0.3x the in-memory copy.
+Medians are reported, with the stages (trainer side and the server's own timings) of the serial publish
+and of the shm publish. Goal (issue 10): publish >= 0.3x the in-memory copy.
 Run: ``.venv/bin/python bench/bench_publish.py [--sizes 100M 25M 1M --repeats 5 --channels 1 2 4]``.
 """
 
@@ -141,7 +144,7 @@ def bench_size(label: str, repeats: int, channels: list[int], root: Path) -> Non
     dst.copy_(src)  # fault the pages in once: the copy below is memory bandwidth, not first touch
     loops = max(1, (256 << 20) // nbytes)  # back-to-back copies of >= 256 MB in all
     times: dict[str, list[float]] = {}
-    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    stages: dict[str, dict[str, list[float]]] = {v: {s: [] for s in STAGES} for v in ("serial", "shm")}
     raws = {k: RawBroadcast(nbytes, repeats + 1, k) for k in channels}
     tcp = RawSocket(nbytes, repeats + 1)
     for raw in (*raws.values(), tcp):
@@ -158,9 +161,10 @@ def bench_size(label: str, repeats: int, channels: list[int], root: Path) -> Non
         bcasts = {k: publisher(channels=k) for k in channels}
         serial = bcasts[channels[0]]  # the same server and group as its broadcast, overlap switched off
         flat = publisher(overlap=False, pack_below_bytes=1 << 62, bucket_bytes=1 << 62)  # one packed buffer
+        shm = publisher(backend="shm")
         blob = ClientPublisher(flat.client, timeout_s=600)
         for warm in (0, 1):  # set-up (group join) and both receive-buffer sets faulted in, not timed
-            for pub in (*bcasts.values(), flat):
+            for pub in (*bcasts.values(), flat, shm):
                 pub.publish(state, version=warm)
         version = 2
         for _ in range(repeats):
@@ -175,13 +179,15 @@ def bench_size(label: str, repeats: int, channels: list[int], root: Path) -> Non
             serial.overlap = False
             add(times, "serial", timed(lambda v=version: serial.publish(state, version=v + 1)))
             serial.overlap = True
-            for s in STAGES:
-                stages[s].append(serial.last_stats.get(s, 0.0))
+            add(times, "shm", timed(lambda v=version: shm.publish(state, version=v)))
+            for variant, pub in (("serial", serial), ("shm", shm)):
+                for s in STAGES:
+                    stages[variant][s].append(pub.last_stats.get(s, 0.0))
             add(times, "flat", timed(lambda v=version: flat.publish(state, version=v)))
             add(times, "raw_same", flat.last_stats["server_receive_s"])
             add(times, "blob", timed(lambda v=version: blob.publish(state, version=v + 1)))
             version += 2
-        for pub in (*bcasts.values(), flat):
+        for pub in (*bcasts.values(), flat, shm):
             pub.close()
     for raw in (*raws.values(), tcp):
         raw.close()
@@ -204,7 +210,9 @@ def add(times: dict[str, list[float]], key: str, seconds: float) -> None:
     times.setdefault(key, []).append(seconds)
 
 
-def report(label: str, params: int, nbytes: int, times: dict[str, list[float]], stages: dict[str, list[float]]) -> None:
+def report(
+    label: str, params: int, nbytes: int, times: dict[str, list[float]], stages: dict[str, dict[str, list[float]]]
+) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     limit = min(med["copy"], med["copy, 1 thread"])  # the faster way to copy these bytes: the stricter limit
     best = min(min(times["copy"]), min(times["copy, 1 thread"]))  # the copy least disturbed by other jobs
@@ -212,9 +220,10 @@ def report(label: str, params: int, nbytes: int, times: dict[str, list[float]], 
           f"median copy ({nbytes / limit / 1e9:.2f} GB/s) and x the fastest copy ({nbytes / best / 1e9:.2f} GB/s):")
     for k, t in med.items():
         print(f"      {k:<14} {nbytes / t / 1e9:6.2f} GB/s  {limit / t:.3f}x  {best / t:.3f}x")
-    parts = " | ".join(f"{s.removesuffix('_bytes')} {statistics.median(v) / 1e6:.0f} MB" if s.endswith("_bytes")
-                       else f"{s.removesuffix('_s')} {1e3 * statistics.median(v):.1f} ms" for s, v in stages.items())
-    print(f"      serial publish {1e3 * med['serial']:.1f} ms = {parts}", flush=True)
+    for variant, split in stages.items():
+        parts = " | ".join(f"{s.removesuffix('_bytes')} {statistics.median(v) / 1e6:.0f} MB" if s.endswith("_bytes")
+                           else f"{s.removesuffix('_s')} {1e3 * statistics.median(v):.1f} ms" for s, v in split.items())
+        print(f"      {variant} publish {1e3 * med[variant]:.1f} ms = {parts}", flush=True)
 
 
 def main() -> None:

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-staleness", type=int, default=1)
     p.add_argument("--prompts", type=int, default=2, help="prompts per actor batch")
     p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--publish", choices=("blob", "gloo", "shm"), default="blob",
+                   help="how the trainer sends weights to the server (run_trainer.py --publish)")
     args = p.parse_args(argv)
     model_dir = args.model_dir
     if model_dir is None:
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                 ))  # fmt: skip
             trainer = subprocess.run(
                 [sys.executable, str(HERE / "run_trainer.py"), *common, "--steps", str(args.steps),
-                 "--batch-size", str(batch), "--output-dir", args.output_dir, "--resume"], env=env,
+                 "--batch-size", str(batch), "--output-dir", args.output_dir, "--resume",
+                 "--publish", args.publish], env=env,
             )  # fmt: skip
             return trainer.returncode
         finally:

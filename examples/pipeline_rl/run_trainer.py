@@ -19,10 +19,12 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM
 
-from ludic.distributed import ClientPublisher
+from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
 from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher
 from ludic.training.types import SAWBatch
+
+PUBLISH_MODES = ("blob", "gloo", "shm")
 
 
 class AuditedSource:
@@ -56,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-id", required=True)
     p.add_argument("--model-dir", required=True)
     p.add_argument("--server-url", default=None, help="publish weights to this Ludic server")
+    p.add_argument("--publish", choices=PUBLISH_MODES, default="blob",
+                   help="how weights reach the server: one safetensors upload (blob), vLLM's weight-transfer "
+                        "routes over gloo, or over shared memory (shm: the server on this host)")  # fmt: skip
     p.add_argument("--output-dir", default="runs/pipeline")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=64, help="items per step")
@@ -77,7 +82,11 @@ def build_trainer(args: argparse.Namespace) -> Trainer:
     if args.server_url:
         from ludic.inference import VLLMChatClient
 
-        inner = ClientPublisher(VLLMChatClient(base_url=args.server_url, enable_weight_updates=True))
+        client = VLLMChatClient(base_url=args.server_url, enable_weight_updates=True)
+        if args.publish == "blob":
+            inner = ClientPublisher(client)
+        else:
+            inner = BroadcastPolicyPublisher(client, backend=args.publish)
     model = AutoModelForCausalLM.from_pretrained(args.model_dir)
     trainer = Trainer(
         model=model,

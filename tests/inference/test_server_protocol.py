@@ -73,7 +73,8 @@ def test_completions_payload_has_vllms_field_names(server):
 
 def test_state_changing_routes_need_the_bearer_token(server):
     assert httpx.get(server + "/health").status_code == 200
-    for path in ("/v1/completions", "/ludic/update_weights_blob", "/start_weight_update", "/update_weights"):
+    for path in ("/v1/completions", "/ludic/update_weights_blob", "/start_weight_update", "/update_weights",
+                 "/init_weight_transfer_engine", "/ludic/reserve_weight_buffer"):
         reply = httpx.post(server + path, json={})
         assert reply.status_code == 401, path
         assert "bearer token" in reply.json()["error"]["message"]

@@ -12,6 +12,10 @@ packed into the other of two reused buffers (``overlap``). A dead server or a lo
 Around the update the server is paused (``POST /pause?mode=keep`` ... ``POST /resume``, vLLM's
 async-RL recipe): requests in flight freeze and continue with the new weights afterwards.
 
+``backend="shm"`` (Ludic's server on the same host only): no collective; for each call the server
+reserves one of its shared-memory receive buffers (``POST /ludic/reserve_weight_buffer``) and every
+tensor is packed straight into it, one copy in all (``ludic.inference.shared_memory``).
+
 ``publish`` takes any Mapping or iterable of ``(name, tensor)`` pairs and walks it lazily, so a
 caller can gather one layer at a time (FSDP) without holding the whole model twice. Large tensors are
 sent from their own memory while later ones are read, so a tensor, once yielded, must not be written
@@ -20,7 +24,7 @@ to until ``publish`` returns (yield fresh tensors, not one reused buffer).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from time import perf_counter
@@ -29,13 +33,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ludic.distributed.shared_buffers import PeerBuffers
+from ludic.distributed.weight_buckets import WeightSource, buckets, named_tensors
 from ludic.inference._http import RequestRefused
 from ludic.inference.pause import check_mode
 from ludic.inference.process_group import broadcast_all, check_channels, create_group, free_port
+from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.vllm_client import VLLMChatClient
 from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, packed_size, update_info
-
-WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
 
 
 def single_threaded_executor(name: str) -> ThreadPoolExecutor:
@@ -49,34 +54,12 @@ class PublishError(RuntimeError):
     """A publish did not complete; the server keeps serving its previous weights and version."""
 
 
-def named_tensors(source: WeightSource) -> Iterator[tuple[str, Tensor]]:
-    pairs = source.items() if isinstance(source, Mapping) else source
-    for name, tensor in pairs:
-        if not isinstance(tensor, Tensor):
-            raise TypeError(f"publish: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
-        yield name, tensor
-
-
-def buckets(pairs: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
-    """Consecutive groups of tensors of at most ``bucket_bytes`` (a larger tensor travels alone)."""
-    bucket: list[tuple[str, Tensor]] = []
-    size = 0
-    for name, tensor in pairs:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
-
-
 class BroadcastPolicyPublisher:
     """PolicyPublisher over vLLM's weight-transfer API; ``client`` is a ``VLLMChatClient`` (URL, token).
 
     master_address/master_port: where this trainer (rank 0) hosts the rendezvous (port 0 = any free
-    port); the server must reach it. backend: "gloo" or "nccl" (default: nccl when CUDA is up).
+    port); the server must reach it. backend: "gloo" or "nccl" (default: nccl when CUDA is up), or
+    "shm": shared memory with Ludic's server on this host (no process group; master_* unused).
     packed: pack the tensors below ``pack_below_bytes`` (default 1 MiB; 0: none) into one buffer per
     bucket; False: one broadcast per tensor for all of them.
     pause_mode: how the server pauses during the update ("keep", "wait", "abort"; None: no pause).
@@ -111,11 +94,13 @@ class BroadcastPolicyPublisher:
         self.client = client
         self.master_address, self.master_port = master_address, master_port
         self.backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if self.backend not in ("gloo", "nccl", SHARED_MEMORY_BACKEND):
+            raise ValueError(f"backend must be 'gloo', 'nccl' or 'shm', got {self.backend!r}")
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
         self.bucket_bytes, self.packed, self.timeout_s = bucket_bytes, packed, timeout_s
         self.pack_below_bytes = pack_below_bytes
         self.pause_mode, self.overlap = pause_mode, overlap
-        self.channels = check_channels(channels, self.backend)
+        self.channels = check_channels(channels, "nccl" if self.backend == SHARED_MEMORY_BACKEND else self.backend)
         self._group: Any = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
@@ -152,10 +137,10 @@ class BroadcastPolicyPublisher:
             in_flight: tuple[Future, Future] | None = None
             calls = (c for b in buckets(named_tensors(state_dict), self.bucket_bytes) for c in self._split(b))
             for i, (call, packed) in enumerate(calls):
-                payload, metas = self._lay_out(call, packed, slot=i % 2 if self.overlap else 0)
+                payload, info = self._lay_out(call, packed, slot=i % 2 if self.overlap else 0)
                 if in_flight is not None:  # call i was laid out while call i-1 was on the wire
                     self._wait(in_flight)
-                in_flight = self._send(payload, metas, packed)
+                in_flight = self._send(payload, info)
                 if not self.overlap:
                     self._wait(in_flight)
                     in_flight = None
@@ -165,6 +150,8 @@ class BroadcastPolicyPublisher:
                 self._wait(in_flight)
             if count == 0:
                 raise ValueError("publish got no tensors")
+            if isinstance(self._group, PeerBuffers):
+                self._group.end_publish()
         except Exception as exc:
             self._reset()  # a collective that stopped midway cannot be trusted again
             if isinstance(exc, PublishError):
@@ -195,6 +182,14 @@ class BroadcastPolicyPublisher:
 
     def _ensure_group(self) -> None:
         if self._group is not None:
+            return
+        if self.backend == SHARED_MEMORY_BACKEND:
+            try:
+                self._post("/init_weight_transfer_engine", {"init_info": {"backend": SHARED_MEMORY_BACKEND}})
+                self._group, self._expected = PeerBuffers(), self._weight_info()
+            except Exception as exc:
+                self._reset()
+                raise PublishError(f"could not set up the shared-memory weight transfer: {exc}") from exc
             return
         port = self.master_port or free_port(self.master_address)
         try:
@@ -235,6 +230,9 @@ class BroadcastPolicyPublisher:
 
     def _split(self, bucket: list[tuple[str, Tensor]]) -> Iterator[tuple[list[tuple[str, Tensor]], bool]]:
         """The bucket as ``(tensors, packed)`` calls: the small tensors packed, the large ones as they are."""
+        if self.backend == SHARED_MEMORY_BACKEND:  # every tensor is copied into the server's buffer once anyway
+            yield bucket, True
+            return
         limit = self.pack_below_bytes if self.packed else 0
         small = [(n, t) for n, t in bucket if t.numel() * t.element_size() < limit]
         large = [(n, t) for n, t in bucket if t.numel() * t.element_size() >= limit]
@@ -242,15 +240,25 @@ class BroadcastPolicyPublisher:
 
     def _lay_out(
         self, bucket: list[tuple[str, Tensor]], packed: bool, slot: int
-    ) -> tuple[list[Tensor], list[TensorMeta]]:
-        """The call checked and laid out for the wire: one packed buffer (reused), or its tensors."""
+    ) -> tuple[list[Tensor], dict[str, Any]]:
+        """The call checked and laid out: what to broadcast (one packed buffer, reused, or the tensors; shm:
+        nothing, the tensors are packed into the server's buffer) and its ``update_info``."""
         t0 = perf_counter()
         metas = [TensorMeta.of(name, t) for name, t in bucket]
         try:
             self._check(metas)
         except ValueError as exc:
             raise PublishError(f"{exc}; nothing of this update was applied") from exc
+        info = update_info(metas, packed=packed)
         tensors = [t.detach().to(self.device) for _, t in bucket]
+        if isinstance(self._group, PeerBuffers):
+            self._times["publish_pack_s"] += perf_counter() - t0
+            reservation = self._control("/ludic/reserve_weight_buffer", {"update_info": info})
+            t0 = perf_counter()
+            view = self._group.view(reservation, packed_size(metas))
+            self._packer.submit(pack, tensors, self.device, out=view).result()
+            self._times["publish_pack_s"] += perf_counter() - t0
+            return [], info | {"shm_buffer": reservation["buffer"]}
         if packed:
             size, buffer = packed_size(metas), self._buffers[slot]
             if buffer is None or buffer.numel() < size:
@@ -260,12 +268,12 @@ class BroadcastPolicyPublisher:
         else:
             payload = [t.contiguous() for t in tensors]
         self._times["publish_pack_s"] += perf_counter() - t0
-        return payload, metas
+        return payload, info
 
-    def _send(self, payload: list[Tensor], metas: list[TensorMeta], packed: bool) -> tuple[Future, Future]:
-        """Broadcast ``payload`` and tell the server to receive it, both on worker threads."""
+    def _send(self, payload: list[Tensor], info: dict[str, Any]) -> tuple[Future, Future]:
+        """Broadcast ``payload`` (if any) and tell the server to receive it, both on worker threads."""
         sending = self._pool.submit(self._broadcast_all, payload)
-        posting = self._pool.submit(self._post, "/update_weights", {"update_info": update_info(metas, packed=packed)})
+        posting = self._pool.submit(self._post, "/update_weights", {"update_info": info})
         return sending, posting
 
     def _wait(self, in_flight: tuple[Future, Future]) -> None:

@@ -6,7 +6,9 @@ trainer broadcasts meanwhile), ``POST /finish_weight_update {"weight_version"}``
 /get_world_size``, ``GET /weight_info``, and ``POST /pause?mode=abort|wait|keep``, ``POST /resume``,
 ``GET /is_paused`` (``ludic.inference.pause``). The data plane work runs on worker threads so
 generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` takes a safetensors blob instead
-(no collective needed), bounded by the model's own size.
+(no collective needed), bounded by the model's own size. Ludic's same-host data plane (``init_info
+{"backend": "shm"}``, ``ludic.inference.shared_memory``) adds ``POST /ludic/reserve_weight_buffer
+{"update_info"}``: a shared buffer for the trainer to write that call's tensors into.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from aiohttp import web
 
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
 from ludic.inference.pause import PAUSE_MODES
-from ludic.inference.weight_receiver import InitInfo, WeightReceiver
+from ludic.inference.weight_receiver import InitInfo, WeightReceiver, parse_init_info
 from ludic.inference.weights import weight_info as model_weight_info
 
 RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
@@ -32,9 +34,17 @@ async def _json_field(request: web.Request, field: str) -> Any:
 
 
 async def init_weight_transfer_engine(request: web.Request) -> web.Response:
-    info = InitInfo.parse(await _json_field(request, "init_info"))
+    info = parse_init_info(await _json_field(request, "init_info"))
     await asyncio.to_thread(request.app[RECEIVER_KEY].init, info)
+    if not isinstance(info, InitInfo):
+        return web.json_response({"status": "ok", "backend": "shm"})
     return web.json_response({"status": "ok", "rank": info.rank_offset, "world_size": info.world_size})
+
+
+async def reserve_weight_buffer(request: web.Request) -> web.Response:
+    """Ludic's shared-memory data plane: where the trainer writes this ``update_info``'s packed tensors."""
+    info = await _json_field(request, "update_info")
+    return web.json_response(await asyncio.to_thread(request.app[RECEIVER_KEY].reserve, info))
 
 
 async def start_weight_update(request: web.Request) -> web.Response:
@@ -139,6 +149,7 @@ def add_weight_routes(app: web.Application) -> None:
     app.router.add_get("/get_world_size", get_world_size)
     app.router.add_get("/weight_info", weight_info)
     app.router.add_post("/ludic/update_weights_blob", update_weights_blob)
+    app.router.add_post("/ludic/reserve_weight_buffer", reserve_weight_buffer)
     app.router.add_post("/pause", pause)
     app.router.add_post("/resume", resume)
     app.router.add_get("/is_paused", is_paused)

@@ -24,7 +24,8 @@ def create_vllm_publisher(
     transport: "broadcast" (``BroadcastPolicyPublisher``: vLLM's weight-transfer routes, tensors
     over gloo/NCCL; works with ``vllm serve`` and Ludic's server) or "blob" (one safetensors upload
     to Ludic's ``/ludic/update_weights_blob``; Ludic's server only). ``broadcast_kwargs`` go to
-    ``BroadcastPolicyPublisher`` (master_address, master_port, backend, bucket_bytes, packed, pause_mode).
+    ``BroadcastPolicyPublisher`` (master_address, master_port, backend: "gloo", "nccl", or "shm" for Ludic's
+    server on the same host; bucket_bytes, packed, pause_mode).
     probe: a ``SyncProbe`` checked after every publish (``ProbeCheckedPublisher``).
     """
     if transport not in TRANSPORTS:

@@ -1,0 +1,47 @@
+"""The trainer's side of the shared-memory data plane: the server's buffers, mapped once and reused.
+
+The server hands out one buffer per ``/update_weights`` call (``ludic.inference.shared_memory``), and a
+steady run alternates between the same two sets, so mappings are kept by ``(server pid, buffer id)``
+and dropped once two publishes in a row did not use them (the server has dropped them too by then).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from ludic.inference.shared_memory import map_peer_buffer
+
+
+class PeerBuffers:
+    """Mappings of one server's shared weight buffers, by ``(pid, buffer id)``."""
+
+    def __init__(self) -> None:
+        self._maps: dict[tuple[int, int], Tensor] = {}
+        self._used: set[tuple[int, int]] = set()
+        self._used_before: set[tuple[int, int]] = set()
+
+    def view(self, reservation: dict[str, Any], nbytes: int) -> Tensor:
+        """The first ``nbytes`` of the buffer a ``/ludic/reserve_weight_buffer`` reply names, writable."""
+        try:
+            key = (int(reservation["pid"]), int(reservation["buffer"]))
+            fd, file_bytes = int(reservation["fd"]), int(reservation["file_bytes"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RuntimeError(f"the server's buffer reservation is malformed: {reservation!r:.200}") from exc
+        if file_bytes < nbytes:
+            raise RuntimeError(f"the server reserved {file_bytes} bytes for a call of {nbytes}")
+        mapped = self._maps.get(key)
+        if mapped is None or mapped.numel() != file_bytes:
+            mapped = self._maps[key] = map_peer_buffer(key[0], fd, file_bytes)
+        self._used.add(key)
+        return mapped[:nbytes]
+
+    def end_publish(self) -> None:
+        """Unmap the buffers neither this publish nor the one before it wrote."""
+        keep = self._used | self._used_before
+        self._maps = {key: mapped for key, mapped in self._maps.items() if key in keep}
+        self._used_before, self._used = self._used, set()
+
+    def __len__(self) -> int:
+        return len(self._maps)

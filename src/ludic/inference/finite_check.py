@@ -1,0 +1,62 @@
+"""The NaN/inf check of a weight update's tensors: begun as each call arrives, finished by whoever waits.
+
+A background thread (one OpenMP thread: it runs beside the next call's transfer) checks tensors in the
+order they arrive. ``first_bad`` then checks whatever is still queued on the calling thread as well, so
+the tail left once the last call has arrived runs on two cores instead of one, and only then waits for
+the tensor the background thread is on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from ludic.inference.weights import first_non_finite
+
+
+class FiniteCheck:
+    """One update's check; ``executor`` runs the background part (a one-worker pool shared across updates)."""
+
+    def __init__(self, executor: ThreadPoolExecutor) -> None:
+        self._executor = executor
+        self._queue: deque[tuple[int, str, torch.Tensor]] = deque()
+        self._lock = threading.Lock()
+        self._added = 0
+        self._bad: list[tuple[int, str]] = []
+        self._background: list[Future[None]] = []
+        self.seconds = 0.0  # spent checking, on either thread
+
+    def add(self, tensors: dict[str, torch.Tensor]) -> None:
+        with self._lock:
+            self._queue.extend((self._added + i, name, t) for i, (name, t) in enumerate(tensors.items()))
+            self._added += len(tensors)
+        self._background.append(self._executor.submit(self._drain))
+
+    def first_bad(self) -> str | None:
+        """The first tensor (in arrival order) holding NaN or inf, or None, once every tensor is checked."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # this thread's own OpenMP setting: two checks on two cores, not three threads
+        try:
+            self._drain()
+        finally:
+            torch.set_num_threads(threads)
+        for done in self._background:
+            done.result()
+        return min(self._bad)[1] if self._bad else None
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return
+                index, name, tensor = self._queue.popleft()
+            t0 = time.perf_counter()
+            bad = first_non_finite({name: tensor}) is not None
+            with self._lock:
+                self.seconds += time.perf_counter() - t0
+                if bad:
+                    self._bad.append((index, name))

@@ -1,0 +1,54 @@
+"""FiniteCheck: an update's NaN/inf check, begun in the background per call and finished by the waiter."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from ludic.inference.finite_check import FiniteCheck
+
+
+def tensors(prefix: str, n: int) -> dict[str, torch.Tensor]:
+    return {f"{prefix}{i}": torch.randn(256, 64) for i in range(n)}
+
+
+def test_every_tensor_is_checked_and_the_first_bad_one_in_arrival_order_is_named():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        check = FiniteCheck(pool)
+        first, second = tensors("a", 5), tensors("b", 5)
+        first["a3"][7, 7] = float("inf")
+        second["b1"][0, 0] = float("nan")
+        check.add(second)  # arrives first
+        check.add(first)
+        assert check.first_bad() == "b1"
+        assert check.seconds > 0
+
+
+def test_a_clean_update_passes():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        check = FiniteCheck(pool)
+        check.add(tensors("a", 4))
+        check.add(tensors("b", 4))
+        assert check.first_bad() is None
+
+
+def test_the_waiter_checks_what_the_background_thread_has_not_reached():
+    """The background worker is held up: first_bad checks the whole queue on its own thread and finds the NaN."""
+    release = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(release.wait)  # the worker is busy until released
+        check = FiniteCheck(pool)
+        update = tensors("w", 6)
+        update["w5"][1, 2] = float("nan")
+        check.add(update)
+        result: list[str | None] = []
+        waiter = threading.Thread(target=lambda: result.append(check.first_bad()))
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive()  # it waits for the background task queued behind the blocker...
+        assert check.seconds > 0  # ...after checking the queue itself (the worker has not started)
+        release.set()
+        waiter.join(timeout=10)
+        assert result == ["w5"]
