@@ -124,8 +124,12 @@ async def test_entries_read_ahead_are_not_consumed_until_returned(redis_server, 
     await resumed.close()
 
 
+def _calls(client, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
 def _xread_calls(client) -> int:
-    return int(client.info("commandstats").get("cmdstat_xread", {}).get("calls", 0))
+    return _calls(client, "xread")
 
 
 @pytest.mark.parametrize("url_query", ["", "?socket_timeout=5"])
@@ -163,6 +167,47 @@ async def test_the_read_ahead_reaches_redis_before_the_batch_is_decoded(
         assert [it.meta["n"] for it in (await source.next_batch()).items] == [0, 1]
         assert seen == [before + 2]  # the first read, and the read ahead sent before decoding began
         assert [it.meta["n"] for it in (await source.next_batch()).items] == [2, 3]
+    finally:
+        await source.close()
+        client.close()
+
+
+async def test_the_read_ahead_carries_the_consumed_count_of_the_entries_it_follows(
+    redis_server, run_id, make_item, monkeypatch
+):
+    """The SET of the consumed count goes out with the read-ahead, counting the entries being decoded (the
+    batch takes them all), so a batch ends with nothing left to send; and actors never see it lag a batch."""
+    import time
+
+    import redis
+
+    import ludic.training.batching.pipeline_batch_source as source_module
+
+    client = redis.Redis.from_url(redis_server.url)
+    source = _source(redis_server, run_id, batch_size=2)
+    seen: list[int] = []
+    decode = source_module.decode_fields
+
+    def decode_reading_consumed(fields, *args, **kw):
+        """Wait (blocking, as decoding does) for a count covering this entry; only one already sent arrives."""
+        deadline = time.monotonic() + 2.0
+        while (
+            int(client.get(source.stream.consumed_key) or 0) < source.consumed and time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
+        seen.append(int(client.get(source.stream.consumed_key) or 0))
+        return decode(fields, *args, **kw)
+
+    monkeypatch.setattr(source_module, "decode_fields", decode_reading_consumed)
+    await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
+    sets_before = _calls(client, "set")
+    try:
+        await source.next_batch()
+        await source.next_batch()
+        assert seen == [2, 2, 4, 4]  # published before the entries were decoded
+        # 0 before the first (blocking) read, then one per batch: none sent again at the end of a batch
+        assert _calls(client, "set") - sets_before == 3
+        assert await source.stream.pending() == 0
     finally:
         await source.close()
         client.close()

@@ -118,10 +118,10 @@ class PipelineBatchSource:
         entries, self._fetched = self._fetched[:count], self._fetched[count:]
         if entries and not self._fetched and self._ahead is None:
             after = entries[-1][0].decode()
-            self._ahead = asyncio.create_task(
-                self.stream.read_entries(after, count=self.batch_size, block_ms=None)
-            )
-            await asyncio.sleep(0)  # the task sends its XREAD now and waits for the reply
+            consumed = self.consumed + len(entries)  # once these are consumed: see _publish_consumed
+            read = self.stream.read_entries(after, count=self.batch_size, block_ms=None, consumed=consumed)
+            self._ahead, self._consumed_published = asyncio.create_task(read), consumed
+            await asyncio.sleep(0)  # the task sends its SET and XREAD now and waits for the replies
         return entries
 
     async def _publish_consumed(self) -> None:
@@ -130,7 +130,9 @@ class PipelineBatchSource:
         Sent after each batch and before each blocking read: a trainer one batch short (its stale items
         dropped) that waited without saying what it had read would leave actors counting those entries as
         queued and holding back, each side waiting for the other. The SET's reply is read with the next
-        command."""
+        command. The read-ahead carries the count as it will be once the entries just handed out are
+        consumed (``next_batch`` consumes every entry it takes), so after a batch there is usually
+        nothing left to send."""
         if self.consumed != self._consumed_published:
             await self.stream.set_consumed(self.consumed, wait=False)
             self._consumed_published = self.consumed
