@@ -11,6 +11,7 @@ import pytest
 from ludic.training.batching.pipeline_codec import (
     SCHEMA_VERSION,
     BadEntry,
+    _ones,
     decode_entry,
     decode_fields,
     encode_item,
@@ -148,6 +149,35 @@ def test_inconsistent_lengths_masks_and_floats_are_invalid(make_item):
     body = _body(make_item)
     body["weight"] = float("inf")
     assert _refused(body).reason == "invalid"
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [[1, 1, 1], [0, 0, 1], [0, 1, 0, 1], [1, 1, 0], [0, 0, 0], [], [1] * 70_000, [0] * 70_000 + [1] * 3],
+)
+def test_ones_counts_the_ones_of_any_mask_of_0s_and_1s(mask):
+    assert _ones(bytes(mask)) == sum(mask)
+
+
+@pytest.mark.parametrize(
+    "mask", [[0, 2, 1], [0, 1, 2], [2], [1, 1, 255], [1, 0, 7], [0] * 70_000 + [1, 3], [1] * 70_000 + [2]]
+)
+def test_ones_refuses_a_mask_holding_anything_but_0s_and_1s(mask):
+    assert _ones(bytes(mask)) == -1
+
+
+def test_masks_of_any_layout_round_trip_and_a_bad_byte_anywhere_is_invalid(make_item):
+    item = make_item(0)  # 5 tokens, the last 2 actions
+    item.action_mask, item.attention_mask = [0, 1, 0, 1, 0], [1, 1, 1, 1, 0]  # two turns; a padded end
+    decoded = decode_entry(_fields(encode_item(item, run_id="r1", item_id="x")), run_id="r1").item
+    assert decoded.action_mask == [0, 1, 0, 1, 0] and decoded.attention_mask == [1, 1, 1, 1, 0]
+    assert decoded.num_action_tokens == 2
+    for at in range(5):
+        body = _body(make_item)
+        action = bytearray(body["tokens"]["action_mask"][2])
+        action[at] = 2
+        body["tokens"]["action_mask"][2] = bytes(action)
+        assert _refused(body).reason == "invalid", at
 
 
 def test_schema_1_entries_are_refused_as_unknown_schema(make_item):

@@ -44,7 +44,10 @@ _NP = {dtype: np.dtype(dtype) for dtype in _ITEMSIZE}
 _STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes under "<"
 _SPEC = {name: (dtype, _ITEMSIZE[dtype]) for name, dtype in DTYPES.items()}
 _FROZEN_SPEC = ("<f4", 4)
-_IDS_AND_MASKS = ("input_ids", "attention_mask", "action_mask")
+_IDS_AND_MASKS = frozenset(("input_ids", "attention_mask", "action_mask"))
+_STEP_HALF = 1 << 16
+_STEP = bytes(_STEP_HALF) + b"\1" * _STEP_HALF
+"""64 Ki zeros, then 64 Ki ones: a mask of zeros then ones is the slice starting as many zeros before the middle."""
 
 
 class BadEntry(ValueError):
@@ -202,16 +205,16 @@ def _item(body: dict[str, Any]) -> PackedSAWItem:
     arrays = _checked_arrays(tokens)
     ids, attention, action = arrays.get("input_ids"), arrays.get("attention_mask"), arrays.get("action_mask")
     if ids is None or attention is None or action is None:
-        for name in _IDS_AND_MASKS:
+        for name in ("input_ids", "attention_mask", "action_mask"):
             _raw(tokens, name)  # raises, naming the missing array
     n = len(ids) // 4  # type: ignore[arg-type]
     if n == 0 or len(attention) != n or len(action) != n:  # type: ignore[arg-type]
         raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # type: ignore[arg-type]  # fmt: skip
-    if attention.translate(None, b"\0\1") or action.translate(None, b"\0\1"):  # type: ignore[union-attr]
-        raise BadEntry("invalid", "a mask holds values other than 0 and 1")  # anything left above is not 0/1
+    n_action = _ones(action)  # type: ignore[arg-type]
+    if n_action < 0 or _ones(attention) < 0:  # type: ignore[arg-type]
+        raise BadEntry("invalid", "a mask holds values other than 0 and 1")
     if not math.isfinite(weight):
         raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
-    n_action = action.count(1)  # type: ignore[union-attr]
     actor, frozen = None, {}
     for name, raw in arrays.items():
         if name not in _IDS_AND_MASKS:  # a per-action-token float array
@@ -244,14 +247,25 @@ def _checked_arrays(tokens: dict[Any, Any]) -> dict[str, bytes]:
     return raws
 
 
+def _ones(mask: bytes) -> int:
+    """How many bytes of ``mask`` are 1, or -1 when one is neither 0 nor 1. The usual mask, zeros then ones (a
+    prompt, then its completion; or all ones), is recognised by one comparison with a slice of ``_STEP``
+    (memcmp, no copy); any other is scanned twice (``translate`` deletes the 0s and 1s: anything left is
+    neither; then ``count``)."""
+    first = mask.find(1)
+    ones = len(mask) - first
+    if 0 <= first <= _STEP_HALF and ones <= _STEP_HALF and _STEP.startswith(mask, _STEP_HALF - first):
+        return ones
+    return -1 if mask.translate(None, b"\0\1") else mask.count(1)
+
+
 def _check_floats(name: str, raw: bytes, n_action: int) -> None:
     """Check a per-action-token float array: one entry per action token, all finite.
 
     NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no top
     byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top byte
     have |x| >= 2**127 in float32, 2**1023 in float64)."""
-    dtype = DTYPES.get(name, "<f4")
-    size = _ITEMSIZE[dtype]
+    dtype, size = _SPEC.get(name, _FROZEN_SPEC)
     if len(raw) != n_action * size:
         raise BadEntry("invalid", f"{name} has {len(raw) // size} entries, action_mask marks {n_action} action tokens")  # fmt: skip
     top = raw[size - 1 :: size]  # little-endian: the last byte of each holds the sign and high exponent bits

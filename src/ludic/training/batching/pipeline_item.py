@@ -118,7 +118,7 @@ class PackedSAWItem(SAWItem):
         ``input_ids``, the masks and (optionally) ``token_weights`` to little-endian bytes of their
         ``ARRAY_DTYPES`` or numpy arrays (other keys are ignored)."""
         obj = _new(cls)
-        obj.__dict__.update(_arrays=arrays, weight=weight, meta=meta, attachments=attachments)
+        obj.__dict__ = {"_arrays": arrays, "weight": weight, "meta": meta, "attachments": attachments}
         return obj
 
     def packed(self, name: str) -> np.ndarray | None:
