@@ -52,3 +52,19 @@ def test_the_waiter_checks_what_the_background_thread_has_not_reached():
         release.set()
         waiter.join(timeout=10)
         assert result == ["w5"]
+
+
+def test_calls_queued_without_background_wait_for_start_background_or_the_waiter():
+    """Shared memory: a call is checked once the next one is reserved (start_background) or at finish."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        check = FiniteCheck(pool)
+        check.add(tensors("a", 3), background=False)
+        pool.submit(lambda: None).result()  # the worker is idle and has been given nothing
+        assert check.seconds == 0
+        check.start_background()
+        pool.submit(lambda: None).result()  # runs after the background drain
+        assert check.seconds > 0
+        late = tensors("b", 2)
+        late["b1"][0, 0] = float("inf")
+        check.add(late, background=False)
+        assert check.first_bad() == "b1"  # checked by the waiter itself

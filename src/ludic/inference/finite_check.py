@@ -1,9 +1,11 @@
 """The NaN/inf check of a weight update's tensors: begun as each call arrives, finished by whoever waits.
 
-A background thread (one OpenMP thread: it runs beside the next call's transfer) checks tensors in the
-order they arrive. ``first_bad`` then checks whatever is still queued on the calling thread as well, so
-the tail left once the last call has arrived runs on two cores instead of one, and only then waits for
-the tensor the background thread is on.
+A background thread (one OpenMP thread: it runs beside the next call's transfer) checks the tensors
+queued so far whenever ``start_background`` is called: on each broadcast call's arrival, or (shared
+memory) when the next call is reserved, since the trainer is then writing it. ``first_bad`` checks
+whatever is still queued on the calling thread: on one OpenMP thread beside a background thread that is
+still busy, so the tail runs on two cores; on all of them when the background thread is idle (a
+one-call shared-memory update: nothing overlapped, and the reply to that call was not held up by it).
 """
 
 from __future__ import annotations
@@ -30,16 +32,25 @@ class FiniteCheck:
         self._background: list[Future[None]] = []
         self.seconds = 0.0  # spent checking, on either thread
 
-    def add(self, tensors: dict[str, torch.Tensor]) -> None:
+    def add(self, tensors: dict[str, torch.Tensor], *, background: bool = True) -> None:
+        """Queue ``tensors``; ``background``: start checking the queue on the background thread now."""
         with self._lock:
             self._queue.extend((self._added + i, name, t) for i, (name, t) in enumerate(tensors.items()))
             self._added += len(tensors)
+        if background:
+            self.start_background()
+
+    def start_background(self) -> None:
+        with self._lock:
+            if not self._queue:
+                return
         self._background.append(self._executor.submit(self._drain))
 
     def first_bad(self) -> str | None:
         """The first tensor (in arrival order) holding NaN or inf, or None, once every tensor is checked."""
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # this thread's own OpenMP setting: two checks on two cores, not three threads
+        if not all(done.done() for done in self._background):
+            torch.set_num_threads(1)  # this thread's own OpenMP setting: two checks on two cores, not three
         try:
             self._drain()
         finally:

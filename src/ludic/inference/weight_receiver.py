@@ -157,6 +157,7 @@ class WeightReceiver:
             buffer = self._buffer(packed_size(metas))
             shared = self._shared[self._ptr(buffer)]
             self._reserved[shared.buffer_id] = (metas, buffer)
+        self._check.start_background()  # the calls received so far, while the trainer writes this one
         return {"buffer": shared.buffer_id, "pid": os.getpid(), "fd": shared.fd, "file_bytes": shared.nbytes}
 
     def receive(self, update_info: Any) -> int:
@@ -204,7 +205,7 @@ class WeightReceiver:
                 raise
             received = unpack(reserved[1], metas)
             self._staged.update(received)
-            self._check.add(received)
+            self._check.add(received, background=False)  # checked while the next call is written, or at finish
         return len(received)
 
     def _broadcast(self, tensors: list[torch.Tensor]) -> None:
