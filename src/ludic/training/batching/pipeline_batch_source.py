@@ -15,9 +15,10 @@ and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``
 
 Read-ahead: as soon as a reply arrives, the next XREAD (after the last entry fetched, without BLOCK) is
 sent before the entries just received are decoded, so Redis finds and sends the next entries while this
-process checks these; at most one read is in flight. Entries fetched but not yet consumed are held in
-memory only: the cursor (and so every checkpoint) covers consumed entries alone, and a resumed trainer
-reads the rest again.
+process checks these; at most one read is in flight. The same write SETs the consumed count actors read,
+as it will be once those entries are consumed. Entries fetched but not yet consumed are held in memory
+only: the cursor (and so every checkpoint) covers consumed entries alone, and a resumed trainer reads the
+rest again.
 """
 
 from __future__ import annotations
