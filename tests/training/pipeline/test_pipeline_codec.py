@@ -252,3 +252,14 @@ def test_any_nan_or_inf_among_the_floats_is_invalid_and_huge_finite_values_are_n
     decoded = decode_entry(_entry(body), run_id="r1").item
     got = decoded.attachments.actor_logps.token_logps if name == "actor_logps" else decoded.token_weights
     assert got == huge.tolist()
+
+
+def test_a_decoded_item_reads_its_per_token_fields_packed_and_nothing_else(make_item):
+    item = make_item(0)
+    item.attachments.frozen_logps["ref_logps"] = [-1.0, -2.0]
+    decoded = decode_entry(_fields(encode_item(item, run_id="r1", item_id="x")), run_id="r1").item
+    ids = decoded.packed("input_ids")
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.dtype("<i4") and ids.tolist() == item.input_ids
+    assert decoded.packed("token_weights") is None and decoded.token_weights is None  # sent without them
+    for name in ("actor_logps", "frozen/ref_logps", "weight"):  # beside the fields on the wire; not per-token
+        assert decoded.packed(name) is None

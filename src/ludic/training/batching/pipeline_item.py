@@ -59,8 +59,8 @@ _SLOTS = {name: f"_list_{name}" for name in ARRAY_DTYPES}
 
 def _packed(obj: Any, name: str) -> np.ndarray | None:
     """The numpy array behind field ``name``, unless its list was built or assigned (then None: read the list)."""
-    state = obj.__dict__
-    if _SLOTS[name] in state:
+    state, slot = obj.__dict__, _SLOTS.get(name)
+    if slot is None or slot in state:  # not a per-token field, or its list is what to read
         return None
     value = state["_arrays"].get(name)
     if type(value) is bytes:
