@@ -2,10 +2,10 @@
 
 A background thread (one OpenMP thread: it runs beside the next call's transfer) checks the tensors
 queued so far whenever ``start_background`` is called: on each broadcast call's arrival, or (shared
-memory) when the next call is reserved, since the trainer is then writing it. ``first_bad`` checks
-whatever is still queued on the calling thread: on one OpenMP thread beside a background thread that is
-still busy, so the tail runs on two cores; on all of them when the background thread is idle (a
-one-call shared-memory update: nothing overlapped, and the reply to that call was not held up by it).
+memory) when the next call is reserved, since the trainer is then writing it (not on the call's own
+arrival: the check would then compete with the reply to that call). ``first_bad`` has the background
+thread and the calling thread (one OpenMP thread each) share whatever is still queued, so the tail runs
+on two cores, and returns once both are done.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ class FiniteCheck:
 
     def first_bad(self) -> str | None:
         """The first tensor (in arrival order) holding NaN or inf, or None, once every tensor is checked."""
+        self.start_background()  # the background thread takes part of what is left, this thread the rest
         threads = torch.get_num_threads()
-        if not all(done.done() for done in self._background):
-            torch.set_num_threads(1)  # this thread's own OpenMP setting: two checks on two cores, not three
+        torch.set_num_threads(1)  # this thread's own OpenMP setting: two checks on two cores, not three threads
         try:
             self._drain()
         finally:
