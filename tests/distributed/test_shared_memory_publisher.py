@@ -147,3 +147,32 @@ def test_bad_shm_calls_are_refused_and_discard_the_update(server, dirs):
 def test_mapping_a_buffer_of_another_host_or_user_fails_with_a_clear_error():
     with pytest.raises(RuntimeError, match="one host, in one PID namespace, under one user"):
         map_peer_buffer(os.getpid(), 10_000, 64)
+
+
+def test_a_server_killed_and_restarted_fails_one_publish_clearly_then_takes_the_next(dirs):
+    """The restarted server has other buffers under another pid: the publisher must map those, not reuse
+    its mappings of the dead server's (they would take the bytes and the new server would serve garbage)."""
+    from ludic.inference.process_group import free_port
+
+    port = free_port()
+    proc, url = start_server(dirs[0], "--transfer-timeout", "3", port=port)
+    client = VLLMChatClient(base_url=url, enable_weight_updates=True, backoff_s=0.05)
+    publisher = BroadcastPolicyPublisher(client, backend="shm", timeout_s=10)
+    models = [AutoModelForCausalLM.from_pretrained(d) for d in dirs]
+    try:
+        publisher.publish(models[1].state_dict(), version=71)
+        proc.kill()
+        proc.wait()
+        with pytest.raises(PublishError, match="could not reach the server"):
+            publisher.publish(models[0].state_dict(), version=72)
+    finally:
+        stop_server(proc)
+    proc, url = start_server(dirs[0], "--transfer-timeout", "3", port=port)
+    try:
+        publisher.publish(models[1].state_dict(), version=73)
+        served, served_version = greedy_logps(client)
+        assert served_version == 73
+        assert served == pytest.approx(model_logps(models[1], client), abs=1e-4)
+    finally:
+        publisher.close()
+        stop_server(proc)

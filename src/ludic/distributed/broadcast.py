@@ -118,6 +118,7 @@ class BroadcastPolicyPublisher:
         try:
             self._control(VLLMChatClient.pause_path(self.pause_mode, True))
         except Exception as exc:
+            self._reset()  # the server may come back as a new process: join it afresh next time
             raise PublishError(f"could not pause the server before the update (nothing was sent): {exc}") from exc
         try:
             self._update(state_dict, version)
