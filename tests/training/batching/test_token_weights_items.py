@@ -97,10 +97,9 @@ def test_a_stream_entry_with_bad_token_weights_is_refused(token_weights, reason)
     import msgpack
 
     entry = {k.encode(): v for k, v in encode_item(two_turn_item(), run_id="r", item_id="i").items()}
-    body = msgpack.unpackb(entry[b"data"], raw=False)
-    raw = torch.tensor(token_weights, dtype=torch.float64).numpy().astype("<f8").tobytes()
-    body["tokens"]["token_weights"] = ["<f8", len(token_weights), raw]
-    entry[b"data"] = msgpack.packb(body, use_bin_type=True)
+    body = msgpack.unpackb(entry[b"item"], raw=False)
+    body[10] = torch.tensor(token_weights, dtype=torch.float64).numpy().astype("<f8").tobytes()  # token_weights
+    entry[b"item"] = msgpack.packb(body, use_bin_type=True)
     with pytest.raises(BadEntry) as info:
         decode_entry(entry, run_id="r")
     assert info.value.reason == reason

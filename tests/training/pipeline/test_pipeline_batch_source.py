@@ -47,9 +47,9 @@ async def test_bad_entries_are_skipped_counted_and_logged(redis_server, run_id, 
     good = encode_item(make_item(1), run_id=run_id, item_id="item-1")
     await stream.push_raw(dict(good))
     await stream.push_raw(dict(good))  # duplicate (a retried XADD)
-    await stream.push_raw({**good, "data": good["data"][:40]})  # truncated
+    await stream.push_raw({"item": good["item"][:40]})  # truncated
     await stream.push_raw(encode_item(make_item(2), run_id="other-run", item_id="z"))  # foreign
-    await stream.push_raw({**good, "v": b"7"})  # unknown schema
+    await stream.push_raw({"v": b"2", "run": run_id.encode(), "data": good["item"]})  # unknown schema (2)
     await stream.push_raw({"hello": b"world"})  # malformed
     await stream.close()
     await _push(url, run_id, [make_item(3)])
@@ -261,12 +261,12 @@ async def test_a_refused_push_lands_nothing_and_the_stream_goes_on(redis_server,
     await other.delete(stream.items_key, stream.pushed_key)
     # refused while queueing: EXEC never runs
     with pytest.raises(Exception, match="wrong number of arguments"):
-        await stream.push([{"v": b"2", "run": b"x"}, {}])
+        await stream.push([{"item": b"x"}, {}])
     assert await other.exists(stream.items_key) == 0 and await stream.pending() == 0  # nothing landed
     ids = await stream.push(entries)
     assert len(ids) == 3 and await stream.pending() == 3
     got = await stream.read("0-0", count=10, block_ms=10)
-    assert [eid for eid, _ in got] == [i.decode() for i in ids] and got[0][1][b"run"] == run_id.encode()
+    assert [eid for eid, _ in got] == [i.decode() for i in ids] and got[0][1][b"item"] == entries[0]["item"]
     assert await stream.read(got[-1][0], count=10, block_ms=10) == []  # nil after BLOCK: empty, not an error
     await other.aclose()
     await stream.close()

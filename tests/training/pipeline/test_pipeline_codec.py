@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import msgpack
@@ -36,22 +37,55 @@ def test_item_round_trips_tokens_masks_logps_weight_meta_and_version(make_item):
     assert decoded.item.meta == {"policy_version": 3, "n": 10, "request_meta": {"group_id": "g2"}}
 
 
-def test_entry_carries_schema_version_and_run(make_item):
+# the body's positions (schema 3)
+SCHEMA, RUN, ID, VERSION, WEIGHT, META, IDS, ATTENTION, ACTION, ACTOR, TOKEN_WEIGHTS, FROZEN = range(12)
+
+
+def test_entry_is_one_field_holding_schema_version_and_run_first(make_item):
     entry = encode_item(make_item(0), run_id="r1", item_id="x")
-    assert entry["v"] == str(SCHEMA_VERSION).encode()
-    assert entry["run"] == b"r1"
+    assert list(entry) == ["item"]
+    body = msgpack.unpackb(entry["item"], raw=False)
+    assert body[:3] == [SCHEMA_VERSION, b"r1", "x"] and len(body) == 12
+
+
+def _body(make_item, **changes) -> list:
+    item = make_item(0)
+    for name, value in changes.items():
+        setattr(item, name, value)
+    return msgpack.unpackb(encode_item(item, run_id="r1", item_id="x")["item"], raw=False)
+
+
+def _entry(body: list) -> dict[bytes, bytes]:
+    return {b"item": msgpack.packb(body, use_bin_type=True)}
+
+
+def _refused(body: list | bytes, fields: dict[bytes, bytes] | None = None) -> BadEntry:
+    with pytest.raises(BadEntry) as info:
+        decode_entry(fields or (_entry(body) if isinstance(body, list) else {b"item": body}), run_id="r1")
+    return info.value
+
+
+def _changed(body: list, at: int, value) -> list:
+    return [*body[:at], value, *body[at + 1 :]]
 
 
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
-        (lambda f: f.pop(b"data"), "malformed"),
-        (lambda f: f.update({b"v": b"99"}), "unknown_schema"),
-        (lambda f: f.update({b"v": b"1"}), "unknown_schema"),
-        (lambda f: f.update({b"run": b"someone-else"}), "foreign"),
-        (lambda f: f.update({b"data": f[b"data"][: len(f[b"data"]) // 2]}), "truncated"),
-        (lambda f: f.update({b"data": b"\xc1garbage"}), "malformed"),
-        (lambda f: f.update({b"data": msgpack.packb([1, 2, 3])}), "malformed"),
+        (lambda f: f.pop(b"item"), "malformed"),
+        (lambda f: f.update({b"item": f.pop(b"item")[:-3]}), "truncated"),
+        (lambda f: f.update({b"item": f[b"item"][: len(f[b"item"]) // 2]}), "truncated"),
+        (lambda f: f.update({b"item": f[b"item"] + b"\x00"}), "malformed"),  # trailing bytes
+        (lambda f: f.update({b"item": b"\xc1garbage"}), "malformed"),
+        (lambda f: f.update({b"item": msgpack.packb({"id": "x"})}), "malformed"),
+        (lambda f: f.update({b"item": msgpack.packb([])}), "malformed"),
+        (lambda f: f.update({b"item": msgpack.packb([SCHEMA_VERSION])}), "malformed"),
+        (lambda f: f.update({b"item": msgpack.packb([SCHEMA_VERSION, b"r1", "x"])}), "malformed"),
+        (lambda f: f.update({b"item": msgpack.packb([99, b"r1"])}), "unknown_schema"),
+        (lambda f: f.update({b"item": msgpack.packb(["3", b"r1"])}), "unknown_schema"),
+        (lambda f: f.update({b"item": msgpack.packb([SCHEMA_VERSION, b"someone-else", 1])}), "foreign"),
+        (lambda f: f.update({b"item": msgpack.packb([SCHEMA_VERSION, "r1", 1])}), "foreign"),  # run as str
+        (lambda f: f.update({b"v": b"2", b"run": b"r1", b"data": f.pop(b"item")}), "unknown_schema"),
     ],
 )
 def test_bad_entries_raise_bad_entry_with_reason(mutate, reason, make_item):
@@ -62,93 +96,88 @@ def test_bad_entries_raise_bad_entry_with_reason(mutate, reason, make_item):
     assert info.value.reason == reason
 
 
-def test_fields_as_xread_gives_them_decode_as_the_entry_does_in_any_order(make_item):
+def test_another_runs_or_schemas_entry_is_told_apart_even_when_cut_or_of_another_shape(make_item):
+    other = msgpack.packb(_changed(_body(make_item), RUN, b"someone-else"), use_bin_type=True)
+    assert _refused(other[:-3]).reason == "foreign"
+    assert "entry of run b'someone-else'" in str(_refused(other[:-3]))
+    future = msgpack.packb([4, b"r1", {"a new": "layout"}], use_bin_type=True)
+    assert _refused(future).reason == "unknown_schema" and _refused(future[:-2]).reason == "unknown_schema"
+    assert _refused(msgpack.packb([*_body(make_item), 1], use_bin_type=True)).reason == "malformed"  # 13
+
+
+def test_fields_as_xread_gives_them_decode_as_the_entry_does_whatever_else_is_there(make_item):
     entry = _fields(encode_item(make_item(3, version=2), run_id="r1", item_id="abc"))
     flat = [part for field in entry.items() for part in field]
     want = decode_entry(entry, run_id="r1")
-    for fields in (flat, flat[2:] + flat[:2], [*flat, b"extra", b"1"]):
+    for fields in (flat, [b"extra", b"1", *flat], [*flat, b"extra", b"1"]):
         item_id, version, item = decode_fields(fields, b"r1")
         assert (item_id, version, item) == (want.item_id, want.policy_version, want.item)
-    with pytest.raises(BadEntry, match="no 'v' field") as info:
-        decode_fields(flat[2:], b"r1")
+    with pytest.raises(BadEntry, match="no 'item' field") as info:
+        decode_fields([b"extra", b"1"], b"r1")
     assert info.value.reason == "malformed"
     with pytest.raises(BadEntry) as info:
         decode_fields(flat, b"r2")
     assert info.value.reason == "foreign"
 
 
-def _body(make_item) -> dict:
-    return msgpack.unpackb(encode_item(make_item(0), run_id="r1", item_id="x")["data"], raw=False)
-
-
-def _entry(body: dict) -> dict[bytes, bytes]:
-    return {
-        b"v": str(SCHEMA_VERSION).encode(),
-        b"run": b"r1",
-        b"data": msgpack.packb(body, use_bin_type=True),
-    }
-
-
-def _refused(body: dict) -> BadEntry:
-    with pytest.raises(BadEntry) as info:
-        decode_entry(_entry(body), run_id="r1")
-    return info.value
-
-
-def test_arrays_travel_packed_with_dtype_and_length(make_item):
-    tokens = _body(make_item)["tokens"]
-    assert tokens["input_ids"] == ["<i4", 5, np.array([0, 1, 2, 7, 8], "<i4").tobytes()]
-    assert tokens["action_mask"] == ["|u1", 5, bytes([0, 0, 0, 1, 1])]
-    assert tokens["actor_logps"] == ["<f4", 2, np.array([-0.5, -0.25], "<f4").tobytes()]
+def test_arrays_travel_as_bare_little_endian_bytes_at_fixed_positions(make_item):
+    body = _body(make_item, token_weights=[0.5, 0.25])
+    assert body[VERSION] == 0 and body[WEIGHT] == 1.0 and body[META]["n"] == 0
+    assert body[IDS] == np.array([0, 1, 2, 7, 8], "<i4").tobytes()
+    assert body[ATTENTION] == bytes([1, 1, 1, 1, 1]) and body[ACTION] == bytes([0, 0, 0, 1, 1])
+    assert body[ACTOR] == np.array([-0.5, -0.25], "<f4").tobytes()
+    assert body[TOKEN_WEIGHTS] == np.array([0.5, 0.25], "<f8").tobytes()
+    assert body[FROZEN] == {}
+    body = _body(make_item)
+    assert body[TOKEN_WEIGHTS] is None
 
 
 @pytest.mark.parametrize(
-    ("name", "bad", "match"),
+    ("at", "value", "match"),
     [
-        ("input_ids", lambda t: ["<i8", t[1], t[2] * 2], "input_ids has dtype '<i8', expected '<i4'"),
-        ("input_ids", lambda t: [t[0], 6, t[2]], "input_ids: 20 bytes for 6 entries of <i4"),
-        ("input_ids", lambda t: [t[0], t[1], t[2][:-1]], "input_ids: 19 bytes for 5 entries"),
-        ("actor_logps", lambda t: ["<f8", 2, np.array([-0.5, -0.25]).tobytes()], "expected '<f4'"),
-        ("attention_mask", lambda t: t[2], "expected \\[dtype, length, bytes\\]"),
-        ("action_mask", lambda t: [t[0], "5", t[2]], "entries of"),
+        (IDS, np.arange(5, dtype="<i4").tobytes()[:-1], "input_ids: 19 bytes, not a multiple of its entries' 4"),
+        (IDS, [0, 1, 2, 7, 8], "input_ids is list, expected bin"),
+        (IDS, "abcd", "input_ids is str"),
+        (ATTENTION, [1, 1, 1, 1, 1], "attention_mask is list"),
+        (ACTION, None, "action_mask is NoneType"),
+        (ACTOR, np.array([-0.5, -0.25], "<f4").tobytes()[:-1], "actor_logps: 7 bytes, not a multiple"),
+        (ACTOR, [-0.5, -0.25], "actor_logps is list"),
+        (TOKEN_WEIGHTS, np.zeros(2, "<f4").tobytes()[:-2], "token_weights: 6 bytes, not a multiple of its entries' 8"),
+        (FROZEN, {"ref": np.zeros(2, "<f4").tobytes()[:-1]}, "frozen_logps\\['ref'\\]: 7 bytes"),
+        (FROZEN, {"ref": [0.0, 0.0]}, "frozen_logps\\['ref'\\] is list"),
+        (FROZEN, {b"ref": np.zeros(2, "<f4").tobytes()}, "key b'ref' is not a str"),
+        (FROZEN, None, "frozen log-probs NoneType"),
+        (FROZEN, [], "frozen log-probs list"),
+        (ID, 7, "id 7"),
+        (VERSION, "3", "policy_version '3'"),
+        (VERSION, True, "policy_version True"),
+        (WEIGHT, 1, "weight 1 "),
+        (META, None, "meta NoneType"),
     ],
 )
-def test_a_wrong_dtype_or_byte_count_is_malformed(make_item, name, bad, match):
-    body = _body(make_item)
-    body["tokens"][name] = bad(body["tokens"][name])
-    refused = _refused(body)
+def test_a_wrong_type_or_byte_count_is_malformed(make_item, at, value, match):
+    refused = _refused(_changed(_body(make_item), at, value))
     assert refused.reason == "malformed"
-    assert refused.args[0] == str(refused) and __import__("re").search(match, str(refused)), str(refused)
-
-
-def test_unknown_arrays_and_missing_ones_are_malformed(make_item):
-    body = _body(make_item)
-    body["tokens"]["secret"] = ["<f4", 0, b""]
-    assert _refused(body).reason == "malformed"
-    body = _body(make_item)
-    del body["tokens"]["attention_mask"]
-    assert _refused(body).reason == "malformed"
+    assert refused.args[0] == str(refused) and re.search(match, str(refused)), str(refused)
 
 
 def test_inconsistent_lengths_masks_and_floats_are_invalid(make_item):
     cases = {
-        "action_mask": ["|u1", 3, bytes([0, 0, 1])],
-        "attention_mask": ["|u1", 5, bytes([1, 1, 1, 2, 1])],
-        "actor_logps": ["<f4", 2, np.array([-0.5, np.nan], "<f4").tobytes()],
+        ACTION: bytes([0, 0, 1]),
+        ATTENTION: bytes([1, 1, 1, 2, 1]),
+        ACTOR: np.array([-0.5, np.nan], "<f4").tobytes(),
+        IDS: b"",
+        WEIGHT: float("inf"),
+        FROZEN: {"ref": np.array([-0.5, np.inf], "<f4").tobytes()},
     }
-    for name, value in cases.items():
-        body = _body(make_item)
-        body["tokens"][name] = value
-        assert _refused(body).reason == "invalid", name
-    body = _body(make_item)
-    body["tokens"]["actor_logps"] = ["<f4", 3, np.zeros(3, "<f4").tobytes()]
-    assert "actor_logps has 3 entries, action_mask marks 2" in str(_refused(body))
-    body = _body(make_item)
-    body["tokens"]["input_ids"] = ["<i4", 0, b""]
-    assert _refused(body).reason == "invalid"
-    body = _body(make_item)
-    body["weight"] = float("inf")
-    assert _refused(body).reason == "invalid"
+    for at, value in cases.items():
+        assert _refused(_changed(_body(make_item), at, value)).reason == "invalid", at
+    too_many = _refused(_changed(_body(make_item), ACTOR, np.zeros(3, "<f4").tobytes()))
+    assert too_many.reason == "invalid" and "actor_logps has 3 entries, action_mask marks 2" in str(too_many)
+    too_few = _refused(_changed(_body(make_item), FROZEN, {"ref": np.zeros(1, "<f4").tobytes()}))
+    assert too_few.reason == "invalid" and "frozen_logps['ref'] has 1 entries" in str(too_few)
+    short = _refused(_changed(_body(make_item), TOKEN_WEIGHTS, np.zeros(1, "<f8").tobytes()))
+    assert short.reason == "invalid" and "token_weights has 1 entries" in str(short)
 
 
 @pytest.mark.parametrize(
@@ -173,18 +202,24 @@ def test_masks_of_any_layout_round_trip_and_a_bad_byte_anywhere_is_invalid(make_
     assert decoded.action_mask == [0, 1, 0, 1, 0] and decoded.attention_mask == [1, 1, 1, 1, 0]
     assert decoded.num_action_tokens == 2
     for at in range(5):
-        body = _body(make_item)
-        action = bytearray(body["tokens"]["action_mask"][2])
+        action = bytearray(_body(make_item)[ACTION])
         action[at] = 2
-        body["tokens"]["action_mask"][2] = bytes(action)
-        assert _refused(body).reason == "invalid", at
+        assert _refused(_changed(_body(make_item), ACTION, bytes(action))).reason == "invalid", at
 
 
-def test_schema_1_entries_are_refused_as_unknown_schema(make_item):
-    body = _body(make_item)
-    old = {k: v for k, v in body.items() if k != "tokens"} | {"input_ids": body["tokens"]["input_ids"][2]}
-    fields = {b"v": b"1", b"run": b"r1", b"data": msgpack.packb(old, use_bin_type=True)}
-    with pytest.raises(BadEntry, match="schema b'1', this trainer reads 2") as info:
+def _schema_2_fields(make_item) -> dict[bytes, bytes]:
+    """An entry as schema 2 wrote it: the version and the run in fields of their own, a map in ``data``."""
+    raw = {"input_ids": (0, 1, 2, 7, 8), "attention_mask": (1,) * 5, "action_mask": (0, 0, 0, 1, 1)}
+    tokens = {name: ["<i4" if name == "input_ids" else "|u1", 5, bytes(v) if name != "input_ids"
+                     else np.array(v, "<i4").tobytes()] for name, v in raw.items()}  # fmt: skip
+    body = {"id": "x", "policy_version": 0, "weight": 1.0, "meta": make_item(0).meta, "tokens": tokens}
+    return {b"v": b"2", b"run": b"r1", b"data": msgpack.packb(body, use_bin_type=True)}
+
+
+@pytest.mark.parametrize("schema", [b"1", b"2", b"3"])
+def test_schema_1_and_2_entries_are_refused_as_unknown_schema(make_item, schema):
+    fields = _schema_2_fields(make_item) | {b"v": schema}  # "3" in a v field: still the old layout
+    with pytest.raises(BadEntry, match=f"schema b'{schema.decode()}', this trainer reads 3") as info:
         decode_entry(fields, run_id="r1")
     assert info.value.reason == "unknown_schema"
 
@@ -212,9 +247,9 @@ def test_pickled_payload_is_never_executed(make_item):
         def __reduce__(self):
             return (pytest.fail, ("unpickled!",))
 
-    fields = {b"v": str(SCHEMA_VERSION).encode(), b"run": b"r1", b"data": pickle.dumps(Boom())}
-    with pytest.raises(BadEntry):
-        decode_entry(fields, run_id="r1")
+    for fields in ({b"item": pickle.dumps(Boom())}, {b"v": b"2", b"run": b"r1", b"data": pickle.dumps(Boom())}):
+        with pytest.raises(BadEntry):
+            decode_entry(fields, run_id="r1")
 
 
 def test_meta_that_msgpack_cannot_encode_names_the_key(make_item):
@@ -236,21 +271,24 @@ def test_values_that_do_not_fit_their_dtype_are_refused_when_encoding_naming_the
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, -np.nan])
-@pytest.mark.parametrize("name", ["actor_logps", "token_weights"])
+@pytest.mark.parametrize("name", ["actor_logps", "token_weights", "ref"])
 def test_any_nan_or_inf_among_the_floats_is_invalid_and_huge_finite_values_are_not(make_item, name, value):
-    item = make_item(0)
-    item.token_weights = [0.5, 0.25]
-    body = msgpack.unpackb(encode_item(item, run_id="r1", item_id="x")["data"], raw=False)
-    dtype = body["tokens"][name][0]
+    body = _body(make_item, token_weights=[0.5, 0.25])
+    body[FROZEN] = {"ref": np.array([-1.0, -2.0], "<f4").tobytes()}
+    at, dtype = {"actor_logps": (ACTOR, "<f4"), "token_weights": (TOKEN_WEIGHTS, "<f8"), "ref": (FROZEN, "<f4")}[name]  # fmt: skip
     for bad_at in (0, 1):
         values = np.array([-0.5, -0.25], dtype)
         values[bad_at] = value
-        body["tokens"][name] = [dtype, 2, values.tobytes()]
-        assert _refused(body).reason == "invalid"
+        raw = values.tobytes()
+        assert _refused(_changed(body, at, {"ref": raw} if at == FROZEN else raw)).reason == "invalid"
     huge = np.array([np.finfo(dtype).max, -np.finfo(dtype).max], dtype)  # top byte 0x7F / 0xFF, but finite
-    body["tokens"][name] = [dtype, 2, huge.tobytes()]
-    decoded = decode_entry(_entry(body), run_id="r1").item
-    got = decoded.attachments.actor_logps.token_logps if name == "actor_logps" else decoded.token_weights
+    raw = huge.tobytes()
+    decoded = decode_entry(_entry(_changed(body, at, {"ref": raw} if at == FROZEN else raw)), run_id="r1").item
+    got = {
+        "actor_logps": lambda: decoded.attachments.actor_logps.token_logps,
+        "token_weights": lambda: decoded.token_weights,
+        "ref": lambda: decoded.attachments.frozen_logps["ref"],
+    }[name]()
     assert got == huge.tolist()
 
 

@@ -1,20 +1,31 @@
 """SAW items as Redis stream entries, without pickle.
 
-A compromised queue must not be able to run code in the trainer, so an entry is plain data: three
-stream fields, ``v`` (schema version), ``run`` (the run id) and ``data``, a msgpack map::
+A compromised queue must not be able to run code in the trainer, so an entry is plain data: one stream
+field, ``item``, holding a flat msgpack array of 12 elements (schema 3)::
 
-    {"id": str, "policy_version": int | None, "weight": float, "meta": {...msgpack types...},
-     "tokens": {name: [dtype, length, little-endian bytes], ...}}
+    [3, run, id, policy_version, weight, meta,
+     input_ids, attention_mask, action_mask, actor_logps | nil, token_weights | nil, {key: frozen_logps}]
 
-``tokens`` holds the per-token arrays: ``input_ids`` (``<i4``), ``attention_mask`` and ``action_mask``
-(``|u1``), and optionally ``actor_logps`` and ``frozen/<key>`` (``<f4``) and ``token_weights`` (``<f8``),
-each one entry per action token. Decoding
-checks every dtype against the name's, every byte count against ``length`` (either wrong: ``malformed``),
-then lengths across arrays, mask values and finite floats (``invalid``), with vectorised calls on the
-packed bytes, and returns a ``PackedSAWItem`` that builds its Python lists on first read. ``BadEntry``
-names the reason the batch source counts: ``malformed``, ``unknown_schema``, ``foreign``, ``truncated``
-or ``invalid``. Schema 1 (the arrays as bare bytes, before lengths and dtypes were recorded) is
-refused as ``unknown_schema`` like any other: restart old actors with this version.
+- ``3``: the schema version (an int); ``run``: the run id (bin, its UTF-8 bytes); ``id``: the item id
+  (str); ``policy_version``: int or nil; ``weight``: a float (float64); ``meta``: a map of msgpack types.
+- The per-token arrays, each bin holding bare little-endian values, their dtype fixed by position and
+  their length implied by the byte count: ``input_ids`` ``<i4``; ``attention_mask`` and ``action_mask``
+  ``|u1`` (0 or 1), one entry per token; ``actor_logps`` ``<f4`` and ``token_weights`` ``<f8``, one entry
+  per action token, or nil; the last element maps each ``attachments.frozen_logps`` key (str) to its
+  ``<f4`` log-probs, one per action token (an empty map for none).
+
+Every later schema must keep the first two elements (an array starting ``[version, run, ...]``), so an
+entry of another version or another run is told apart from a broken one: they count as
+``unknown_schema`` and ``foreign``. Decoding refuses (``BadEntry``, naming the reason the batch source
+counts) a missing ``item`` field, an undecodable body or one of another shape, a wrong type, or a byte
+count that is not a multiple of the itemsize (``malformed``); a cut body (``truncated``); and arrays whose
+lengths disagree, masks holding anything but 0 and 1, NaN or inf among the floats, an empty item
+(``invalid``). The checks are a handful of vectorised calls on the packed bytes, and the result is a
+``PackedSAWItem`` that builds its Python lists on first read.
+
+Schemas 1 and 2 (three stream fields ``v``, ``run``, ``data``: the version, the run, a msgpack map) are
+refused as ``unknown_schema``, like any version this trainer does not read: restart old actors with this
+version.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -31,20 +42,14 @@ from ludic.distributed.redis_server import REDIS_EXTRA_HINT
 from ludic.training.batching.pipeline_item import PackedSAWItem, PackedTokenLogps
 from ludic.training.types import SampleAttachments, SAWItem
 
-SCHEMA_VERSION = 2
-_SCHEMA = str(SCHEMA_VERSION).encode()
-FROZEN_PREFIX = "frozen/"
-"""``attachments.frozen_logps[key]`` travels as ``tokens["frozen/<key>"]``."""
-DTYPES = {
-    "input_ids": "<i4", "attention_mask": "|u1", "action_mask": "|u1", "actor_logps": "<f4", "token_weights": "<f8",
-}  # fmt: skip
-"""The dtype each per-token array is written with and must be read with (``frozen/*``: ``<f4``)."""
-_ITEMSIZE = {"<i4": 4, "|u1": 1, "<f4": 4, "<f8": 8}
-_NP = {dtype: np.dtype(dtype) for dtype in _ITEMSIZE}
+SCHEMA_VERSION = 3
+FIELD = "item"
+"""The stream field an entry's body travels in."""
+_FIELD = FIELD.encode()
+_LENGTH = 12
+"""Elements in a schema-3 body."""
 _STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes under "<"
-_SPEC = {name: (dtype, _ITEMSIZE[dtype]) for name, dtype in DTYPES.items()}
-_FROZEN_SPEC = ("<f4", 4)
-_IDS_AND_MASKS = frozenset(("input_ids", "attention_mask", "action_mask"))
+_F4, _F8 = np.dtype("<f4"), np.dtype("<f8")
 _STEP_HALF = 1 << 16
 _STEP = bytes(_STEP_HALF) + b"\1" * _STEP_HALF
 """64 Ki zeros, then 64 Ki ones: a mask of zeros then ones is the slice starting as many zeros before the middle."""
@@ -79,46 +84,39 @@ def encode_item(item: SAWItem, *, run_id: str, item_id: str) -> dict[str, bytes]
     """Stream fields for one item; ``meta`` must hold only msgpack types (TypeError names the key)."""
     version = item.meta.get("policy_version")
     actor = item.attachments.actor_logps
-    tokens = {
-        "input_ids": _packed("input_ids", item.input_ids),
-        "attention_mask": _packed("attention_mask", item.attention_mask),
-        "action_mask": _packed("action_mask", item.action_mask),
-    }
-    if actor is not None:
-        tokens["actor_logps"] = _packed("actor_logps", actor.token_logps)
-    for key, values in item.attachments.frozen_logps.items():
-        tokens[FROZEN_PREFIX + key] = _packed(FROZEN_PREFIX + key, values)
-    if item.token_weights is not None:
-        tokens["token_weights"] = _packed("token_weights", item.token_weights)
-    body = {
-        "id": item_id,
-        "policy_version": version if isinstance(version, int) else None,
-        "weight": float(item.weight),
-        "meta": item.meta,
-        "tokens": tokens,
-    }
+    body = [
+        SCHEMA_VERSION,
+        run_id.encode(),
+        item_id,
+        version if isinstance(version, int) else None,
+        float(item.weight),
+        item.meta,
+        _packed("input_ids", "<i4", item.input_ids),
+        _packed("attention_mask", "|u1", item.attention_mask),
+        _packed("action_mask", "|u1", item.action_mask),
+        None if actor is None else _packed("actor_logps", "<f4", actor.token_logps),
+        None if item.token_weights is None else _packed("token_weights", "<f8", item.token_weights),
+        {key: _packed(f"frozen_logps[{key!r}]", "<f4", v) for key, v in item.attachments.frozen_logps.items()},
+    ]
     try:
         data = _msgpack().packb(body, use_bin_type=True)
     except TypeError as exc:
         bad = [k for k, v in item.meta.items() if not _packable(v)]
         raise TypeError(f"SAWItem.meta keys {bad} hold values msgpack cannot encode ({exc})") from exc
-    return {"v": _SCHEMA, "run": run_id.encode(), "data": data}
+    return {FIELD: data}
 
 
-def _packed(name: str, values: Any) -> list[Any]:
-    """``[dtype, length, bytes]``. From Python lists, ``bytearray`` (masks) and ``struct.pack`` (ints, floats)
-    are the fastest packers: ~3x ``array.array`` or numpy, ~7x ``bytes()`` for a 4,096-token item."""
-    dtype = DTYPES.get(name, "<f4")
+def _packed(name: str, dtype: str, values: Any) -> bytes | bytearray:
+    """``values`` as little-endian ``dtype``. From Python lists, ``bytearray`` (masks) and ``struct.pack`` (ints,
+    floats) are the fastest packers: ~3x ``array.array`` or numpy, ~7x ``bytes()`` for a 4,096-token item."""
     try:
         if dtype == "|u1":
             # 0/1 each: one byte per entry (msgpack packs it as bin)
-            raw: bytes | bytearray = bytearray(values)
-        else:
-            # "<": little-endian, standard sizes
-            raw = struct.pack(f"<{len(values)}{_STRUCT[dtype]}", *values)
+            return bytearray(values)
+        # "<": little-endian, standard sizes
+        return struct.pack(f"<{len(values)}{_STRUCT[dtype]}", *values)
     except (OverflowError, TypeError, ValueError, struct.error) as exc:
         raise ValueError(f"SAWItem {name} does not fit {dtype}: {exc}") from exc
-    return [dtype, len(values), raw]
 
 
 def _packable(value: Any) -> bool:
@@ -132,119 +130,131 @@ def _packable(value: Any) -> bool:
 def decode_entry(fields: dict[bytes, bytes], *, run_id: str | bytes) -> DecodedEntry:
     """The item in one stream entry, or BadEntry saying why not."""
     run_b = run_id if isinstance(run_id, bytes) else run_id.encode()
-    return DecodedEntry(*_decode(*_named(fields), run_b))
+    return DecodedEntry(*decode_fields([part for field in fields.items() for part in field], run_b))
 
 
 def decode_fields(fields: Sequence[bytes], run_id: bytes) -> tuple[str, int | None, PackedSAWItem]:
     """``decode_entry`` for the entry's fields as XREAD gives them (``[name, value, ...]``), with no dict and no
     ``DecodedEntry`` built: ``(item_id, policy_version, item)``, or BadEntry saying why not."""
-    if len(fields) == 6 and fields[0] == b"v" and fields[2] == b"run" and fields[4] == b"data":  # as encoded
-        return _decode(fields[1], fields[3], fields[5], run_id)
-    return _decode(*_named(dict(zip(fields[0::2], fields[1::2], strict=False))), run_id)
+    if len(fields) == 2 and fields[0] == _FIELD:  # as encoded
+        return _decode(fields[1], run_id)
+    named = dict(zip(fields[0::2], fields[1::2], strict=False))
+    if _FIELD in named:
+        return _decode(named[_FIELD], run_id)
+    if b"v" in named:  # schemas 1 and 2: the version in a field of its own
+        raise BadEntry("unknown_schema", f"schema {named[b'v'][:20]!r}, this trainer reads {SCHEMA_VERSION}")
+    raise BadEntry("malformed", f"no {FIELD!r} field (fields: {sorted(named)[:5]})")
 
 
-def _named(fields: dict[bytes, bytes]) -> tuple[bytes, bytes, bytes]:
-    """``(v, run, data)``; a missing field is ``malformed``."""
-    try:
-        return fields[b"v"], fields[b"run"], fields[b"data"]
-    except KeyError as exc:
-        missing = exc.args[0].decode()
-        raise BadEntry("malformed", f"no {missing!r} field (fields: {sorted(fields)[:5]})") from None
-
-
-def _decode(schema: bytes, run: bytes, data: bytes, run_id: bytes) -> tuple[str, int | None, PackedSAWItem]:
-    if schema != _SCHEMA:
-        raise BadEntry("unknown_schema", f"schema {schema[:20]!r}, this trainer reads {SCHEMA_VERSION}")
-    if run != run_id:
-        raise BadEntry("foreign", f"entry of run {run[:64]!r}, this run is {run_id.decode()!r}")
-    body = _unpack(data)
-    item_id, version = body.get("id"), body.get("policy_version")
-    if not isinstance(item_id, str) or not (version is None or isinstance(version, int)):
+def _decode(data: bytes, run_id: bytes) -> tuple[str, int | None, PackedSAWItem]:
+    body = _unpack(data, run_id)
+    if type(body) is not list or len(body) != _LENGTH or body[0] != SCHEMA_VERSION or body[1] != run_id:
+        _refuse_shape(body, run_id)
+    _, _, item_id, version, weight, meta, ids, attention, action, actor, token_weights, frozen = body
+    if type(item_id) is not str or not (version is None or type(version) is int):
         raise BadEntry("malformed", f"id {item_id!r:.40} / policy_version {version!r:.40}")
-    return item_id, version, _item(body)
-
-
-def _unpack(data: bytes) -> dict[str, Any]:
-    msgpack = _msgpack()
-    try:
-        body = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except msgpack.ExtraData as exc:
-        raise BadEntry("malformed", f"trailing bytes after the msgpack body ({exc})") from exc
-    except ValueError as exc:  # msgpack raises ValueError("Unpack failed: incomplete input") on a cut
-        reason = "truncated" if "incomplete" in str(exc) else "malformed"
-        raise BadEntry(reason, f"msgpack: {exc}") from exc
-    except Exception as exc:  # FormatError, StackError, ...: anything else undecodable
-        raise BadEntry("malformed", f"msgpack: {type(exc).__name__}: {exc}") from exc
-    if type(body) is not dict:
-        raise BadEntry("malformed", f"body is a {type(body).__name__}, expected a map")
-    return body
-
-
-def _raw(tokens: dict[str, Any], name: str) -> bytes:
-    """The bytes of ``tokens[name]`` after checking its dtype and that ``length`` entries fill them exactly."""
-    entry, dtype = tokens.get(name), DTYPES.get(name, "<f4")
-    if not isinstance(entry, list) or len(entry) != 3:
-        raise BadEntry(
-            "malformed", f"tokens[{name!r}] is {type(entry).__name__}, expected [dtype, length, bytes]"
-        )
-    got, length, raw = entry
-    if got != dtype:
-        raise BadEntry("malformed", f"{name} has dtype {got!r:.20}, expected {dtype!r}")
-    if type(length) is not int or not isinstance(raw, bytes) or len(raw) != length * _ITEMSIZE[dtype]:
-        raise BadEntry(
-            "malformed", f"{name}: {len(raw) if isinstance(raw, bytes) else raw!r:.20} bytes for {length!r:.20} "
-            f"entries of {dtype}"
-        )  # fmt: skip
-    return raw
-
-
-def _item(body: dict[str, Any]) -> PackedSAWItem:
-    tokens, weight, meta = body.get("tokens"), body.get("weight"), body.get("meta")
-    if type(tokens) is not dict or type(weight) is not float or type(meta) is not dict:
-        raise BadEntry("malformed", f"tokens {type(tokens).__name__} / weight {weight!r:.40} / meta {type(meta).__name__}")  # fmt: skip
-    arrays = _checked_arrays(tokens)
-    ids, attention, action = arrays.get("input_ids"), arrays.get("attention_mask"), arrays.get("action_mask")
-    if ids is None or attention is None or action is None:
-        for name in ("input_ids", "attention_mask", "action_mask"):
-            _raw(tokens, name)  # raises, naming the missing array
-    n = len(ids) // 4  # type: ignore[arg-type]
-    if n == 0 or len(attention) != n or len(action) != n:  # type: ignore[arg-type]
-        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # type: ignore[arg-type]  # fmt: skip
-    n_action = _ones(action)  # type: ignore[arg-type]
-    if n_action < 0 or _ones(attention) < 0:  # type: ignore[arg-type]
+    if type(weight) is not float or type(meta) is not dict or type(frozen) is not dict:
+        raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__} / frozen log-probs {type(frozen).__name__}")  # fmt: skip
+    if type(ids) is not bytes or type(attention) is not bytes or type(action) is not bytes or len(ids) & 3:
+        _refuse_array("input_ids", ids, 4)
+        _refuse_array("attention_mask", attention, 1)
+        _refuse_array("action_mask", action, 1)
+    n = len(ids) >> 2
+    if n == 0 or len(attention) != n or len(action) != n:
+        raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # fmt: skip
+    n_action = _ones(action)
+    if n_action < 0 or _ones(attention) < 0:
         raise BadEntry("invalid", "a mask holds values other than 0 and 1")
     if not math.isfinite(weight):
         raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
-    actor, frozen = None, {}
-    for name, raw in arrays.items():
-        if name not in _IDS_AND_MASKS:  # a per-action-token float array
-            _check_floats(name, raw, n_action)
-            if name == "actor_logps":
-                actor = PackedTokenLogps.of(raw)
-            elif name != "token_weights":
-                frozen[name[len(FROZEN_PREFIX) :]] = np.frombuffer(raw, dtype=_NP["<f4"]).tolist()
-    return PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=SampleAttachments(actor, frozen))
+    arrays = {"input_ids": ids, "attention_mask": attention, "action_mask": action}
+    if token_weights is not None:
+        arrays["token_weights"] = _floats("token_weights", token_weights, 8, n_action)
+    if actor is not None:
+        actor = PackedTokenLogps.of(_floats("actor_logps", actor, 4, n_action))
+    attachments = SampleAttachments(actor, _frozen(frozen, n_action) if frozen else {})
+    return item_id, version, PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments)
 
 
-def _checked_arrays(tokens: dict[Any, Any]) -> dict[str, bytes]:
-    """``{name: bytes}`` of every per-token array, each checked for its dtype and byte count (one combined test
-    per array on the fast path; ``_raw`` names what is wrong otherwise)."""
-    raws: dict[str, bytes] = {}
-    for name, entry in tokens.items():
-        spec = _SPEC.get(name)
-        if spec is None:
-            if not (isinstance(name, str) and name.startswith(FROZEN_PREFIX)):
-                unknown = [k for k in tokens if not (isinstance(k, str) and (k in DTYPES or k.startswith(FROZEN_PREFIX)))]  # fmt: skip
-                raise BadEntry("malformed", f"unknown per-token arrays {unknown[:5]}")
-            spec = _FROZEN_SPEC
-        if (
-            type(entry) is list and len(entry) == 3 and entry[0] == spec[0] and type(entry[1]) is int
-            and type(entry[2]) is bytes and len(entry[2]) == entry[1] * spec[1]
-        ):  # fmt: skip
-            raws[name] = entry[2]
-        else:
-            raws[name] = _raw(tokens, name)  # raises BadEntry, naming what is wrong
-    return raws
+def _unpack(data: bytes, run_id: bytes) -> Any:
+    """The decoded body; on a body msgpack cannot decode, BadEntry: ``unknown_schema`` or ``foreign`` where
+    its first two elements say so, else ``truncated`` (a cut) or ``malformed``."""
+    msgpack = _msgpack()
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except msgpack.ExtraData as exc:
+        reason, detail = "malformed", f"trailing bytes after the msgpack body ({exc})"
+    except ValueError as exc:  # msgpack raises ValueError("Unpack failed: incomplete input") on a cut
+        reason = "truncated" if "incomplete" in str(exc) else "malformed"
+        detail = f"msgpack: {exc}"
+    except Exception as exc:  # FormatError, StackError, ...: anything else undecodable
+        reason, detail = "malformed", f"msgpack: {type(exc).__name__}: {exc}"
+    _check_head(_head(data), run_id)
+    raise BadEntry(reason, detail)
+
+
+def _head(data: bytes) -> list[Any]:
+    """Up to the first two elements of an array body that may not decode as a whole ([] where none do)."""
+    unpacker = _msgpack().Unpacker(raw=False, strict_map_key=True)
+    unpacker.feed(data)
+    head: list[Any] = []
+    try:
+        for _ in range(min(unpacker.read_array_header(), 2)):
+            head.append(unpacker.unpack())
+    except Exception:  # not an array, or cut within its head: the head says nothing more
+        pass
+    return head
+
+
+def _check_head(head: list[Any], run_id: bytes) -> None:
+    """BadEntry ``unknown_schema`` or ``foreign`` where the body's first elements (version, run) say so."""
+    if head and (type(head[0]) is not int or head[0] != SCHEMA_VERSION):
+        raise BadEntry("unknown_schema", f"schema {head[0]!r:.20}, this trainer reads {SCHEMA_VERSION}")
+    if len(head) > 1 and head[1] != run_id:
+        raise BadEntry("foreign", f"entry of run {head[1]!r:.64}, this run is {run_id.decode()!r}")
+
+
+def _refuse_shape(body: Any, run_id: bytes) -> NoReturn:
+    """Why a decoded body is not a schema-3 item of this run."""
+    if type(body) is not list or not body:
+        raise BadEntry("malformed", f"body is {type(body).__name__} {body!r:.20}, expected a non-empty array")
+    _check_head(body[:2], run_id)
+    raise BadEntry("malformed", f"body has {len(body)} elements, expected {_LENGTH}")
+
+
+def _refuse_array(name: str, raw: Any, itemsize: int) -> None:
+    """BadEntry ``malformed`` unless ``raw`` is bytes holding a whole number of ``itemsize``-byte entries."""
+    if type(raw) is not bytes:
+        raise BadEntry("malformed", f"{name} is {type(raw).__name__}, expected bin")
+    if len(raw) % itemsize:
+        raise BadEntry("malformed", f"{name}: {len(raw)} bytes, not a multiple of its entries' {itemsize}")
+
+
+def _floats(name: str, raw: Any, itemsize: int, n_action: int) -> bytes:
+    """``raw`` after checking it holds one finite float of ``itemsize`` bytes per action token.
+
+    NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no top
+    byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top byte
+    have |x| >= 2**127 in float32, 2**1023 in float64)."""
+    if type(raw) is not bytes or len(raw) % itemsize:
+        _refuse_array(name, raw, itemsize)
+    if len(raw) != n_action * itemsize:
+        raise BadEntry("invalid", f"{name} has {len(raw) // itemsize} entries, action_mask marks {n_action} action tokens")  # fmt: skip
+    top = raw[itemsize - 1 :: itemsize]  # little-endian: the last byte of each holds the sign and high exponent bits
+    if (0x7F in top or 0xFF in top) and not np.isfinite(np.frombuffer(raw, dtype=_F4 if itemsize == 4 else _F8)).all():
+        raise BadEntry("invalid", f"{name} holds NaN or inf")
+    return raw
+
+
+def _frozen(frozen: dict[Any, Any], n_action: int) -> dict[str, list[float]]:
+    """The frozen models' log-probs by key, each checked like ``actor_logps``."""
+    lists = {}
+    for key, raw in frozen.items():
+        if type(key) is not str:
+            raise BadEntry("malformed", f"frozen log-probs key {key!r:.40} is not a str")
+        name = f"frozen_logps[{key!r}]"
+        lists[key] = np.frombuffer(_floats(name, raw, 4, n_action), dtype=_F4).tolist()
+    return lists
 
 
 def _ones(mask: bytes) -> int:
@@ -257,17 +267,3 @@ def _ones(mask: bytes) -> int:
     if 0 <= first <= _STEP_HALF and ones <= _STEP_HALF and _STEP.startswith(mask, _STEP_HALF - first):
         return ones
     return -1 if mask.translate(None, b"\0\1") else mask.count(1)
-
-
-def _check_floats(name: str, raw: bytes, n_action: int) -> None:
-    """Check a per-action-token float array: one entry per action token, all finite.
-
-    NaN and inf have every exponent bit set, so the top byte of each is 0x7F or 0xFF (sign bit): when no top
-    byte is, all are finite (two memchr scans); else numpy looks closer (finite floats with such a top byte
-    have |x| >= 2**127 in float32, 2**1023 in float64)."""
-    dtype, size = _SPEC.get(name, _FROZEN_SPEC)
-    if len(raw) != n_action * size:
-        raise BadEntry("invalid", f"{name} has {len(raw) // size} entries, action_mask marks {n_action} action tokens")  # fmt: skip
-    top = raw[size - 1 :: size]  # little-endian: the last byte of each holds the sign and high exponent bits
-    if (0x7F in top or 0xFF in top) and not np.isfinite(np.frombuffer(raw, dtype=_NP[dtype])).all():
-        raise BadEntry("invalid", f"{name} holds NaN or inf")
