@@ -301,3 +301,8 @@ def test_a_decoded_item_reads_its_per_token_fields_packed_and_nothing_else(make_
     assert decoded.packed("token_weights") is None and decoded.token_weights is None  # sent without them
     for name in ("actor_logps", "frozen/ref_logps", "weight"):  # beside the fields on the wire; not per-token
         assert decoded.packed(name) is None
+
+
+def test_a_cut_body_larger_than_msgpacks_default_buffer_still_tells_its_run():
+    big = msgpack.packb([SCHEMA_VERSION, b"someone-else", "x", 0, 1.0, {}, b"\0" * (101 << 20)], use_bin_type=True)
+    assert _refused(big[:-5]).reason == "foreign"

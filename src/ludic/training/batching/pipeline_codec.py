@@ -155,6 +155,21 @@ def _decode(data: bytes, run_id: bytes) -> tuple[str, int | None, PackedSAWItem]
         raise BadEntry("malformed", f"id {item_id!r:.40} / policy_version {version!r:.40}")
     if type(weight) is not float or type(meta) is not dict or type(frozen) is not dict:
         raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__} / frozen log-probs {type(frozen).__name__}")  # fmt: skip
+    if not math.isfinite(weight):
+        raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
+    n_action = _action_tokens(ids, attention, action)
+    arrays = {"input_ids": ids, "attention_mask": attention, "action_mask": action}
+    if token_weights is not None:
+        arrays["token_weights"] = _floats("token_weights", token_weights, 8, n_action)
+    if actor is not None:
+        actor = PackedTokenLogps.of(_floats("actor_logps", actor, 4, n_action))
+    attachments = SampleAttachments(actor, _frozen(frozen, n_action) if frozen else {})
+    return item_id, version, PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments)
+
+
+def _action_tokens(ids: Any, attention: Any, action: Any) -> int:
+    """How many action tokens, after checking the per-token arrays: bin (else ``malformed``), whole ``<i4`` ids
+    (else ``malformed``), one mask entry per token and only 0s and 1s in the masks (else ``invalid``)."""
     if type(ids) is not bytes or type(attention) is not bytes or type(action) is not bytes or len(ids) & 3:
         _refuse_array("input_ids", ids, 4)
         _refuse_array("attention_mask", attention, 1)
@@ -165,15 +180,7 @@ def _decode(data: bytes, run_id: bytes) -> tuple[str, int | None, PackedSAWItem]
     n_action = _ones(action)
     if n_action < 0 or _ones(attention) < 0:
         raise BadEntry("invalid", "a mask holds values other than 0 and 1")
-    if not math.isfinite(weight):
-        raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
-    arrays = {"input_ids": ids, "attention_mask": attention, "action_mask": action}
-    if token_weights is not None:
-        arrays["token_weights"] = _floats("token_weights", token_weights, 8, n_action)
-    if actor is not None:
-        actor = PackedTokenLogps.of(_floats("actor_logps", actor, 4, n_action))
-    attachments = SampleAttachments(actor, _frozen(frozen, n_action) if frozen else {})
-    return item_id, version, PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments)
+    return n_action
 
 
 def _unpack(data: bytes, run_id: bytes) -> Any:
@@ -195,10 +202,10 @@ def _unpack(data: bytes, run_id: bytes) -> Any:
 
 def _head(data: bytes) -> list[Any]:
     """Up to the first two elements of an array body that may not decode as a whole ([] where none do)."""
-    unpacker = _msgpack().Unpacker(raw=False, strict_map_key=True)
-    unpacker.feed(data)
     head: list[Any] = []
     try:
+        unpacker = _msgpack().Unpacker(raw=False, strict_map_key=True, max_buffer_size=max(len(data), 1))
+        unpacker.feed(data)
         for _ in range(min(unpacker.read_array_header(), 2)):
             head.append(unpacker.unpack())
     except Exception:  # not an array, or cut within its head: the head says nothing more
