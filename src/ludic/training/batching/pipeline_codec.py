@@ -30,6 +30,7 @@ version.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -72,6 +73,7 @@ class DecodedEntry:
     item: SAWItem
 
 
+@functools.cache  # the module, looked up once: a function-level import costs ~50 ns a call
 def _msgpack() -> Any:
     try:
         import msgpack
