@@ -19,12 +19,12 @@ entry of another version or another run is told apart from a broken one: they co
 ``unknown_schema`` and ``foreign``. Decoding refuses (``BadEntry``, naming the reason the batch source
 counts) a missing ``item`` field, an undecodable body or one of another shape, a wrong type, or a byte
 count that is not a multiple of the itemsize (``malformed``); a cut body (``truncated``); and arrays whose
-lengths disagree, masks holding anything but 0 and 1, NaN or inf among the floats, an empty item
-(``invalid``). The checks are a handful of vectorised calls on the packed bytes, and the result is a
+lengths disagree, masks holding anything but 0 and 1, NaN or inf among the floats or as the weight, an
+empty item (``invalid``). Other stream fields beside ``item`` are ignored. The checks are a handful of vectorised calls on the packed bytes, and the result is a
 ``PackedSAWItem`` that builds its Python lists on first read.
 
-Schemas 1 and 2 (three stream fields ``v``, ``run``, ``data``: the version, the run, a msgpack map) are
-refused as ``unknown_schema``, like any version this trainer does not read: restart old actors with this
+Schemas 1 and 2 (three stream fields ``v``, ``run``, ``data``: the version, the run, a msgpack map; an
+entry with a ``v`` field and no ``item`` field) are refused as ``unknown_schema``, like any version this trainer does not read: restart old actors with this
 version.
 """
 
