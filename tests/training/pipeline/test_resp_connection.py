@@ -131,3 +131,37 @@ async def test_unix_socket_urls_are_spoken_too(tmp_path):
         assert redis.Redis(host=server.host, port=server.port, password=server.password, db=2).get(
             "ludic:pipeline:unix-run:consumed"
         ) == b"5"
+
+
+def test_a_read_left_pending_when_its_event_loop_closed_is_collected_without_errors(redis_server):
+    """A batch source dropped without ``aclose`` leaves its read-ahead pending; when the loop is gone and the
+    coroutine is collected, closing the connection must not try to schedule anything on the dead loop."""
+    import gc
+    import sys
+
+    raised: list[BaseException | None] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: raised.append(u.exc_value)
+    loop = asyncio.new_event_loop()
+
+    async def start() -> asyncio.Task:
+        conn = await RespConnection.open(redis_server.url, timeout_s=5)
+
+        async def reading():
+            try:
+                await conn.send(_resp(b"BLPOP", b"resp:nothing", b"5"))
+                return await conn.read_response()
+            except BaseException:
+                await conn.aclose()  # as PipelineStream does on any failure
+                raise
+
+        return loop.create_task(reading())
+
+    try:
+        task = loop.run_until_complete(start())
+        loop.run_until_complete(asyncio.sleep(0.05))  # the read is now waiting for its reply
+        loop.close()
+        del task
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert raised == []

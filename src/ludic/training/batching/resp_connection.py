@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import math
+import socket
 from typing import Any, Protocol
 
 from ludic.distributed.redis_server import REDIS_EXTRA_HINT
@@ -61,6 +63,7 @@ class _RespProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._view
@@ -98,6 +101,14 @@ class _RespProtocol(asyncio.BufferedProtocol):
         if self.failure is None:
             self.failure = exc
         exc = self.failure
+        if self.transport is not None and self._loop.is_closed():
+            # a read left pending when its event loop closed, now collected: nothing can be scheduled any
+            # more, so end the connection at the socket (its descriptor closes with the transport)
+            self.waiting.clear()
+            with contextlib.suppress(OSError):
+                self.transport.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
+            self.transport = None
+            return
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
