@@ -16,8 +16,9 @@ from ludic.distributed import ClientPublisher
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
 from ludic.testing import tiny_model_path
 from ludic.training.config import TrainerConfig
+from ludic.training.trainer import Trainer
 
-from .test_trainer import make_item, make_trainer, params_of, tiny_model
+from .test_trainer import FixedBatchSource, make_item, make_trainer, params_of, reinforce, tiny_model
 
 CFG = {"lr": 1e-2, "max_seq_len": 32, "micro_token_budget": 64}
 
@@ -134,3 +135,31 @@ async def test_weights_published_from_the_thread_never_mix_versions_in_a_reply()
         assert got == pytest.approx(resp.completion_logprobs, abs=1e-4), resp.policy_version
     assert client.policy_version == trainer.step == 4
     assert all(torch.equal(v, client.model.state_dict()[k]) for k, v in trainer.model.state_dict().items())
+
+
+class SourceWithReadAhead(FixedBatchSource):
+    """Leaves a task pending on the trainer's loop after each batch, as the pipeline source's read-ahead does."""
+
+    def __init__(self, items) -> None:
+        super().__init__(items)
+        self.cleaned_up = 0
+        self.ahead: list[asyncio.Task] = []
+
+    async def next_batch(self):
+        self.ahead.append(asyncio.get_running_loop().create_task(self._read_ahead()))
+        return await super().next_batch()
+
+    async def _read_ahead(self) -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            self.cleaned_up += 1
+
+
+def test_close_cancels_what_is_pending_on_the_sync_loop_and_lets_it_clean_up() -> None:
+    source = SourceWithReadAhead([make_item(n, 1.0, f"r{n}") for n in (6, 8)])
+    trainer = Trainer(model=tiny_model(), algo=reinforce(), batch_source=source, cfg=TrainerConfig(**CFG))
+    trainer.train_sync(2)
+    assert source.cleaned_up == 0 and not any(task.done() for task in source.ahead)
+    trainer.close()
+    assert source.cleaned_up == 2 and all(task.cancelled() for task in source.ahead)

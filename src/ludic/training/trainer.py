@@ -376,8 +376,15 @@ class Trainer:
         return self._run(self.train_step())
 
     def close(self) -> None:
-        """Close the private event loop used by the sync wrappers, and the step's worker thread."""
+        """Close the private event loop used by the sync wrappers, and the step's worker thread. Tasks still
+        pending on that loop (a batch source's read-ahead) are cancelled and run to their end first, as
+        ``asyncio.run`` does, so their clean-up runs while the loop is still there."""
         if self._loop is not None and not self._loop.is_closed():
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
         if self._worker is not None:
             self._worker.shutdown(wait=True)

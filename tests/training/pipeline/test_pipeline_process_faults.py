@@ -106,6 +106,7 @@ def test_actor_killed_mid_batch_leaves_whole_groups_and_training_goes_on(redis_s
         assert survivor.poll() is None
         assert all(count == 4 for count in seen.values()), seen  # no half-pushed GRPO group
         assert {actor for actor, _ in seen} >= {2}
+        trainer.close()  # cancels the source's read-ahead on the trainer's loop
     finally:
         for proc in (victim, survivor):
             if proc.poll() is None:
