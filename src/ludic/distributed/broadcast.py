@@ -135,7 +135,7 @@ class BroadcastPolicyPublisher:
         count = nbytes = 0
         try:
             self._control("/start_weight_update")
-            in_flight: tuple[Future, Future] | None = None
+            in_flight: list[Future] | None = None
             calls = (c for b in buckets(named_tensors(state_dict), self.bucket_bytes) for c in self._split(b))
             for i, (call, packed) in enumerate(calls):
                 payload, info = self._lay_out(call, packed, slot=i % 2 if self.overlap else 0)
@@ -271,18 +271,17 @@ class BroadcastPolicyPublisher:
         self._times["publish_pack_s"] += perf_counter() - t0
         return payload, info
 
-    def _send(self, payload: list[Tensor], info: dict[str, Any]) -> tuple[Future, Future]:
-        """Broadcast ``payload`` (if any) and tell the server to receive it, both on worker threads."""
-        sending = self._pool.submit(self._broadcast_all, payload)
+    def _send(self, payload: list[Tensor], info: dict[str, Any]) -> list[Future]:
+        """Tell the server to receive the call and broadcast ``payload`` (nothing to broadcast with shared
+        memory), both on worker threads; the ``/update_weights`` call's future first."""
         posting = self._pool.submit(self._post, "/update_weights", {"update_info": info})
-        return sending, posting
+        return [posting, self._pool.submit(self._broadcast_all, payload)] if payload else [posting]
 
-    def _wait(self, in_flight: tuple[Future, Future]) -> None:
+    def _wait(self, in_flight: list[Future]) -> None:
         t0 = perf_counter()
-        sending, posting = in_flight
         try:
-            posting.result(timeout=self.timeout_s)  # a refusal raises here, before the broadcast's own timeout
-            sending.result(timeout=self.timeout_s)
+            for done in in_flight:  # the post first: a refusal raises there, before the broadcast's own timeout
+                done.result(timeout=self.timeout_s)
         except FutureTimeout:
             raise PublishError(f"the weight broadcast did not complete within {self.timeout_s}s") from None
         finally:

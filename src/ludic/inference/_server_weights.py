@@ -20,6 +20,7 @@ from aiohttp import web
 
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
 from ludic.inference.pause import PAUSE_MODES
+from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.weight_receiver import InitInfo, WeightReceiver, parse_init_info
 from ludic.inference.weights import weight_info as model_weight_info
 
@@ -37,7 +38,7 @@ async def init_weight_transfer_engine(request: web.Request) -> web.Response:
     info = parse_init_info(await _json_field(request, "init_info"))
     await asyncio.to_thread(request.app[RECEIVER_KEY].init, info)
     if not isinstance(info, InitInfo):
-        return web.json_response({"status": "ok", "backend": "shm"})
+        return web.json_response({"status": "ok", "backend": SHARED_MEMORY_BACKEND})
     return web.json_response({"status": "ok", "rank": info.rank_offset, "world_size": info.world_size})
 
 
