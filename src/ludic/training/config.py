@@ -43,6 +43,9 @@ class TrainerConfig:
     gradient_checkpointing: trade compute for activation memory (HF ``gradient_checkpointing_enable``).
     pack_sequences: train padding-free, sequences end to end in rows (tested architectures; others pad).
     share_prompt_prefix: when packing, run each distinct prompt of a micro-batch once (GRPO groups).
+    block_attention: packed rows of a model on SDPA run attention by blocks, each sequence, shared
+        prompt and tail against its own keys only (``training/segment_attention.py``), instead of over
+        the rows' dense 4D mask; same values to float rounding. False: the dense mask.
     seed: if set, seeds python/numpy/torch when the Trainer is built.
     step_in_thread: run each step's compute (forward, backward, optimizer step, publish) on one worker
         thread, so the event loop keeps serving actors and the embedded engine meanwhile (pipeline RL
@@ -73,6 +76,7 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     pack_sequences: bool = True
     share_prompt_prefix: bool = True
+    block_attention: bool = True
     seed: int | None = None
     step_in_thread: bool = False
     onednn_linears: bool = True

@@ -5,7 +5,9 @@ Two choices, both made per model and loss, never per algorithm:
 * Layout. Models of an architecture whose packed forward a test shows equal to the plain one
   (``packing.PACKABLE_MODEL_TYPES``, with a mask-honouring attention kernel) train padding-free: sequences
   end to end in balanced rows, prompts shared inside GRPO groups (``batching/packing.py``). Others
-  get right-padded rows split by token budget (``batching/micro_batching.py``).
+  get right-padded rows split by token budget (``batching/micro_batching.py``). Packed rows of a
+  model on SDPA run attention by blocks (``segment_attention.py``: each sequence, prompt and tail
+  against its own keys only), others over the rows' dense 4D mask.
 * Log-probs. For losses that read only the policy's token log-probs (``TokenLogpLoss``) and models
   whose output layer is a plain ``nn.Linear`` after the decoder, the action tokens' log-probs come
   from the last hidden states through the output layer in chunks (``loss/head_logps.py``): the
@@ -14,6 +16,8 @@ Two choices, both made per model and loss, never per algorithm:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +43,9 @@ from ludic.training.batching.token_arrays import num_tokens
 from ludic.training.loss.base import Stats, TokenLogpLoss, compute_token_logps
 from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
+from ludic.training.onednn_linear import onednn_linears
 from ludic.training.sampling_temperature import apply_sampling_temperature, item_temperatures
+from ludic.training.segment_attention import BLOCKS_KWARG, can_switch, segment_attention, unusable_mask
 from ludic.training.types import SAWItem
 
 CUDA_PACKED_MAX_RATIO = 0.5
@@ -49,15 +55,18 @@ The padded forward there uses flash attention, the packed one a dense 4D mask (n
 on an H100 (bf16, 200M params) a layout at 0.29x the positions ran 1.56x faster, one at 0.52x ran
 0.66x as fast (``bench/bench_shared_prefix.py``). The CPU has no such kernel gap; there the cost
 estimate in ``plan_packed_micro_batches`` decides alone. Untested on a GPU since packing landed.
+Block attention (``segment_attention.py``) has no dense mask, so the rule applies only without it.
 """
 
 
 @dataclass
 class MicroBatch:
-    """Items trained together, and their packing plan (None: plain right-padded rows)."""
+    """Items trained together, their packing plan (None: plain right-padded rows), and whether the
+    packed rows run attention by blocks (``segment_attention.py``) rather than over a dense mask."""
 
     items: list[SAWItem]
     plan: PackPlan | None = None
+    block_attention: bool = False
 
 
 def plan_micro_batches(
@@ -68,8 +77,12 @@ def plan_micro_batches(
     max_seq_len: int,
     pack: bool = True,
     share_prompt_prefix: bool = True,
+    block_attention: bool = True,
 ) -> list[MicroBatch]:
-    """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise."""
+    """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise.
+
+    ``block_attention``: packed rows of a model on SDPA run attention by blocks, not a dense mask.
+    """
     mbs = split_items_by_token_budget(items, micro_token_budget=micro_token_budget, max_seq_len=max_seq_len)
     cut = [it for mb in mbs for it in mb]  # truncated, validated
     if not (pack and can_pack(cut) and supports_packing(model, max(num_tokens(it) for it in cut))):
@@ -78,10 +91,23 @@ def plan_micro_batches(
     groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
     hidden = getattr(getattr(model, "config", None), "hidden_size", None)
     weight = 1 / (6 * hidden) if isinstance(hidden, int) and hidden > 0 else ATTENTION_WEIGHT
-    plans = plan_packed_micro_batches(cut, groups, micro_token_budget=micro_token_budget, attention_weight=weight)
-    if _on_cuda(model) and _positions(plans) > CUDA_PACKED_MAX_RATIO * sum(_padded(mb) for mb in mbs):
+    blocks = block_attention and can_switch(model)
+    plans = plan_packed_micro_batches(
+        cut, groups, micro_token_budget=micro_token_budget, attention_weight=weight, dense_attention=not blocks
+    )
+    dense_on_cuda = _on_cuda(model) and not blocks
+    if dense_on_cuda and _positions(plans) > CUDA_PACKED_MAX_RATIO * sum(_padded(mb) for mb in mbs):
         return [MicroBatch(mb) for mb in mbs]
-    return [MicroBatch(plan.items, plan) for plan in plans]
+    return [MicroBatch(plan.items, plan, blocks) for plan in plans]
+
+
+@contextlib.contextmanager
+def micro_batch_kernels(model: nn.Module, mb: MicroBatch, *, onednn: bool = True) -> Iterator[None]:
+    """The kernels ``mb``'s forward and backward run with: oneDNN linears (``onednn``, fp32 on the CPU)
+    and, for block-attention micro-batches, the model switched to ``segment_attention``. Wrap both the
+    forward and the backward (activation checkpointing recomputes the forward inside the backward)."""
+    with onednn_linears(model, onednn), segment_attention(model, enabled=mb.block_attention):
+        yield
 
 
 def _on_cuda(model: nn.Module) -> bool:
@@ -102,12 +128,15 @@ def _model_inputs(
     """(batch the loss reads, the model's inputs, gather index, packed batch, positions computed)."""
     if mb.plan is not None:
         dtype = next(model.parameters()).dtype
-        packed = pack_plan(mb.plan, pad_token_id=pad_token_id, device=device, dtype=dtype)
-        inputs = {
-            "input_ids": packed.input_ids,
-            "attention_mask": packed.attention_mask,
-            "position_ids": packed.position_ids,
-        }
+        packed = pack_plan(
+            mb.plan, pad_token_id=pad_token_id, device=device, dtype=dtype, dense_mask=not mb.block_attention
+        )
+        inputs: dict[str, Any] = {"input_ids": packed.input_ids, "position_ids": packed.position_ids}
+        if packed.blocks is not None:
+            inputs[BLOCKS_KWARG] = packed.blocks  # segment attention reads the blocks, not a mask
+            inputs["attention_mask"] = unusable_mask(packed.blocks)
+        else:
+            inputs["attention_mask"] = packed.attention_mask
         return packed.view, inputs, packed.gather_index, packed, packed.computed_tokens
     batch = collate_saw_items(mb.items, pad_token_id=pad_token_id, device=device)
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
@@ -123,10 +152,11 @@ def micro_batch_token_logps(
     """
     batch, inputs, gather, packed, _ = _model_inputs(model, mb, pad_token_id=pad_token_id, device=device)
     head = output_layer(model)
-    if head is not None:
-        hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
-        return batch, action_token_logps(hidden, head, batch, gather)
-    logits = _packed_logits(model, inputs, packed) if packed is not None else forward_logits(model, batch)
+    with segment_attention(model, enabled=mb.block_attention):
+        if head is not None:
+            hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
+            return batch, action_token_logps(hidden, head, batch, gather)
+        logits = _packed_logits(model, inputs, packed) if packed is not None else forward_logits(model, batch)
     return batch, compute_token_logps(logits, batch["input_ids"]) * batch["action_mask"]
 
 
@@ -139,15 +169,16 @@ def micro_batch_loss(
     )
     head = output_layer(model)
     temps = item_temperatures(mb.items, device)  # [B] or None when every item was sampled at T = 1
-    if head is not None and takes_token_logps(loss) and (temps is None or head.bias is None):
-        hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
-        policy_logps = action_token_logps(hidden, head, batch, gather, temps)
-        mb_loss, stats = loss.compute_from_logps(policy_logps, batch)
-        return mb_loss, stats, computed
-    if packed is not None:
-        logits = _packed_logits(model, inputs, packed)
-    else:
-        logits = forward_logits(model, batch)
+    with segment_attention(model, enabled=mb.block_attention):  # a no-op inside micro_batch_kernels
+        if head is not None and takes_token_logps(loss) and (temps is None or head.bias is None):
+            hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
+            policy_logps = action_token_logps(hidden, head, batch, gather, temps)
+            mb_loss, stats = loss.compute_from_logps(policy_logps, batch)
+            return mb_loss, stats, computed
+        if packed is not None:
+            logits = _packed_logits(model, inputs, packed)
+        else:
+            logits = forward_logits(model, batch)
     logits = apply_sampling_temperature(logits, mb.items)  # score under the distribution sampled
     mb_loss, stats = loss.compute(logits, batch)
     return mb_loss, stats, computed

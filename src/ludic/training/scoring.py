@@ -18,8 +18,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ludic.training.forward import MicroBatch, micro_batch_token_logps, plan_micro_batches
-from ludic.training.onednn_linear import onednn_linears
+from ludic.training.forward import (
+    MicroBatch,
+    micro_batch_kernels,
+    micro_batch_token_logps,
+    plan_micro_batches,
+)
 from ludic.training.types import SAWBatch, SAWItem
 
 ModelLike = str | Path | nn.Module
@@ -81,7 +85,7 @@ class FrozenModelScorer:
     @torch.no_grad()
     def _score_micro_batch(self, mb: MicroBatch) -> list[tuple[int, list[float]]]:
         """(item index, its action tokens' log-probs) for one micro-batch, through the trainer's path."""
-        with onednn_linears(self.model, self.onednn_linears):
+        with micro_batch_kernels(self.model, mb, onednn=self.onednn_linears):
             batch, logps = micro_batch_token_logps(self.model, mb, pad_token_id=self.pad_token_id, device=self.device)
         mask = batch["action_mask"].bool()  # [B, T]
         logps = logps.float().cpu()

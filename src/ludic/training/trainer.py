@@ -35,10 +35,9 @@ from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.distributed_checkpoint import make_checkpointer
 from ludic.training.distributed_publish import gather_publishable
 from ludic.training.distributed_step import DataParallelGroup
-from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
+from ludic.training.forward import MicroBatch, micro_batch_kernels, micro_batch_loss, plan_micro_batches
 from ludic.training.loggers.base import TrainingLogger
 from ludic.training.loggers.prefix import GROUPS
-from ludic.training.onednn_linear import onednn_linears
 from ludic.training.stats import (
     Reducer,
     apply_reducers_to_records,
@@ -148,7 +147,7 @@ class Trainer:
         micro_batches = self.ranks.plan(items, lambda share: plan_micro_batches(
             self.model, share, micro_token_budget=self.cfg.micro_token_budget,
             max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
-            share_prompt_prefix=self.cfg.share_prompt_prefix,
+            share_prompt_prefix=self.cfg.share_prompt_prefix, block_attention=self.cfg.block_attention,
         ))  # fmt: skip
         loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
         step_stats = self._optimizer_step(loss_sum)
@@ -223,7 +222,7 @@ class Trainer:
             mb_items = mb.items
             with (
                 self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1),
-                onednn_linears(self.model, self.cfg.onednn_linears),
+                micro_batch_kernels(self.model, mb, onednn=self.cfg.onednn_linears),
             ):
                 mb_loss, mb_stats, computed = micro_batch_loss(
                     self.model, self.algo.loss, mb, pad_token_id=self.pad_token_id, device=device

@@ -31,6 +31,12 @@ import torch
 from torch import Tensor, nn
 
 from ludic.training.batching import token_arrays as ta
+from ludic.training.batching.attention_blocks import (
+    AttentionBlocks,
+    Block,
+    block_pairs,
+    build_attention_blocks,
+)
 from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
 from ludic.training.types import SAWItem
 
@@ -92,17 +98,19 @@ class PackedBatch:
     """Model inputs for packed rows and how to read each item's view back out of them.
 
     ``input_ids``/``position_ids`` [R, L]; ``attention_mask`` [R, 1, L, L] additive (0 where a query
-    may attend, dtype-min elsewhere); ``gather_index`` [B, Tv]: for each item's view position, its
-    flat index into the ``R * L`` packed positions; ``view``: ``collate_saw_items`` of the views.
+    may attend, dtype-min elsewhere), or None when the rows were packed for block attention
+    (``blocks``, see ``attention_blocks.py``); ``gather_index`` [B, Tv]: for each item's view position,
+    its flat index into the ``R * L`` packed positions; ``view``: ``collate_saw_items`` of the views.
     """
 
     input_ids: Tensor
     position_ids: Tensor
-    attention_mask: Tensor
+    attention_mask: Tensor | None
     gather_index: Tensor
     view: dict[str, Tensor]
     real_tokens: int
     """Tokens of the original items (what a plain forward covers without padding)."""
+    blocks: AttentionBlocks | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -178,9 +186,27 @@ def _positions(rows: list[list[Segment]]) -> int:
     return len(rows) * max(sum(seg.length for seg in row) for row in rows)
 
 
-def plan_cost(plans: list[PackPlan], attention_weight: float = ATTENTION_WEIGHT) -> float:
-    """Estimated compute of a layout in token-equivalents: sum over micro-batches of R * L * (1 + w L)."""
-    return sum(len(p.rows) * p.row_length * (1 + attention_weight * p.row_length) for p in plans)
+def plan_cost(plans: list[PackPlan], attention_weight: float = ATTENTION_WEIGHT, *, dense: bool = True) -> float:
+    """Estimated compute of a layout in token-equivalents.
+
+    ``dense`` (a 4D mask): sum over micro-batches of R * L * (1 + w L), attention over whole rows.
+    Block attention: R * L positions plus w times the blocks' query-key pairs (``block_pairs``).
+    """
+    if dense:
+        return sum(len(p.rows) * p.row_length * (1 + attention_weight * p.row_length) for p in plans)
+    return sum(len(p.rows) * p.row_length + attention_weight * _plan_pairs(p) for p in plans)
+
+
+def _plan_pairs(plan: PackPlan) -> int:
+    pairs = 0
+    for row in plan.rows:
+        for seg in row:
+            if len(seg.members) == 1:
+                pairs += block_pairs(seg.length)
+                continue
+            tails = [ta.num_tokens(plan.items[i]) - seg.start for i in seg.members]
+            pairs += block_pairs(seg.start) + sum(block_pairs(n, seg.start) for n in tails)
+    return pairs
 
 
 def plan_packed_micro_batches(
@@ -190,6 +216,7 @@ def plan_packed_micro_batches(
     micro_token_budget: int,
     row_tokens: int | None = None,
     attention_weight: float = ATTENTION_WEIGHT,
+    dense_attention: bool = True,
 ) -> list[PackPlan]:
     """Split ``items`` (already truncated) into micro-batches of balanced rows, ``R * L <= budget``.
 
@@ -197,6 +224,7 @@ def plan_packed_micro_batches(
     row_tokens)`` when given; otherwise the cheapest by ``plan_cost`` of 1, 2, 4 and 8 times the
     longest item, with and without the sharing ``groups`` propose: sharing is used exactly when
     it is estimated cheaper, so it never costs more than not sharing and needs no threshold.
+    ``dense_attention``: whether attention will run over whole rows (a 4D mask) or by blocks.
     """
     longest = max(ta.num_tokens(it) for it in items)
     ceiling = max(micro_token_budget, longest)
@@ -212,7 +240,7 @@ def plan_packed_micro_batches(
         for layout in layouts
         for capacity in capacities
     ]
-    return min(candidates, key=lambda plans: plan_cost(plans, attention_weight))
+    return min(candidates, key=lambda plans: plan_cost(plans, attention_weight, dense=dense_attention))
 
 
 def _micro_batches(
@@ -247,9 +275,15 @@ def truncated(items: list[SAWItem], max_seq_len: int) -> list[SAWItem]:
 
 
 def pack_plan(
-    plan: PackPlan, *, pad_token_id: int, device: torch.device | str, dtype: torch.dtype = torch.float32
+    plan: PackPlan,
+    *,
+    pad_token_id: int,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+    dense_mask: bool = True,
 ) -> PackedBatch:
-    """Build the packed rows, block mask and view gather index for one micro-batch."""
+    """Build the packed rows, the view gather index and either the 4D block mask (``dense_mask``) or
+    the attention blocks (``segment_attention.py``) for one micro-batch."""
     items = plan.items
     starts = [0] * len(items)
     for row in plan.rows:
@@ -261,45 +295,56 @@ def pack_plan(
     R, L = len(plan.rows), plan.row_length
     ids = torch.full((R, L), int(pad_token_id), dtype=torch.long)
     positions = torch.zeros((R, L), dtype=torch.long)
-    allowed = torch.zeros((R, L, L), dtype=torch.bool)
+    allowed = torch.zeros((R, L, L), dtype=torch.bool) if dense_mask else None
+    blocks: list[Block] = []
     B, Tv = view["input_ids"].shape
     gather = torch.zeros((B, Tv), dtype=torch.long)
     for r, row in enumerate(plan.rows):
         col = 0
         for seg in row:
-            col = _place_segment(items, seg, starts, r, col, L, ids, positions, allowed, gather)
-        pad = torch.arange(col, L)
-        allowed[r, pad, pad] = True  # padding attends to itself only: finite logits, no NaN gradients
-    mask = torch.zeros((R, 1, L, L), dtype=dtype)
-    mask.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
+            col = _place_segment(items, seg, starts, r, col, L, ids, positions, allowed, blocks, gather)
+        if allowed is not None:
+            pad = torch.arange(col, L)
+            allowed[r, pad, pad] = True  # padding attends to itself only: finite logits, no NaN gradients
+    mask = None
+    if allowed is not None:
+        mask = torch.zeros((R, 1, L, L), dtype=dtype)
+        mask.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
+        mask = mask.to(device)
     return PackedBatch(
         input_ids=ids.to(device),
         position_ids=positions.to(device),
-        attention_mask=mask.to(device),
+        attention_mask=mask,
         gather_index=gather.to(device),
         view=view,
         real_tokens=sum(ta.num_tokens(it) for it in items),
+        blocks=None if dense_mask else build_attention_blocks(blocks, R, L).to(device),
     )
 
 
 def _place_segment(
     items: list[SAWItem], seg: Segment, starts: list[int], r: int, col: int, L: int,
-    ids: Tensor, positions: Tensor, allowed: Tensor, gather: Tensor,
+    ids: Tensor, positions: Tensor, allowed: Tensor | None, blocks: list[Block], gather: Tensor,
 ) -> int:  # fmt: skip
-    """Write one segment into row ``r`` from column ``col``; returns the column after it."""
+    """Write one segment into row ``r`` from column ``col`` (its mask into ``allowed``, or its attention
+    blocks onto ``blocks``); returns the column after it."""
     s, base = seg.start, col
     if s:
         ids[r, col : col + s] = torch.tensor(ta.values(items[seg.members[0]], "input_ids")[:s], dtype=torch.long)
         positions[r, col : col + s] = torch.arange(s)
-        allowed[r, col : col + s, col : col + s] = torch.ones(s, s, dtype=torch.bool).tril()
+        if allowed is not None:
+            allowed[r, col : col + s, col : col + s] = torch.ones(s, s, dtype=torch.bool).tril()
+        blocks.append(Block(r * L + col, s))
         col += s
     for i in seg.members:
         tail = ta.values(items[i], "input_ids")[s:]
         n = len(tail)
         ids[r, col : col + n] = torch.tensor(tail, dtype=torch.long)
         positions[r, col : col + n] = torch.arange(s, s + n)
-        allowed[r, col : col + n, base : base + s] = True  # every tail sees the whole shared prefix
-        allowed[r, col : col + n, col : col + n] = torch.ones(n, n, dtype=torch.bool).tril()
+        if allowed is not None:
+            allowed[r, col : col + n, base : base + s] = True  # every tail sees the whole shared prefix
+            allowed[r, col : col + n, col : col + n] = torch.ones(n, n, dtype=torch.bool).tril()
+        blocks.append(Block(r * L + col, n, r * L + base, s))  # s == 0: a lone sequence, causal alone
         v = starts[i] - s  # where the item's view begins inside its tail
         gather[i, : n - v] = r * L + torch.arange(col + v, col + n)
         col += n
