@@ -182,7 +182,7 @@ def test_scalar_where_a_table_is_expected(tmp_path: Path) -> None:
 def test_unknown_trainer_key_lists_trainer_config_fields(tmp_path: Path) -> None:
     errors = _errors(tmp_path, "config.toml", MINIMAL + "[trainer]\nlrr = 0.1\n")
     assert len(errors) == 1
-    assert errors[0].startswith("config.toml: [trainer].lrr: unknown key; known keys: betas, eval_concurrency,")
+    assert errors[0].startswith("config.toml: [trainer].lrr: unknown key; known keys: betas, block_attention, eval_concurrency,")
 
 
 def test_lists_become_tuples_for_tuple_fields(tmp_path: Path) -> None:
