@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ludic.training import Trainer, TrainerConfig, make_grpo
-from ludic.training.onednn_linear import _inner_product, _weight_grad, onednn_available
+from ludic.training.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
 SIZES = {  # Qwen2 configs of bench_vs_trl_curve.py
@@ -44,7 +44,7 @@ def products(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> dict[str, tu
     return {
         "forward": (lambda: F.linear(x, w), lambda: _inner_product(x, w)),
         "grad input": (lambda: dy.mm(w), lambda: _inner_product(dy, w.t().contiguous())),
-        "grad weight": (lambda: dy.t().mm(x), lambda: _weight_grad(dy, x)),
+        "grad weight": (lambda: dy.t().mm(x), lambda: weight_and_bias_grads(dy, x, w, False)),
     }
 
 

@@ -78,15 +78,17 @@ def test_inputs_of_fewer_than_min_rows_stay_on_torchs_linear() -> None:
     assert type(enough.grad_fn).__name__ == "OneDNNLinearBackward"
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_the_weight_gradient_takes_mkl_below_the_size_where_onednn_pays_with_threads(threads) -> None:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        small, large = onednn._weight_grad_pays(512, 128, 384), onednn._weight_grad_pays(2048, 512, 1536)
-    finally:
-        torch.set_num_threads(before)
-    assert large and small == (threads == 1)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_weight_and_bias_gradients_equal_torchs(with_bias) -> None:
+    torch.manual_seed(0)
+    x, dy, weight = torch.randn(600, 96), torch.randn(600, 40), torch.randn(40, 96)
+    grad_w, grad_b = onednn.weight_and_bias_grads(dy, x, weight, with_bias)
+    torch.testing.assert_close(grad_w, dy.t().mm(x), rtol=1e-5, atol=1e-4)
+    assert grad_w.is_contiguous() and grad_w.layout == torch.strided
+    if with_bias:
+        torch.testing.assert_close(grad_b, dy.sum(0), rtol=1e-5, atol=1e-4)
+    else:
+        assert grad_b is None
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])

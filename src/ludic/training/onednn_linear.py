@@ -10,15 +10,15 @@ cached across optimizer steps.
 Inside ``onednn_linears(model)`` every ``nn.Linear`` of the model (LoRA's and the output layer's
 included) whose input and weight are plain fp32 CPU tensors runs as ``OneDNNLinear``:
 
-    forward      y  = x W^T + b               oneDNN, W reordered
-    grad input   dx = dy W                    oneDNN, W^T reordered
-    grad weight  dW = dy^T x                  oneDNN, whichever of dy^T or x^T makes the larger output side
-    grad bias    db = sum over rows of dy
+    forward      y  = x W^T + b               oneDNN inner product, W reordered
+    grad input   dx = dy W                    oneDNN inner product, W^T reordered
+    grad weight  dW = dy^T x                  oneDNN's backward-weights primitive, which reduces over the
+    grad bias    db = sum over rows of dy     rows itself (no transposed copies of x or dy), both at once
 
 Where oneDNN is not faster it is not used (measured per product, 1 and 2 threads, on 256-4,688 rows):
 inputs of fewer than ``MIN_ROWS`` rows run ``F.linear`` as they are (at 256 rows with 2 threads oneDNN is
-0.6x-0.8x), and with more than one thread the weight gradient stays on MKL below ``MIN_WEIGHT_GRAD_MACS``
-multiply-adds (the transposes it needs cost more than oneDNN saves there: 0.54x-0.95x).
+0.6x-0.8x). The backward-weights primitive runs 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on (1 and 2
+threads, 128-1,536 features) and 1.0x-1.95x the transposes plus inner product used before it.
 
 Results equal torch's to fp32 rounding (relative gradient difference ~1e-6), not bit for bit; other
 dtypes, devices and tensor subclasses take torch's own path unchanged.
@@ -38,9 +38,6 @@ from ludic.distributed.fsdp import is_fsdp_model
 
 MIN_ROWS = 512
 """Fewer input rows than this: ``F.linear`` (MKL), forward and backward."""
-MIN_WEIGHT_GRAD_MACS = 1 << 30
-"""With more than one torch thread, the weight gradient goes to oneDNN only from this many multiply-adds
-(rows x in x out; e.g. 2,048 rows of a 512 -> 1,536 layer: 1.48x MKL)."""
 
 
 def onednn_available() -> bool:
@@ -49,6 +46,7 @@ def onednn_available() -> bool:
         torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.aten, "mkldnn_linear_backward_weights")
     )
 
 
@@ -89,23 +87,21 @@ class OneDNNLinear(torch.autograd.Function):
         if need_x:  # dx = dy @ W = dy @ (W^T)^T
             grad_x = _inner_product(dy, weight.t().contiguous()).view(ctx.x_shape)
         if need_w:
-            grad_w = _weight_grad(dy, x2) if _weight_grad_pays(*x2.shape, dy.shape[1]) else dy.t().mm(x2)
-        if need_b and ctx.has_bias:
+            grad_w, grad_b = weight_and_bias_grads(dy, x2, weight, need_b and ctx.has_bias)
+        elif need_b and ctx.has_bias:
             grad_b = dy.sum(0)
         return grad_x, grad_w, grad_b
 
 
-def _weight_grad_pays(rows: int, in_features: int, out_features: int) -> bool:
-    return torch.get_num_threads() == 1 or rows * in_features * out_features >= MIN_WEIGHT_GRAD_MACS
+def weight_and_bias_grads(dy: Tensor, x: Tensor, weight: Tensor, with_bias: bool) -> tuple[Tensor, Tensor | None]:
+    """(``dy^T @ x`` [out, in], ``dy.sum(0)`` or None) for ``dy`` [rows, out] and ``x`` [rows, in].
 
-
-def _weight_grad(dy: Tensor, x: Tensor) -> Tensor:
-    """``dy^T @ x`` [out, in], the rows being the reduction: oneDNN runs it fastest with the larger of
-    the two output sides as its rows (measured: 1.3x-1.8x MKL's ``mm`` either way round then)."""
-    out_features, in_features = dy.shape[1], x.shape[1]
-    if out_features >= in_features:
-        return _inner_product(dy.t().contiguous(), x.t().contiguous())
-    return _inner_product(x.t().contiguous(), dy.t().contiguous()).t().contiguous()
+    oneDNN's inner-product backward-weights primitive takes the rows as its reduction, so neither
+    input is transposed; its tensors are oneDNN's own (``to_mkldnn``: one contiguous copy each)."""
+    grad_w, grad_b = torch.ops.aten.mkldnn_linear_backward_weights(
+        dy.to_mkldnn(), x.to_mkldnn(), weight.detach().to_mkldnn(), with_bias
+    )
+    return grad_w.to_dense(), grad_b.to_dense() if with_bias else None
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
