@@ -143,10 +143,13 @@ def length_spread(n: int = 64, max_len: int = 512, seed: int = 0) -> list[SAWIte
     return items
 
 
+@pytest.mark.parametrize("dense", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_real_over_computed_tokens_is_at_least_098_on_the_benchmark_spread(seed):
+def test_real_over_computed_tokens_is_at_least_098_on_the_benchmark_spread(seed, dense):
     items = length_spread(seed=seed)
-    plans = plan_packed_micro_batches(items, [[i] for i in range(len(items))], micro_token_budget=4096)
+    plans = plan_packed_micro_batches(
+        items, [[i] for i in range(len(items))], micro_token_budget=4096, dense_attention=dense
+    )
     real = sum(len(it.input_ids) for it in items)
     computed = sum(len(p.rows) * p.row_length for p in plans)
     assert real / computed >= 0.98

@@ -1,0 +1,106 @@
+"""Packed rows' attention by blocks vs over the rows' dense L x L mask: the GRPO training step, side by side.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_block_attention.py [--sizes 0.8M 6M 25M --replies 32 128]
+
+``Trainer.train_step`` of GRPO on 4 prompts (69 tokens) x 8 replies (the TRL curve's cells,
+``bench_vs_trl_curve.py``, with replies at their cap), fixed batches, with
+``TrainerConfig(block_attention=False)`` (one SDPA call per layer over a 4D mask) and ``True``
+(``training/segment_attention.py``), each with a model of its own built from the same weights,
+interleaved in every round; medians. Also prints the query-key pairs each layout computes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from bench_train_matmuls import GROUP, PROMPT_LEN, PROMPTS, SIZES, VOCAB, timed
+
+from ludic.training import Trainer, TrainerConfig, make_grpo
+from ludic.training.forward import plan_micro_batches
+from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
+
+
+def grpo_batch(seed: int, reply_len: int) -> SAWBatch:
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for p in range(PROMPTS):
+        prompt = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=g).tolist()
+        for r in range(GROUP):
+            reply = torch.randint(0, VOCAB, (reply_len,), generator=g).tolist()
+            items.append(SAWItem(
+                input_ids=prompt + reply, attention_mask=[1] * (PROMPT_LEN + reply_len),
+                action_mask=[0] * PROMPT_LEN + [1] * reply_len, weight=float(r % 3 - 1),
+                meta={"rollout_id": f"{seed}-{p}-{r}", "request_meta": {"group_id": f"{seed}-{p}"}},
+                attachments=SampleAttachments(actor_logps=ActorTokenLogps([-5.5] * reply_len)),
+            ))  # fmt: skip
+    return SAWBatch(items=items)
+
+
+class Batches:
+    def __init__(self, reply_len: int) -> None:
+        self.n, self.reply_len = 0, reply_len
+
+    async def next_batch(self) -> SAWBatch:
+        self.n += 1
+        return grpo_batch(self.n, self.reply_len)
+
+
+def pairs(model: torch.nn.Module, reply_len: int, blocks: bool) -> int:
+    """Query-key pairs per head and layer the step's attention computes."""
+    mbs = plan_micro_batches(
+        model, grpo_batch(0, reply_len).items, micro_token_budget=16384, max_seq_len=512, block_attention=blocks
+    )
+    if not blocks:
+        return sum(len(mb.plan.rows) * mb.plan.row_length**2 for mb in mbs if mb.plan is not None)
+    from ludic.training.batching.packing import pack_plan
+
+    return sum(pack_plan(mb.plan, pad_token_id=0, device="cpu", dense_mask=False).blocks.pairs for mb in mbs)
+
+
+def bench(size: str, reply_len: int, repeats: int) -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, attn_implementation="sdpa", **SIZES[size]))
+    trainers = {}
+    for blocks in (False, True):
+        model = Qwen2ForCausalLM(base.config)
+        model.load_state_dict(base.state_dict())
+        cfg = TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=16384, block_attention=blocks)
+        batches = Batches(reply_len)
+        trainers[blocks] = Trainer(model=model, algo=make_grpo(group_size=GROUP), batch_source=batches, cfg=cfg)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for t in trainers.values():
+        t.train_step_sync()  # warm-up
+    for _ in range(repeats):
+        for blocks, t in trainers.items():
+            times[blocks].append(timed(t.train_step_sync))
+    a, b = statistics.median(times[False]), statistics.median(times[True])
+    dense, blocked = pairs(base, reply_len, False), pairs(base, reply_len, True)
+    print(
+        f"  {size}, replies of {reply_len}: {a:.3f} / {b:.3f} s/step: blocks {a / b:.2f}x "
+        f"(pairs per head and layer {dense:,} / {blocked:,}: {dense / blocked:.1f}x fewer)",
+        flush=True,
+    )
+    for t in trainers.values():
+        t.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    p.add_argument("--replies", nargs="+", type=int, default=[32, 128])
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads")
+    print(f"training step, GRPO, {PROMPTS} prompts x {GROUP} replies, s/step (medians of {args.repeats}): "
+          "dense mask / blocks")  # fmt: skip
+    for size in args.sizes:
+        for reply_len in args.replies:
+            bench(size, reply_len, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
