@@ -55,7 +55,8 @@ The padded forward there uses flash attention, the packed one a dense 4D mask (n
 on an H100 (bf16, 200M params) a layout at 0.29x the positions ran 1.56x faster, one at 0.52x ran
 0.66x as fast (``bench/bench_shared_prefix.py``). The CPU has no such kernel gap; there the cost
 estimate in ``plan_packed_micro_batches`` decides alone. Untested on a GPU since packing landed.
-Block attention (``segment_attention.py``) has no dense mask, so the rule applies only without it.
+With block attention (``segment_attention.py``: flash for causal blocks, a small mask for tails) the
+gap should be smaller, but that has not run on a GPU, so the rule stays for both.
 """
 
 
@@ -95,8 +96,7 @@ def plan_micro_batches(
     plans = plan_packed_micro_batches(
         cut, groups, micro_token_budget=micro_token_budget, attention_weight=weight, dense_attention=not blocks
     )
-    dense_on_cuda = _on_cuda(model) and not blocks
-    if dense_on_cuda and _positions(plans) > CUDA_PACKED_MAX_RATIO * sum(_padded(mb) for mb in mbs):
+    if _on_cuda(model) and _positions(plans) > CUDA_PACKED_MAX_RATIO * sum(_padded(mb) for mb in mbs):
         return [MicroBatch(mb) for mb in mbs]
     return [MicroBatch(plan.items, plan, blocks) for plan in plans]
 
