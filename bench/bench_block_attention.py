@@ -15,36 +15,10 @@ import argparse
 import statistics
 
 import torch
-from bench_train_matmuls import GROUP, PROMPT_LEN, PROMPTS, SIZES, VOCAB, timed
+from bench_train_matmuls import GROUP, PROMPTS, SIZES, VOCAB, Batches, grpo_batch, timed
 
 from ludic.training import Trainer, TrainerConfig, make_grpo
 from ludic.training.forward import plan_micro_batches
-from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
-
-
-def grpo_batch(seed: int, reply_len: int) -> SAWBatch:
-    g = torch.Generator().manual_seed(seed)
-    items = []
-    for p in range(PROMPTS):
-        prompt = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=g).tolist()
-        for r in range(GROUP):
-            reply = torch.randint(0, VOCAB, (reply_len,), generator=g).tolist()
-            items.append(SAWItem(
-                input_ids=prompt + reply, attention_mask=[1] * (PROMPT_LEN + reply_len),
-                action_mask=[0] * PROMPT_LEN + [1] * reply_len, weight=float(r % 3 - 1),
-                meta={"rollout_id": f"{seed}-{p}-{r}", "request_meta": {"group_id": f"{seed}-{p}"}},
-                attachments=SampleAttachments(actor_logps=ActorTokenLogps([-5.5] * reply_len)),
-            ))  # fmt: skip
-    return SAWBatch(items=items)
-
-
-class Batches:
-    def __init__(self, reply_len: int) -> None:
-        self.n, self.reply_len = 0, reply_len
-
-    async def next_batch(self) -> SAWBatch:
-        self.n += 1
-        return grpo_batch(self.n, self.reply_len)
 
 
 def pairs(model: torch.nn.Module, reply_len: int, blocks: bool) -> int:

@@ -65,29 +65,31 @@ def bench_matmuls(repeats: int) -> None:
         print(f"  {in_f:>4} -> {out_f:<4}  " + "   ".join(line))
 
 
-def grpo_batch(seed: int) -> SAWBatch:
+def grpo_batch(seed: int, reply_len: int = REPLY_LEN) -> SAWBatch:
     g = torch.Generator().manual_seed(seed)
     items = []
     for p in range(PROMPTS):
         prompt = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=g).tolist()
         for r in range(GROUP):
-            reply = torch.randint(0, VOCAB, (REPLY_LEN,), generator=g).tolist()
+            reply = torch.randint(0, VOCAB, (reply_len,), generator=g).tolist()
             items.append(SAWItem(
-                input_ids=prompt + reply, attention_mask=[1] * (PROMPT_LEN + REPLY_LEN),
-                action_mask=[0] * PROMPT_LEN + [1] * REPLY_LEN, weight=float(r % 3 - 1),
+                input_ids=prompt + reply, attention_mask=[1] * (PROMPT_LEN + reply_len),
+                action_mask=[0] * PROMPT_LEN + [1] * reply_len, weight=float(r % 3 - 1),
                 meta={"rollout_id": f"{seed}-{p}-{r}", "request_meta": {"group_id": f"{seed}-{p}"}},
-                attachments=SampleAttachments(actor_logps=ActorTokenLogps([-5.5] * REPLY_LEN)),
+                attachments=SampleAttachments(actor_logps=ActorTokenLogps([-5.5] * reply_len)),
             ))  # fmt: skip
     return SAWBatch(items=items)
 
 
 class Batches:
-    def __init__(self) -> None:
-        self.n = 0
+    """Fresh GRPO batches of ``reply_len``-token replies, one per step."""
+
+    def __init__(self, reply_len: int = REPLY_LEN) -> None:
+        self.n, self.reply_len = 0, reply_len
 
     async def next_batch(self) -> SAWBatch:
         self.n += 1
-        return grpo_batch(self.n)
+        return grpo_batch(self.n, self.reply_len)
 
 
 def bench_steps(sizes: list[str], repeats: int) -> None:
