@@ -91,6 +91,36 @@ def test_weight_and_bias_gradients_equal_torchs(with_bias) -> None:
         assert grad_b is None
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_weight_gradient_takes_mkl_below_the_size_where_onednn_pays_with_threads(threads) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        small, large = onednn._weight_grad_pays(1200, 128, 128), onednn._weight_grad_pays(1200, 256, 256)
+    finally:
+        torch.set_num_threads(before)
+    assert large and small == (threads == 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_both_weight_gradient_paths_equal_torchs(threads) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for out_features in (16, 512):  # under and over MIN_WEIGHT_GRAD_MACS at 600 rows x 256
+            layer = torch.nn.Linear(256, out_features)
+            x = torch.randn(600, 256)
+            with onednn_linears(layer):
+                layer(x).square().sum().backward()
+            mine = layer.weight.grad.clone(), layer.bias.grad.clone()
+            layer.zero_grad()
+            layer(x).square().sum().backward()
+            torch.testing.assert_close(mine[0], layer.weight.grad, rtol=1e-4, atol=1e-3)
+            torch.testing.assert_close(mine[1], layer.bias.grad, rtol=1e-4, atol=1e-3)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(monkeypatch, checkpointing) -> None:
     calls = {"n": 0}

@@ -17,8 +17,10 @@ included) whose input and weight are plain fp32 CPU tensors runs as ``OneDNNLine
 
 Where oneDNN is not faster it is not used (measured per product, 1 and 2 threads, on 256-4,688 rows):
 inputs of fewer than ``MIN_ROWS`` rows run ``F.linear`` as they are (at 256 rows with 2 threads oneDNN is
-0.6x-0.8x). The backward-weights primitive runs 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on (1 and 2
-threads, 128-1,536 features) and 1.0x-1.95x the transposes plus inner product used before it.
+0.6x-0.8x). The backward-weights primitive runs 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on with one
+thread (128-1,536 features); with more threads it pays only from ``MIN_WEIGHT_GRAD_MACS`` multiply-adds
+(0.46x-0.95x below, e.g. 600-2,400 rows of a 128 -> 64 or 128 -> 128 layer), and the weight gradient
+stays on MKL under that.
 
 Results equal torch's to fp32 rounding (relative gradient difference ~1e-6), not bit for bit; other
 dtypes, devices and tensor subclasses take torch's own path unchanged.
@@ -38,6 +40,9 @@ from ludic.distributed.fsdp import is_fsdp_model
 
 MIN_ROWS = 512
 """Fewer input rows than this: ``F.linear`` (MKL), forward and backward."""
+MIN_WEIGHT_GRAD_MACS = 1 << 26
+"""With more than one torch thread, the weight gradient goes to oneDNN only from this many multiply-adds
+(rows x in x out; e.g. 1,200 rows of a 256 -> 256 layer: 1.23x MKL at 2 threads)."""
 
 
 def onednn_available() -> bool:
@@ -80,11 +85,16 @@ class OneDNNLinear(torch.autograd.Function):
         grad_x = grad_w = grad_b = None
         if need_x:  # dx = dy @ W = dy @ (W^T)^T
             grad_x = _inner_product(dy, weight.t().contiguous()).view(ctx.x_shape)
-        if need_w:
+        if need_w and _weight_grad_pays(*x2.shape, dy.shape[1]):
             grad_w, grad_b = weight_and_bias_grads(dy, x2, weight, need_b and ctx.has_bias)
-        elif need_b and ctx.has_bias:
-            grad_b = dy.sum(0)
+        else:
+            grad_w = dy.t().mm(x2) if need_w else None
+            grad_b = dy.sum(0) if need_b and ctx.has_bias else None
         return grad_x, grad_w, grad_b
+
+
+def _weight_grad_pays(rows: int, in_features: int, out_features: int) -> bool:
+    return torch.get_num_threads() == 1 or rows * in_features * out_features >= MIN_WEIGHT_GRAD_MACS
 
 
 def weight_and_bias_grads(dy: Tensor, x: Tensor, weight: Tensor, with_bias: bool) -> tuple[Tensor, Tensor | None]:
