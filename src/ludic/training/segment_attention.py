@@ -60,17 +60,20 @@ def segment_attention_forward(
     k = key.transpose(1, 2).reshape(R * L, kv_heads, D)
     v = value.transpose(1, 2).reshape(R * L, kv_heads, D)
     outputs = []
-    for bucket in blocks.buckets:
-        qb = q[bucket.query_index].transpose(1, 2)  # [b, H, Nq, D]
-        kb = k[bucket.key_index].transpose(1, 2)  # [b, Hkv, Nk, D]
-        vb = v[bucket.key_index].transpose(1, 2)
+    for bucket in blocks.buckets:  # index_select: its backward is an index_add, not a sorting index_put
+        b, nq = bucket.query_index.shape
+        nk = bucket.key_index.shape[1]
+        keys = bucket.key_index.view(-1)
+        qb = q.index_select(0, bucket.query_index.view(-1)).view(b, nq, H, D).transpose(1, 2)  # [b, H, Nq, D]
+        kb = k.index_select(0, keys).view(b, nk, kv_heads, D).transpose(1, 2)  # [b, Hkv, Nk, D]
+        vb = v.index_select(0, keys).view(b, nk, kv_heads, D).transpose(1, 2)
         ob = F.scaled_dot_product_attention(
             qb, kb, vb, attn_mask=bucket.mask, dropout_p=dropout, is_causal=bucket.mask is None,
             scale=scaling, enable_gqa=kv_heads != H,
         )  # fmt: skip
-        outputs.append(ob.transpose(1, 2).reshape(-1, H, D)[bucket.valid_slots])  # real query slots
+        outputs.append(ob.transpose(1, 2).reshape(-1, H, D).index_select(0, bucket.valid_slots))  # real slots
     outputs.append(q.new_zeros(1, H, D))  # what row padding reads
-    out = torch.cat(outputs)[blocks.output_index]  # [N, H, D] in packed order
+    out = torch.cat(outputs).index_select(0, blocks.output_index)  # [N, H, D] in packed order
     return out.view(R, L, H, D), None
 
 
