@@ -12,12 +12,10 @@ interleaved in every round; medians. Also prints the query-key pairs each layout
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
-from bench_train_matmuls import GROUP, PROMPTS, SIZES, VOCAB, Batches, grpo_batch, timed
+from bench_train_matmuls import GROUP, PROMPTS, SIZES, VOCAB, grpo_batch, step_medians
 
-from ludic.training import Trainer, TrainerConfig, make_grpo
 from ludic.training.forward import plan_micro_batches
 
 
@@ -38,28 +36,13 @@ def bench(size: str, reply_len: int, repeats: int) -> None:
 
     torch.manual_seed(0)
     base = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, attn_implementation="sdpa", **SIZES[size]))
-    trainers = {}
-    for blocks in (False, True):
-        model = Qwen2ForCausalLM(base.config)
-        model.load_state_dict(base.state_dict())
-        cfg = TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=16384, block_attention=blocks)
-        batches = Batches(reply_len)
-        trainers[blocks] = Trainer(model=model, algo=make_grpo(group_size=GROUP), batch_source=batches, cfg=cfg)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for t in trainers.values():
-        t.train_step_sync()  # warm-up
-    for _ in range(repeats):
-        for blocks, t in trainers.items():
-            times[blocks].append(timed(t.train_step_sync))
-    a, b = statistics.median(times[False]), statistics.median(times[True])
+    a, b = step_medians(base, "block_attention", repeats, reply_len)
     dense, blocked = pairs(base, reply_len, False), pairs(base, reply_len, True)
     print(
         f"  {size}, replies of {reply_len}: {a:.3f} / {b:.3f} s/step: blocks {a / b:.2f}x "
         f"(pairs per head and layer {dense:,} / {blocked:,}: {dense / blocked:.1f}x fewer)",
         flush=True,
     )
-    for t in trainers.values():
-        t.close()
 
 
 def main() -> None:

@@ -92,6 +92,26 @@ class Batches:
         return grpo_batch(self.n, self.reply_len)
 
 
+def step_medians(base: torch.nn.Module, option: str, repeats: int, reply_len: int = REPLY_LEN) -> tuple[float, float]:
+    """Median s/step of GRPO trainers with ``TrainerConfig(option=False)`` and ``True``, each with its own
+    copy of ``base``'s weights, one step of each in turn per round (after a warm-up step each)."""
+    trainers = {}
+    for on in (False, True):
+        model = type(base)(base.config)
+        model.load_state_dict(base.state_dict())
+        cfg = TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=16384, **{option: on})
+        trainers[on] = Trainer(model=model, algo=make_grpo(group_size=GROUP), batch_source=Batches(reply_len), cfg=cfg)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for t in trainers.values():
+        t.train_step_sync()  # warm-up
+    for _ in range(repeats):
+        for on, t in trainers.items():
+            times[on].append(timed(t.train_step_sync))
+    for t in trainers.values():
+        t.close()
+    return statistics.median(times[False]), statistics.median(times[True])
+
+
 def bench_steps(sizes: list[str], repeats: int) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -100,23 +120,9 @@ def bench_steps(sizes: list[str], repeats: int) -> None:
     for size in sizes:
         torch.manual_seed(0)
         base = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, **SIZES[size]))
-        trainers = {}
-        for onednn in (False, True):
-            model = Qwen2ForCausalLM(base.config)
-            model.load_state_dict(base.state_dict())
-            cfg = TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=16384, onednn_linears=onednn)
-            trainers[onednn] = Trainer(model=model, algo=make_grpo(group_size=GROUP), batch_source=Batches(), cfg=cfg)
-        times: dict[bool, list[float]] = {False: [], True: []}
-        for t in trainers.values():
-            t.train_step_sync()  # warm-up
-        for _ in range(repeats):
-            for onednn, t in trainers.items():
-                times[onednn].append(timed(t.train_step_sync))
-        a, b = statistics.median(times[False]), statistics.median(times[True])
+        a, b = step_medians(base, "onednn_linears", repeats)
         params = sum(p.numel() for p in base.parameters()) / 1e6
         print(f"  {size} ({params:.1f}M params): {a:.3f} / {b:.3f} s/step: oneDNN {a / b:.2f}x")
-        for t in trainers.values():
-            t.close()
 
 
 def main() -> None:
