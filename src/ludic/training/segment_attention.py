@@ -99,10 +99,6 @@ def can_switch(model: nn.Module) -> bool:
     return getattr(config, "_attn_implementation", None) in (SWITCHABLE, SEGMENT_ATTENTION)
 
 
-def uses_segment_attention(model: nn.Module) -> bool:
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) == SEGMENT_ATTENTION
-
-
 @contextlib.contextmanager
 def segment_attention(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Within the block, ``model`` (on SDPA) runs ``SEGMENT_ATTENTION``; a no-op otherwise or when nested."""
