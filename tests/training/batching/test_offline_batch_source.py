@@ -130,3 +130,62 @@ async def test_rollouts_take_weights_from_a_given_credit_assigner(tmp_path):
     write_jsonl(path, [rollout_to_dict(Rollout(steps=steps))])
     source = OfflineBatchSource(path, batch_size=2, credit_assigner=EpisodicReturn())
     assert [it.weight for it in (await source.next_batch()).items] == [2.5, 2.5]  # total return per step
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"[1, 2]", "expected a JSON object per line, got array"),
+        (b"null", "expected a JSON object per line, got null"),
+        (b'{"input_ids": [1], "action_mask": [1]}\xff\xfe', r"not UTF-8 text \(byte 38"),
+    ],
+)
+async def test_a_line_that_is_not_a_json_object_names_file_and_line(tmp_path, line, why):
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b'{"input_ids": [1], "action_mask": [1]}\n' + line + b"\n")
+    with pytest.raises(ValueError, match=rf"items.jsonl:2: {why}"):
+        await OfflineBatchSource(path, batch_size=5).next_batch()
+
+
+@pytest.mark.parametrize(
+    ("ids", "why"),
+    [
+        ('["abcd"]', r"input_ids\[0\] = 'abcd' is not an int token id"),
+        ("[3, -1]", r"input_ids\[1\] = -1 is out of range \(token ids must be >= 0\)"),
+        ("[1e30]", r"input_ids\[0\] = 1e\+30 is not an int token id"),
+        ("[5.5]", r"input_ids\[0\] = 5.5 is not an int token id"),
+        ("[true]", r"input_ids\[0\] = True is not an int token id"),
+    ],
+)
+async def test_bad_token_ids_name_file_line_and_id(tmp_path, ids, why):
+    path = tmp_path / "items.jsonl"
+    n = ids.count(",") + 1
+    path.write_text(f'{{"input_ids": {ids}, "action_mask": {[1] * n}}}\n')
+    with pytest.raises(ValueError, match=rf"items.jsonl:1: bad SAW item record: {why}"):
+        await OfflineBatchSource(path, batch_size=5).next_batch()
+
+
+async def test_token_ids_at_or_past_the_vocab_size_are_refused(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text(
+        '{"input_ids": [0, 9], "action_mask": [0, 1]}\n{"input_ids": [0, 10], "action_mask": [0, 1]}\n'
+    )
+    source = OfflineBatchSource(path, batch_size=1, vocab_size=10)
+    assert (await source.next_batch()).items[0].input_ids == [0, 9]
+    with pytest.raises(ValueError, match=r"items.jsonl:2: .*input_ids\[1\] = 10 is out of range .*\[0, 10\)"):
+        await source.next_batch()
+
+
+async def test_bad_token_ids_in_a_rollout_trace_name_file_and_line(tmp_path):
+    trace = {"prompt_token_ids": [5], "completion_token_ids": [6, "x"]}
+    step = {"index": 0, "prev_obs": "o", "action": "a", "next_obs": None, "reward": 1.0,
+            "truncated": False, "terminated": True, "trace": trace}  # fmt: skip
+    path = tmp_path / "rollouts.jsonl"
+    write_jsonl(path, [{"kind": "rollout", "id": "r", "steps": [step]}])
+    with pytest.raises(ValueError, match=r"rollouts.jsonl:1: bad rollout record: completion_token_ids\[1\]"):
+        await OfflineBatchSource(path, batch_size=5).next_batch()
+
+
+def test_in_memory_items_are_checked_against_the_vocab_size():
+    with pytest.raises(ValueError, match=r"items\[1\].input_ids\[2\] = 3 is out of range"):
+        OfflineBatchSource([_item(0), _item(1)], batch_size=1, vocab_size=3)

@@ -3,6 +3,8 @@
 A JSONL line is either a SAW item (``saw_item_to_dict``) or a rollout (``rollout_to_dict``); rollouts
 are turned into items with ``credit_assigner`` (default ``ConstantCredit(1.0)``, i.e. SFT).
 Files are read line by line; ``shuffle`` uses a bounded buffer, so files larger than memory work.
+Every line is checked as it is read (a JSON object, token ids ints in ``[0, vocab_size)``, or ``>= 0``
+when ``vocab_size`` is not given); a bad line is a ValueError naming the file and line number.
 """
 
 from __future__ import annotations
@@ -11,13 +13,21 @@ import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ludic.training.batching.jsonl import iter_jsonl_numbered, rollout_from_dict, saw_item_from_dict
+from ludic.training.batching.jsonl import (
+    check_token_ids,
+    iter_jsonl_numbered,
+    rollout_from_dict,
+    saw_item_from_dict,
+)
 from ludic.training.batching.saw_builder import rollouts_to_saw_items
 from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
 
 
 class OfflineBatchSource:
-    """Cycles over the data in batches of ``batch_size`` items (``epochs=None``: forever)."""
+    """Cycles over the data in batches of ``batch_size`` items (``epochs=None``: forever).
+
+    ``vocab_size`` (the model's, when known) bounds the token ids; without it ids need only be ``>= 0``.
+    """
 
     def __init__(
         self,
@@ -29,6 +39,7 @@ class OfflineBatchSource:
         shuffle_buffer: int = 10_000,
         credit_assigner: CreditAssigner | None = None,
         epochs: int | None = None,
+        vocab_size: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
@@ -45,6 +56,9 @@ class OfflineBatchSource:
         for path in self.paths:
             if not path.is_file():
                 raise FileNotFoundError(f"OfflineBatchSource: no such file {path}")
+        self.vocab_size = vocab_size
+        for i, item in enumerate(self.items or []):
+            check_token_ids(f"items[{i}].input_ids", item.input_ids, vocab_size)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
@@ -94,8 +108,12 @@ class OfflineBatchSource:
                 from ludic.training.credit_assignment import ConstantCredit
 
                 assigner = self.credit_assigner = ConstantCredit(1.0)
-            return rollouts_to_saw_items([rollout], assigner.compute([rollout]))
-        return [saw_item_from_dict(record)]
+            items = rollouts_to_saw_items([rollout], assigner.compute([rollout]))
+        else:
+            items = [saw_item_from_dict(record)]
+        for item in items:
+            check_token_ids("input_ids", item.input_ids, self.vocab_size)
+        return items
 
     def _shuffled(self, stream: Iterator[SAWItem]) -> Iterator[SAWItem]:
         if not self.shuffle:
