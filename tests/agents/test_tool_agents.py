@@ -56,7 +56,11 @@ async def test_tool_call_runs_and_its_result_is_a_tool_message_before_the_final_
             "role": "assistant",
             "content": "",
             "tool_calls": [
-                {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": {"a": 2, "b": 3}},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "5"},
@@ -177,16 +181,28 @@ async def test_structured_tool_calls_from_the_server_are_used_when_present():
         async def complete(self, request):
             response, info = await super().complete(request)
             if len(self.requests) == 1:
-                entry = {"id": "srv-1", "type": "function", "function": {"name": "add", "arguments": '{"a": 4, "b": 5}'}}
+                entry = {
+                    "id": "srv-1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 4, "b": 5}'},
+                }
                 response = ChatResponse(**{**vars(response), "tool_calls": [entry]})
             return response, info
 
     client = StructuredClient(["calling", "<answer>9</answer>"])
-    agent = ToolAgent(client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[add])
+    agent = ToolAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[add]
+    )
     agent.on_env_reset("q", {})
     parse, info = await agent.act()
     assert parse.action == "9"
-    assert info["tool_calls"][0] == {"id": "srv-1", "name": "add", "arguments": {"a": 4, "b": 5}, "output": "9", "error": False}
+    assert info["tool_calls"][0] == {
+        "id": "srv-1",
+        "name": "add",
+        "arguments": {"a": 4, "b": 5},
+        "output": "9",
+        "error": False,
+    }
     assert client.requests[1].messages[-2]["content"] == "calling"
     assert client.requests[1].messages[-1]["tool_call_id"] == "srv-1"
 
@@ -210,7 +226,9 @@ async def test_calls_run_concurrently_only_when_every_tool_allows_it():
 
     tools = [Tool.from_callable(ping, concurrent=True), Tool.from_callable(pong, concurrent=True)]
     client = ScriptedChatClient([_call("ping", {}) + _call("pong", {}), "<answer>x</answer>"])
-    agent = ToolAgent(client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=tools)
+    agent = ToolAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=tools
+    )
     agent.on_env_reset("q", {})
     _, info = await agent.act()
     assert [c["output"] for c in info["tool_calls"]] == ["ping", "pong"]
@@ -219,7 +237,125 @@ async def test_calls_run_concurrently_only_when_every_tool_allows_it():
         e.clear()
     sequential = [Tool.from_callable(ping), Tool.from_callable(pong, concurrent=True)]
     client = ScriptedChatClient([_call("ping", {}) + _call("pong", {}), "<answer>x</answer>"])
-    agent = ToolAgent(client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=sequential)
+    agent = ToolAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=sequential
+    )
     agent.on_env_reset("q", {})
     _, info = await agent.act()
     assert info["tool_calls"][0]["output"].startswith("Error: tool 'ping' raised TimeoutError")
+
+
+async def test_a_sync_tool_runs_off_the_event_loop():
+    import asyncio
+    import threading
+
+    released = threading.Event()
+
+    def wait_for_loop() -> str:
+        """Returns once the event loop has run a task meanwhile."""
+        return "released" if released.wait(2) else "loop was blocked"
+
+    async def release_soon():
+        await asyncio.sleep(0.05)
+        released.set()
+
+    client = ScriptedChatClient([_call("wait_for_loop", {}), "<answer>x</answer>"])
+    agent = ToolAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[wait_for_loop]
+    )
+    agent.on_env_reset("q", {})
+    (_, info), _ = await asyncio.gather(agent.act(), release_soon())
+    assert info["tool_calls"][0]["output"] == "released"
+
+
+async def test_an_episode_timeout_fires_on_time_while_a_sync_tool_runs():
+    import asyncio
+    import threading
+    import time
+
+    from ludic.envs import SingleAgentEnv
+    from ludic.interaction import SingleAgentProtocol
+    from ludic.types import StepOutcome
+
+    class OneShot(SingleAgentEnv):
+        suggested_sysprompt = None
+
+        def env_reset(self, *, seed=None):
+            return "q", {}
+
+        def env_current_obs(self):
+            return "q"
+
+        def env_step(self, action):
+            return StepOutcome(obs="done", reward=1.0, truncated=False, terminated=True, info={})
+
+    finish = threading.Event()
+
+    def slow() -> str:
+        """Takes up to 3 s."""
+        finish.wait(3)
+        return "late"
+
+    client = ScriptedChatClient([_call("slow", {}), "<answer>x</answer>"])
+    agent = ToolAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[slow]
+    )
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"timeout_s=0\.5"):
+        await SingleAgentProtocol(agent=agent).run(env=OneShot(), max_steps=1, timeout_s=0.5)
+    elapsed = time.monotonic() - start
+    finish.set()  # let the abandoned worker thread end now rather than at 3 s
+    await asyncio.sleep(0)
+    assert elapsed < 1.5
+
+
+async def test_sync_tools_not_marked_concurrent_never_overlap_across_agents():
+    import asyncio
+    import threading
+    import time
+
+    running, overlaps = [0], []
+    guard = threading.Lock()
+
+    def counter() -> str:
+        """Not thread-safe on purpose: records any overlap."""
+        with guard:
+            running[0] += 1
+            overlaps.append(running[0] > 1)
+        time.sleep(0.05)
+        with guard:
+            running[0] -= 1
+        return "ok"
+
+    agents = []
+    for _ in range(3):
+        client = ScriptedChatClient([_call("counter", {}), "<answer>x</answer>"])
+        agent = ToolAgent(
+            client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[counter]
+        )
+        agent.on_env_reset("q", {})
+        agents.append(agent)
+    results = await asyncio.gather(*(a.act() for a in agents))
+    assert [info["tool_calls"][0]["output"] for _, info in results] == ["ok"] * 3
+    assert overlaps == [False, False, False]
+
+
+async def test_a_result_that_cannot_be_written_as_json_is_a_tool_error_message():
+    def circular() -> dict:
+        """Returns a dict that contains itself."""
+        d: dict = {}
+        d["self"] = d
+        return d
+
+    client = ScriptedChatClient([_call("circular", {}), "<answer>ok</answer>"])
+    agent = ToolAgent(
+        client=client, model="m", ctx=FullDialog(), parser=xml_tag_parser("answer"), tools=[circular]
+    )
+    agent.on_env_reset("q", {})
+    parse, info = await agent.act()
+    assert parse.action == "ok"
+    expected = "Error: tool 'circular' returned a result that cannot be written as JSON (ValueError: Circular"
+    assert info["tool_calls"][0]["error"] is True
+    assert info["tool_calls"][0]["output"].startswith(expected)
+    assert client.requests[1].messages[-1]["role"] == "tool"
+    assert client.requests[1].messages[-1]["content"].startswith(expected)

@@ -12,8 +12,9 @@ from the reply text (``ludic.agents.tool_calls``). A reply with calls is not an 
 kept in the context as an assistant message with ``tool_calls``, the calls run (in order, or
 concurrently when every tool called says it may), each result becomes a ``{"role": "tool",
 "tool_call_id", "name", "content"}`` message, and the model is asked again. A missing tool,
-invalid JSON arguments or a tool that raises becomes a tool message saying what went wrong and
-the loop goes on. Every model call of the turn is trainable: the tool-call
+invalid JSON arguments, a tool that raises or a result that cannot be written as JSON becomes a
+tool message saying what went wrong and the loop goes on. Synchronous tools run in a worker thread
+(``ludic.agents.tool_runner``), so the event loop stays free and episode timeouts fire on time. Every model call of the turn is trainable: the tool-call
 replies' traces go to ``info["tool_traces"]`` and from there to ``Step.tool_traces``.
 """
 
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ludic.agents.base_agent import Agent
 from ludic.agents.tool_calls import CALL_FORMAT, ToolCall, parse_text_tool_calls, structured_tool_calls
+from ludic.agents.tool_runner import run_tool
 from ludic.agents.tools import Tool, as_tools
 from ludic.inference.sampling import SamplingConfig
 from ludic.parsers import ParseResult
@@ -151,9 +152,9 @@ class ToolAgent(Agent):
             c.error is None and c.name in self.tools and self.tools[c.name].concurrent for c in calls
         )
         if parallel:
-            outputs = await asyncio.gather(*(self._run_one(c, in_thread=True) for c in calls))
+            outputs = await asyncio.gather(*(self._run_one(c) for c in calls))
         else:
-            outputs = [await self._run_one(c, in_thread=False) for c in calls]
+            outputs = [await self._run_one(c) for c in calls]
         log = []
         for call, (output, error) in zip(calls, outputs, strict=True):
             self.ctx.append_message(
@@ -164,20 +165,10 @@ class ToolAgent(Agent):
             )
         return log
 
-    async def _run_one(self, call: ToolCall, *, in_thread: bool) -> tuple[str, bool]:
+    async def _run_one(self, call: ToolCall) -> tuple[str, bool]:
         if call.error is not None:
             return f"Error: {call.error}", True
         tool = self.tools.get(call.name or "")
         if tool is None:
             return f"Error: unknown tool {call.name!r}. Available tools: {sorted(self.tools)}", True
-        args = call.arguments or {}
-        try:
-            if in_thread and not inspect.iscoroutinefunction(tool.fn):
-                result = await asyncio.to_thread(tool.fn, **args)
-            else:
-                result = tool.fn(**args)
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:  # the model sees the failure and may retry; not silent
-            return f"Error: tool {tool.name!r} raised {type(exc).__name__}: {exc}", True
-        return (result if isinstance(result, str) else json.dumps(result, default=str)), False
+        return await run_tool(tool, call.arguments or {})
