@@ -14,18 +14,27 @@ The server binds 127.0.0.1, requires a password (random unless given: anything t
 the token), and runs with append-only persistence (``appendfsync`` = ``fsync``) in ``data_dir``, so a
 restart on the same ``data_dir`` gets back every entry whose write was acknowledged (with
 ``fsync="always"``) or all but the last second of them (``"everysec"``, Redis's default).
+
+The server dies with the process that started it: the child asks Linux (``prctl(PR_SET_PDEATHSIG)``)
+for a SIGTERM when its parent dies, so a SIGKILLed trainer does not leave one more ``redis-server``
+behind per kill (``tests/training/pipeline/test_redis_server_lifetime.py``). Linux sends it when the
+*thread* that called ``start()`` exits: start the server from a thread that lives as long as it should.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,27 @@ def find_redis_server() -> str:
     if on_path:
         return on_path
     raise FileNotFoundError(f"no redis-server binary found; {REDIS_EXTRA_HINT}, or set $LUDIC_REDIS_SERVER")
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when its parent dies (None off Linux).
+
+    libc's ``prctl`` is looked up here, in the parent: the child, between fork and exec, only calls it. A
+    parent that died before the call is caught by comparing ``getppid()`` with its pid afterwards."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above: nobody will send it
+            os._exit(1)
+
+    return preexec
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -97,7 +127,9 @@ class RedisServer:
             raise RuntimeError(f"redis-server already running on port {self.port}")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "redis.log", "ab")  # noqa: SIM115 - the child keeps it open
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
+        )
         log.close()
         self._wait_ready(timeout_s)
         return self
