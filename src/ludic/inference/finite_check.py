@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -23,8 +24,10 @@ from ludic.inference.weights import first_non_finite
 class FiniteCheck:
     """One update's check; ``executor`` runs the background part (a one-worker pool shared across updates)."""
 
-    def __init__(self, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, executor: ThreadPoolExecutor, dtypes: Mapping[str, torch.dtype] | None = None) -> None:
+        """``dtypes``: the model's dtype by name; a tensor is checked as it will be stored (after the cast)."""
         self._executor = executor
+        self._dtypes = dtypes
         self._queue: deque[tuple[int, str, torch.Tensor]] = deque()
         self._lock = threading.Lock()
         self._added = 0
@@ -66,7 +69,7 @@ class FiniteCheck:
                     return
                 index, name, tensor = self._queue.popleft()
             t0 = time.perf_counter()
-            bad = first_non_finite({name: tensor}) is not None
+            bad = first_non_finite({name: tensor}, self._dtypes) is not None
             with self._lock:
                 self.seconds += time.perf_counter() - t0
                 if bad:

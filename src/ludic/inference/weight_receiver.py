@@ -33,7 +33,7 @@ from ludic.inference.finite_check import FiniteCheck
 from ludic.inference.process_group import MAX_CHANNELS, broadcast_all, create_group
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND, SharedBuffer, allocate_shared
 from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
-from ludic.inference.weights import validate_metas, validate_state_dict
+from ludic.inference.weights import non_finite_message, validate_metas, validate_state_dict
 
 
 class TransferError(RuntimeError):
@@ -106,6 +106,7 @@ class WeightReceiver:
         # one OpenMP thread: the check runs beside the next call's transfer (FiniteCheck)
         self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-weight-check",
                                            initializer=torch.set_num_threads, initargs=(1,))  # fmt: skip
+        self._dtypes: dict[str, torch.dtype] = {}
         self._check = FiniteCheck(self._checker)
         self._lock = threading.Lock()  # one transfer at a time
         self.timings: dict[str, float] = {}
@@ -140,7 +141,9 @@ class WeightReceiver:
         if self._group is None:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
         self._staged, self._taken, self._reserved = {}, set(), {}
-        self._check = FiniteCheck(self._checker)
+        target = self.engine.model.state_dict()
+        self._dtypes = {name: t.dtype for name, t in target.items()}
+        self._check = FiniteCheck(self._checker, self._dtypes)  # as stored: after the cast to the model's dtype
         self._live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
         self.timings = {"receive_s": 0.0, "check_s": 0.0, "alloc_bytes": 0.0}
 
@@ -262,7 +265,7 @@ class WeightReceiver:
         bad = self._check.first_bad()
         self.timings["check_s"] = self._check.seconds
         if bad is not None:
-            raise ValueError(f"sync_weights: {bad!r} contains NaN or inf values")
+            raise ValueError(non_finite_message(bad, staged[bad].dtype, self._dtypes[bad]))
         validate_state_dict(staged, self.engine.model.state_dict(), check_finite=False)
         t1 = time.perf_counter()
         if self.drop_updates:

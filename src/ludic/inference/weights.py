@@ -12,8 +12,8 @@ from ludic.inference.weight_packing import TensorMeta, dtype_name
 def validate_state_dict(
     params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], *, check_finite: bool = True
 ) -> None:
-    """Every name known, every shape equal, float where the model is float, no NaN/inf (unless the caller
-    checked that already: ``check_finite=False``); else raise naming it."""
+    """Every name known, every shape equal, float where the model is float, no NaN/inf once cast to the
+    model's dtype (unless the caller checked that already: ``check_finite=False``); else raise naming it."""
     if not params:
         raise ValueError("sync_weights got an empty state dict")
     unknown = [k for k in params if k not in target]
@@ -35,16 +35,40 @@ def validate_state_dict(
                 f"sync_weights: {name!r} has dtype {tensor.dtype}, expected {target[name].dtype} "
                 "(floating-point casts such as bfloat16 -> float32 are fine)"
             )
-    if check_finite and (bad := first_non_finite(params)) is not None:
-        raise ValueError(f"sync_weights: {bad!r} contains NaN or inf values")
+    if check_finite:
+        dtypes = {name: target[name].dtype for name in params}
+        if (bad := first_non_finite(params, dtypes)) is not None:
+            raise ValueError(non_finite_message(bad, params[bad].dtype, dtypes[bad]))
 
 
-def first_non_finite(params: Mapping[str, torch.Tensor]) -> str | None:
-    """The first floating-point tensor holding a NaN or inf, by name, or None."""
+def non_finite_message(name: str, sent: torch.dtype, model: torch.dtype) -> str:
+    """The refusal of a NaN/inf update, naming the tensor and (when they differ) both dtypes."""
+    cast = "" if sent == model else f" once cast from {dtype_name(sent)} to the model's {dtype_name(model)}"
+    return f"sync_weights: {name!r} contains NaN or inf values{cast}; the update was refused, the old weights keep serving"
+
+
+def first_non_finite(
+    params: Mapping[str, torch.Tensor], dtypes: Mapping[str, torch.dtype] | None = None
+) -> str | None:
+    """The first floating-point tensor holding a NaN or inf, by name, or None. ``dtypes``: each tensor's
+    target dtype; a value finite as sent but out of the target's range (1e300 -> float32, 7e4 -> float16)
+    becomes inf in the cast, so it counts as inf."""
     for name, tensor in params.items():
-        if tensor.is_floating_point() and tensor.numel() and not _finite(tensor):
+        dtype = dtypes.get(name) if dtypes is not None else None
+        if tensor.is_floating_point() and tensor.numel() and not finite_as(tensor, dtype):
             return name
     return None
+
+
+def finite_as(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> bool:
+    """No NaN/inf in ``tensor``, nor once cast to ``dtype``. A cast is monotonic, so when the extremes
+    survive it every value does; a target at least as wide as the source (or not a float) cannot overflow."""
+    if not _finite(tensor):
+        return False
+    if dtype is None or not dtype.is_floating_point or torch.finfo(dtype).max >= torch.finfo(tensor.dtype).max:
+        return True
+    low, high = torch.aminmax(tensor.detach())
+    return bool(torch.isfinite(torch.stack([low, high]).to(dtype)).all())
 
 
 def validate_metas(metas: Sequence[TensorMeta], target: Mapping[str, torch.Tensor]) -> None:
