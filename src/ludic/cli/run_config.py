@@ -98,7 +98,7 @@ def plan_start(cfg: RunConfig, *, fresh: bool, command: str = "ludic train --fre
             print(f"{command}: starting over; removing\n  " + "\n  ".join(existing), flush=True)
             remove_outputs(output_paths(cfg))
         return False
-    if cfg.checkpoint is not None and CheckpointManager(cfg.checkpoint).latest_path() is not None:
+    if cfg.checkpoint is not None and CheckpointManager(cfg.checkpoint).has_checkpoint():  # broken: fallback
         return True
     metrics = Path(cfg.logging.output_dir) / "metrics.jsonl"
     if metrics.is_file() and metrics.stat().st_size > 0:

@@ -13,10 +13,8 @@ which no loader looks at and the next save removes.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -27,6 +25,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from ludic.training._checkpoint_fallback import check_fallback_skip
+from ludic.training._checkpoint_files import (
+    LATEST,
+    STATE,
+    list_complete,
+    parse_trainer_state,
+    read_latest,
+    step_dirname,
+    step_of,
+    write_json_atomic,
+    written_at,
+)
 from ludic.training._checkpoint_io import (
     CheckpointLoadError,
     capture_rng,
@@ -46,23 +56,9 @@ from ludic.training._model_io import (
 )
 from ludic.training.config import CheckpointConfig
 
-_STEP_DIR = re.compile(r"^step_(\d+)$")
-_LATEST = "latest.json"
-_STATE = "trainer_state.json"
 _log = logging.getLogger(__name__)
-
-
-def _step_dirname(step: int) -> str:
-    return f"step_{step:06d}"
-
-
-def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+_write_json_atomic = write_json_atomic  # kept for callers that imported the private name
+__all__ = ["CheckpointLoadError", "CheckpointManager"]
 
 
 class CheckpointManager:
@@ -96,7 +92,7 @@ class CheckpointManager:
         assert_finite_weights(model)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._remove_stale_tmp()
-        final = self.output_dir / _step_dirname(step)
+        final = self.output_dir / step_dirname(step)
         tmp = self.output_dir / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
@@ -108,12 +104,12 @@ class CheckpointManager:
             torch.save(capture_rng(), tmp / "rng_state.pt")
             state = {"step": step, "time": time.time(), "metadata": dict(metadata or {})}
             state["config"] = dict(config or {})
-            _write_json_atomic(tmp / _STATE, state)
+            write_json_atomic(tmp / STATE, state)
             self._publish_dir(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _write_json_atomic(self.output_dir / _LATEST, {"step": step, "path": final.name})
+        write_json_atomic(self.output_dir / LATEST, {"step": step, "path": final.name})
         self._prune(keep_also=final)
         return final
 
@@ -143,10 +139,10 @@ class CheckpointManager:
         if keep is None:
             return
         protected = {keep_also.resolve()}
-        latest = self.latest_path()
+        latest = self._latest_or_none()
         if latest is not None:
             protected.add(latest.resolve())
-        by_age = sorted(self.list_checkpoints(), key=lambda sp: (_written_at(sp[1]), sp[0]))
+        by_age = sorted(self.list_checkpoints(), key=lambda sp: (written_at(sp[1]), sp[0]))
         others = [path for _, path in by_age if path.resolve() not in protected]
         n_delete = len(others) + len(protected) - keep
         for path in others[: max(n_delete, 0)]:
@@ -155,33 +151,36 @@ class CheckpointManager:
     # ---- finding and loading ------------------------------------------------------------------
     def list_checkpoints(self) -> list[tuple[int, Path]]:
         """Complete checkpoints, oldest first."""
-        if not self.output_dir.is_dir():
-            return []
-        found = []
-        for p in self.output_dir.iterdir():
-            m = _STEP_DIR.match(p.name)
-            if m and p.is_dir() and (p / _STATE).is_file():
-                found.append((int(m.group(1)), p))
-        return sorted(found)
+        return list_complete(self.output_dir)
 
     def latest_path(self) -> Path | None:
-        """The folder ``latest.json`` points at, or None before the first save."""
-        latest = self.output_dir / _LATEST
-        if not latest.is_file():
+        """The folder ``latest.json`` points at, or None before the first save.
+
+        Raises :class:`CheckpointLoadError` when ``latest.json`` is unreadable or names a missing folder.
+        """
+        return read_latest(self.output_dir)
+
+    def has_checkpoint(self) -> bool:
+        """Whether there is anything to resume from: a ``latest.json`` (even a broken one) or a complete folder."""
+        return (self.output_dir / LATEST).is_file() or bool(self.list_checkpoints())
+
+    def _latest_or_none(self) -> Path | None:
+        try:
+            return self.latest_path()
+        except CheckpointLoadError:
             return None
-        return self.output_dir / json.loads(latest.read_text(encoding="utf-8"))["path"]
 
     def _resolve(self, step: int | None, path: str | Path | None) -> Path:
         if path is not None:
             folder = Path(path)
         elif step is not None:
-            folder = self.output_dir / _step_dirname(step)
+            folder = self.output_dir / step_dirname(step)
         else:
             folder = self.latest_path()  # type: ignore[assignment]
             if folder is None:
-                raise FileNotFoundError(f"no checkpoint to load: {self.output_dir / _LATEST} does not exist")
-        if not (folder / _STATE).is_file():
-            raise FileNotFoundError(f"{folder} is not a complete checkpoint (no {_STATE})")
+                raise FileNotFoundError(f"no checkpoint to load: {self.output_dir / LATEST} does not exist")
+        if not (folder / STATE).is_file():
+            raise FileNotFoundError(f"{folder} is not a complete checkpoint (no {STATE})")
         return folder
 
     def load(
@@ -199,23 +198,47 @@ class CheckpointManager:
 
         All files are read and checked against ``model``/``optimizer`` before anything changes: a
         checkpoint that fails to load raises :class:`CheckpointLoadError` naming the file and leaves
-        both untouched. ``fallback=True`` then tries the previous complete checkpoints, newest first.
+        both untouched. ``fallback=True`` then loads the newest complete older checkpoint (also when
+        ``latest.json`` itself is unreadable or names a missing folder), logging a warning that says
+        which; the returned state then has ``fell_back_from`` (the folder or file that failed).
         """
-        folder = self._resolve(step, path)
+        args = (model, optimizer, scheduler, restore_rng)
         try:
-            return self._load_folder(folder, model, optimizer, scheduler, restore_rng)
+            folder = self._resolve(step, path)
+        except CheckpointLoadError as exc:  # latest.json unusable
+            if not fallback or step is not None or path is not None:
+                raise
+            return self._fall_back(self.output_dir / LATEST, None, exc, *args)
+        try:
+            return self._load_folder(folder, *args)
         except CheckpointLoadError as exc:
             if not fallback:
                 raise
-            for _, older in reversed(self.list_checkpoints()):
-                if older.resolve() == folder.resolve():
-                    continue
-                _log.warning("checkpoint %s failed to load (%s); falling back to %s", folder, exc, older)
-                try:
-                    return self._load_folder(older, model, optimizer, scheduler, restore_rng)
-                except CheckpointLoadError as older_exc:
-                    exc = older_exc
-            raise
+            return self._fall_back(folder, step_of(folder), exc, *args)
+
+    def _fall_back(
+        self, failed: Path, failed_step: int | None, exc: CheckpointLoadError, *args: Any
+    ) -> dict[str, Any]:
+        """Load the newest complete checkpoint older than ``failed_step`` (any, when it is unknown)."""
+        errors = [f"{failed}: {exc}"]
+        for step, older in reversed(self.list_checkpoints()):
+            if older.resolve() == failed.resolve() or (failed_step is not None and step >= failed_step):
+                continue
+            try:
+                state = parse_trainer_state(older / STATE)
+                check_fallback_skip(self.output_dir, older, state, allow=self.cfg.fallback_may_skip_items)
+                state = self._load_folder(older, *args)
+            except CheckpointLoadError as older_exc:
+                errors.append(f"{older}: {older_exc}")
+                continue
+            _log.warning("checkpoint %s failed to load (%s); fell back to the older %s (step %d)",
+                         failed, exc, older, step)  # fmt: skip
+            state["fell_back_from"] = str(failed)
+            return state
+        raise CheckpointLoadError(
+            "no checkpoint could be loaded (fallback=True tried every older complete one):\n  "
+            + "\n  ".join(errors)
+        )
 
     def _load_folder(
         self, folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, restore_rng: bool
@@ -233,22 +256,11 @@ class CheckpointManager:
         return state
 
 
-
-def _written_at(folder: Path) -> float:
-    try:
-        return float(json.loads((folder / _STATE).read_text(encoding="utf-8")).get("time", 0.0))
-    except (OSError, ValueError, AttributeError):
-        return 0.0
-
-
 def _read_checkpoint(
     folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, rng: bool
 ) -> dict[str, Any]:
     """Every file the load needs, read (without running code) and checked; changes nothing."""
-    try:
-        state = json.loads((folder / _STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointLoadError(f"{folder / _STATE}: cannot be read: {exc}") from exc
+    state = parse_trainer_state(folder / STATE)
     if is_peft_model(model):
         weights = read_adapter_state(folder)
     else:

@@ -164,12 +164,15 @@ class CheckpointConfig:
     every_n_steps: ``maybe_save`` writes when ``step % every_n_steps == 0``; 0 = only explicit saves.
     max_to_keep: keep the newest N checkpoints, deleting older ones; None = keep all.
     save_optimizer: also write ``optimizer.pt`` (and the scheduler) so training can resume exactly.
+    fallback_may_skip_items: let a fallback to an older checkpoint resume a pipeline run although the
+        stream items a newer checkpoint consumed were trimmed and will be skipped (default: refuse).
     """
 
     output_dir: str | Path
     every_n_steps: int = 0
     max_to_keep: int | None = None
     save_optimizer: bool = True
+    fallback_may_skip_items: bool = False
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
