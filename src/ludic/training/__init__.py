@@ -21,6 +21,7 @@ from ludic.training.credit_assignment import (
     MonteCarloReturn,
     PerStepReward,
 )
+from ludic.training.distill import make_distill
 from ludic.training.loggers import JsonlLogger, PrintLogger, RichLiveLogger, TeeLogger, TrainingLogger
 from ludic.training.loss import (
     CISPOLoss,
@@ -35,6 +36,7 @@ from ludic.training.loss import (
     TokenKLLoss,
 )
 from ludic.training.presets import (
+    build_preset,
     make_cispo,
     make_grpo,
     make_gspo,
@@ -105,8 +107,10 @@ __all__ = [
     "TrainingLogger",
     "aggregate_stats",
     "apply_reducers_to_records",
+    "build_preset",
     "default_reducers",
     "make_cispo",
+    "make_distill",
     "make_grpo",
     "make_gspo",
     "make_reinforce",

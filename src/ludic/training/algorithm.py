@@ -136,8 +136,8 @@ def center_weights(normalize: bool = False) -> PreprocessFn:
 def chain_preprocess(*fns: PreprocessFn | None) -> PreprocessFn | None:
     """Apply the given preprocessing functions in order (``None`` entries skipped)."""
     steps = [f for f in fns if f is not None]
-    if not steps:
-        return None
+    if len(steps) <= 1:
+        return steps[0] if steps else None  # one step is its own chain
 
     def _chained(batch: SAWBatch) -> SAWBatch:
         for step in steps:
@@ -148,20 +148,22 @@ def chain_preprocess(*fns: PreprocessFn | None) -> PreprocessFn | None:
 
 
 _PRESETS = {
-    "make_cispo",
-    "make_grpo",
-    "make_gspo",
-    "make_reinforce",
-    "make_reinforce_baseline",
-    "make_scalerl",
-    "make_sft",
+    "build_preset": "presets",
+    "make_cispo": "presets",
+    "make_distill": "distill",
+    "make_grpo": "presets",
+    "make_gspo": "presets",
+    "make_reinforce": "presets",
+    "make_reinforce_baseline": "presets",
+    "make_scalerl": "presets",
+    "make_sft": "presets",
 }
 
 
 def __getattr__(name: str) -> Any:
     # Presets import this module, so re-export them lazily instead of importing at the top.
     if name in _PRESETS:
-        from ludic.training import presets
+        import importlib
 
-        return getattr(presets, name)
+        return getattr(importlib.import_module(f"ludic.training.{_PRESETS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,16 +9,18 @@ Loss (per-token reverse KL to the teacher, as in GKD, Agarwal et al. 2024, and T
 whose expectation over the student's samples is the gradient of ``KL(pi || teacher)`` at each position
 (prefix held fixed: the per-token, discount-0 form; the sequence-level form would also sum the
 future tokens' terms). No reward is needed; ``reward_coeff > 0`` adds a CISPO term on group-normalised
-environment rewards: ``L_total = L + reward_coeff * L_cispo``. Reported stat: ``kl_teacher``, the
+environment rewards (``(R - mean_group) / (std_group + 1e-8)``, as ``make_cispo``: ``presets``' table):
+``L_total = L + reward_coeff * L_cispo``. Reported stat: ``kl_teacher``, the
 mean per-token k3 estimate of KL(student || teacher).
 """
 
 from __future__ import annotations
 
-from ludic.training.algorithm import RLAlgorithm, chain_preprocess, validate_actor_logps
-from ludic.training.credit_assignment import ConstantCredit, GroupNormalizedReturn
-from ludic.training.loss import CISPOLoss, CompositeLoss, LossTerm, TokenKLLoss
-from ludic.training.reference import RefModel, as_scorer
+from ludic.training.algorithm import RLAlgorithm
+from ludic.training.credit_assignment import ConstantCredit
+from ludic.training.loss import CISPOLoss, CompositeLoss, LossTerm
+from ludic.training.presets import build_preset, group_advantages
+from ludic.training.reference import RefModel, frozen_kl
 
 
 def make_distill(
@@ -44,14 +46,15 @@ def make_distill(
         raise ValueError("make_distill needs teacher=...: a save_pretrained directory, nn.Module or scorer")
     if not isinstance(reward_coeff, (int, float)) or isinstance(reward_coeff, bool) or not reward_coeff >= 0:
         raise ValueError(f"make_distill: reward_coeff must be a number >= 0, got {reward_coeff!r}")
-    scorer = as_scorer(teacher, key="teacher_logps", device=teacher_device, micro_token_budget=micro_token_budget)
-    kl = TokenKLLoss(ref_logps_key="teacher_logps", length_normalize=length_normalize, stat_key="kl_teacher")
+    scorer, kl = frozen_kl(
+        teacher, key="teacher_logps", stat_key="kl_teacher", length_normalize=length_normalize,
+        device=teacher_device, micro_token_budget=micro_token_budget,
+    )  # fmt: skip
     if reward_coeff == 0:
-        return RLAlgorithm(name, ConstantCredit(1.0), kl, scorer)
+        return build_preset(name, ConstantCredit(1.0), kl, ratio=False, scorers=[scorer])
     cispo = CISPOLoss(clip_eps_high=clip_eps_high, length_normalize=length_normalize)
     loss = CompositeLoss(
         terms=[LossTerm("distill", kl, 1.0), LossTerm("reward", cispo, float(reward_coeff))],
         promote=("kl_teacher",),
     )
-    credit = GroupNormalizedReturn(group_size)
-    return RLAlgorithm(name, credit, loss, chain_preprocess(validate_actor_logps, scorer))
+    return build_preset(name, group_advantages(group_size), loss, scorers=[scorer])

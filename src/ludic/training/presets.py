@@ -1,22 +1,33 @@
 """Algorithm presets with the migration guide's keywords and defaults (credit + loss + preprocess).
 
+Every preset is one call to ``build_preset``, which owns what they share: the preprocessing order
+(filters first, then zero-weight items, then actor-logprob validation, so an item dropped anyway never
+fails validation) and the KL term to a frozen reference (``kl_coeff`` / ``ref_model``, wired once in
+``training/reference.py``). A new preset is a credit assigner, a loss and one ``build_preset`` call.
+The signatures stay explicit so ``ludic train``'s preflight can check a config's keywords against them.
+
+Advantage normalisation, in one place (the credit assigner each preset gets):
+
+==========================  =====================================================================
+preset                      advantage ``A_i``
+==========================  =====================================================================
+reinforce                   ``R_i``, the Monte Carlo return (the algorithm has no baseline)
+reinforce_baseline          ``R_i - mean_batch(R)`` (``/ std_batch`` with ``normalize_adv``)
+grpo, gspo, cispo, distill  ``(R_i - mean_group(R)) / (std_group(R) + 1e-8)`` (``group_advantages``)
+scalerl                     ``(R_i - mean_group(R)) / (std_batch + 1e-8)`` (the ScaleRL recipe)
+sft, distill (no reward)    ``1`` (no reward is read)
+==========================  =====================================================================
+
 ``tis_cap`` / ``mis_threshold`` (inference/trainer mismatch guards, see ``loss.mismatch``) are
-additions to the guide's keywords; both default to off. Every RL preset takes ``kl_coeff`` and
-``ref_model``: ``kl_coeff > 0`` adds a KL term to that frozen reference (``training/reference.py``).
-Preprocessing filters first (zero-variance groups, zero weights) and validates what is left, so an
-item that would be dropped anyway never fails validation.
+additions to the guide's keywords; both default to off.
 """
 
 from __future__ import annotations
 
-from ludic.training.algorithm import (
-    RLAlgorithm,
-    center_weights,
-    chain_preprocess,
-    drop_zero_variance_groups,
-    drop_zero_weight,
-    validate_actor_logps,
-)
+from collections.abc import Sequence
+
+from ludic.training import algorithm as alg
+from ludic.training.algorithm import PreprocessFn, RLAlgorithm
 from ludic.training.credit_assignment import (
     ConstantCredit,
     GroupNormalizedReturn,
@@ -26,15 +37,48 @@ from ludic.training.credit_assignment import (
 from ludic.training.loss import (
     CISPOLoss,
     ClippedSurrogateLoss,
+    Loss,
     MaskedCausalLMCrossEntropyLoss,
     ReinforceLoss,
     TokenClippedSurrogateLoss,
 )
 from ludic.training.reference import RefModel, add_kl_penalty
+from ludic.training.types import CreditAssigner
 
 
-def _ratio_preprocess(drop_zero: bool, *extra):
-    return chain_preprocess(*extra, drop_zero_weight if drop_zero else None, validate_actor_logps)
+def build_preset(
+    name: str,
+    credit: CreditAssigner,
+    loss: Loss,
+    *,
+    filters: Sequence[PreprocessFn | None] = (),
+    drop_zero_weight: bool = False,
+    ratio: bool = True,
+    scorers: Sequence[PreprocessFn] = (),
+    kl_coeff: float = 0.0,
+    ref_model: RefModel | None = None,
+    length_normalize: bool = False,
+) -> RLAlgorithm:
+    """``RLAlgorithm(name, credit, loss)`` with the presets' shared preprocessing and KL term.
+
+    Preprocess order: ``filters`` (e.g. zero-variance groups), zero-weight items (``drop_zero_weight``),
+    actor-logprob validation (``ratio``: the loss reads importance ratios), then ``scorers`` (frozen
+    models filling ``batch["teacher_logps"]``...), then the reference scorer when ``kl_coeff > 0``:
+    only items that are trained on get scored. ``length_normalize`` is the KL term's reduction.
+    """
+    preprocess = alg.chain_preprocess(
+        *filters,
+        alg.drop_zero_weight if drop_zero_weight else None,
+        alg.validate_actor_logps if ratio else None,
+        *scorers,
+    )
+    algo = RLAlgorithm(name, credit, loss, preprocess)
+    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
+
+
+def group_advantages(group_size: int, normalize: bool = True, positive_only: bool = False) -> GroupNormalizedReturn:
+    """The group presets' credit: ``(R - mean_group) / (std_group + 1e-8)`` (centred only if not ``normalize``)."""
+    return GroupNormalizedReturn(group_size, normalize_adv=normalize, positive_only=positive_only)
 
 
 def make_reinforce(
@@ -50,8 +94,10 @@ def make_reinforce(
 ) -> RLAlgorithm:
     """Monte Carlo returns + REINFORCE with the sequence-level IS correction."""
     loss = ReinforceLoss(length_normalize=length_normalize, tis_cap=tis_cap, mis_threshold=mis_threshold)
-    algo = RLAlgorithm(name, MonteCarloReturn(gamma=gamma), loss, _ratio_preprocess(drop_zero_weight))
-    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
+    return build_preset(
+        name, MonteCarloReturn(gamma=gamma), loss, drop_zero_weight=drop_zero_weight,
+        kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+    )  # fmt: skip
 
 
 def make_reinforce_baseline(
@@ -72,9 +118,10 @@ def make_reinforce_baseline(
     ``ReinforceBaselineLoss`` would), so gradients do not depend on the token-budget split.
     """
     loss = ReinforceLoss(length_normalize=length_normalize, tis_cap=tis_cap, mis_threshold=mis_threshold)
-    preprocess = _ratio_preprocess(drop_zero_weight, center_weights(normalize=normalize_adv))
-    algo = RLAlgorithm(name, MonteCarloReturn(gamma=gamma), loss, preprocess)
-    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
+    return build_preset(
+        name, MonteCarloReturn(gamma=gamma), loss, filters=[alg.center_weights(normalize=normalize_adv)],
+        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+    )  # fmt: skip
 
 
 def make_grpo(
@@ -94,17 +141,14 @@ def make_grpo(
     ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Group-normalised returns + token-level PPO clipping."""
-    credit = GroupNormalizedReturn(group_size, normalize_adv=group_normalize_adv, positive_only=positive_only)
     loss = TokenClippedSurrogateLoss(
-        clip_eps_low=clip_eps_low,
-        clip_eps_high=clip_eps_high,
-        length_normalize=length_normalize,
-        ratio_clip=ratio_clip,
-        tis_cap=tis_cap,
-        mis_threshold=mis_threshold,
-    )
-    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
-    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
+        ratio_clip=ratio_clip, tis_cap=tis_cap, mis_threshold=mis_threshold,
+    )  # fmt: skip
+    return build_preset(
+        name, group_advantages(group_size, group_normalize_adv, positive_only), loss,
+        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+    )  # fmt: skip
 
 
 def make_gspo(
@@ -124,33 +168,14 @@ def make_gspo(
     ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Group-normalised returns + sequence-level clipping with a geometric-mean ratio."""
-    credit = GroupNormalizedReturn(group_size, normalize_adv=group_normalize_adv, positive_only=positive_only)
     loss = ClippedSurrogateLoss(
-        clip_eps_low=clip_eps_low,
-        clip_eps_high=clip_eps_high,
-        length_normalize=length_normalize,
-        ratio_clip=ratio_clip,
-        tis_cap=tis_cap,
-        mis_threshold=mis_threshold,
-    )
-    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
-    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
-
-
-def _cispo_loss(
-    clip_eps_low: float,
-    clip_eps_high: float,
-    length_normalize: bool,
-    tis_cap: float | None,
-    mis_threshold: float | None,
-) -> CISPOLoss:
-    return CISPOLoss(
-        clip_eps_low=clip_eps_low,
-        clip_eps_high=clip_eps_high,
-        length_normalize=length_normalize,
-        tis_cap=tis_cap,
-        mis_threshold=mis_threshold,
-    )
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
+        ratio_clip=ratio_clip, tis_cap=tis_cap, mis_threshold=mis_threshold,
+    )  # fmt: skip
+    return build_preset(
+        name, group_advantages(group_size, group_normalize_adv, positive_only), loss,
+        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+    )  # fmt: skip
 
 
 def make_cispo(
@@ -169,10 +194,14 @@ def make_cispo(
     ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """Group-normalised returns + CISPO; ``kl_coeff > 0`` adds a KL term to ``ref_model``."""
-    credit = GroupNormalizedReturn(group_size, normalize_adv=group_normalize_adv, positive_only=positive_only)
-    loss = _cispo_loss(clip_eps_low, clip_eps_high, length_normalize, tis_cap, mis_threshold)
-    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight))
-    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
+    loss = CISPOLoss(
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
+        tis_cap=tis_cap, mis_threshold=mis_threshold,
+    )  # fmt: skip
+    return build_preset(
+        name, group_advantages(group_size, group_normalize_adv, positive_only), loss,
+        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+    )  # fmt: skip
 
 
 def make_scalerl(
@@ -191,13 +220,17 @@ def make_scalerl(
     ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
     """ScaleRL: group-mean / batch-std advantages + CISPO; ``filter_zvp`` drops zero-variance prompts."""
-    credit = HybridNormalizedReturn(group_size, positive_only=positive_only)
-    loss = _cispo_loss(clip_eps_low, clip_eps_high, length_normalize, tis_cap, mis_threshold)
-    zvp = drop_zero_variance_groups if filter_zvp else None
-    algo = RLAlgorithm(name, credit, loss, _ratio_preprocess(drop_zero_weight, zvp))
-    return add_kl_penalty(algo, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize, preset=name)
+    loss = CISPOLoss(
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
+        tis_cap=tis_cap, mis_threshold=mis_threshold,
+    )  # fmt: skip
+    return build_preset(
+        name, HybridNormalizedReturn(group_size, positive_only=positive_only), loss,
+        filters=[alg.drop_zero_variance_groups if filter_zvp else None], drop_zero_weight=drop_zero_weight,
+        kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+    )  # fmt: skip
 
 
 def make_sft(length_normalize: bool = False, name: str = "sft") -> RLAlgorithm:
     """Constant credit 1.0 + masked NLL: supervised fine-tuning on the action tokens."""
-    return RLAlgorithm(name, ConstantCredit(1.0), MaskedCausalLMCrossEntropyLoss(length_normalize), None)
+    return build_preset(name, ConstantCredit(1.0), MaskedCausalLMCrossEntropyLoss(length_normalize), ratio=False)

@@ -27,6 +27,15 @@ def as_scorer(model: RefModel, *, key: str, **scorer_kwargs: Any) -> FrozenModel
     return FrozenModelScorer(model, key=key, **scorer_kwargs)
 
 
+def frozen_kl(
+    model: RefModel, *, key: str, stat_key: str, length_normalize: bool, **scorer_kwargs: Any
+) -> tuple[FrozenModelScorer, TokenKLLoss]:
+    """The scorer that writes ``batch[key]`` and the k2 KL term that reads it, built as one pair so
+    the key cannot drift between them (the reference's ``ref_logps``, distillation's ``teacher_logps``)."""
+    scorer = as_scorer(model, key=key, **scorer_kwargs)
+    return scorer, TokenKLLoss(ref_logps_key=key, length_normalize=length_normalize, stat_key=stat_key)
+
+
 def add_kl_penalty(
     algo: RLAlgorithm,
     *,
@@ -51,8 +60,7 @@ def add_kl_penalty(
             f"{preset}: ref_model was given but kl_coeff=0, so the reference would be scored every step "
             "and never used; set kl_coeff > 0 or drop ref_model"
         )
-    scorer = as_scorer(ref_model, key="ref_logps")
-    kl = TokenKLLoss(ref_logps_key="ref_logps", length_normalize=length_normalize, stat_key="kl_ref")
+    scorer, kl = frozen_kl(ref_model, key="ref_logps", stat_key="kl_ref", length_normalize=length_normalize)
     loss = CompositeLoss(
         terms=[LossTerm(algo.name, algo.loss, 1.0), LossTerm("kl", kl, float(kl_coeff))], promote=("kl_ref",)
     )
