@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,9 @@ def test_server_backend_without_url_fails_validation(tmp_path: Path) -> None:
 
 
 def test_max_batch_size_with_a_server_backend_is_refused_not_ignored(tmp_path: Path) -> None:
-    text = MINIMAL + '[inference]\nbackend = "server"\nserver_url = "http://127.0.0.1:1"\nmax_batch_size = 8\n'
+    text = (
+        MINIMAL + '[inference]\nbackend = "server"\nserver_url = "http://127.0.0.1:1"\nmax_batch_size = 8\n'
+    )
     errors = _errors(tmp_path, "config.toml", text)
     assert len(errors) == 1 and "max_batch_size sizes the embedded engine" in errors[0]
     assert "--max-batch-size" in errors[0]
@@ -182,7 +185,9 @@ def test_scalar_where_a_table_is_expected(tmp_path: Path) -> None:
 def test_unknown_trainer_key_lists_trainer_config_fields(tmp_path: Path) -> None:
     errors = _errors(tmp_path, "config.toml", MINIMAL + "[trainer]\nlrr = 0.1\n")
     assert len(errors) == 1
-    assert errors[0].startswith("config.toml: [trainer].lrr: unknown key; known keys: betas, block_attention, eval_concurrency,")
+    assert errors[0].startswith(
+        "config.toml: [trainer].lrr: unknown key; known keys: betas, block_attention, eval_concurrency,"
+    )
 
 
 def test_lists_become_tuples_for_tuple_fields(tmp_path: Path) -> None:
@@ -242,3 +247,101 @@ def test_small_yaml_aliases_still_work(tmp_path: Path) -> None:
 def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:
     errors = _errors(tmp_path, "big.toml", MINIMAL + "#" * (1 << 20))
     assert len(errors) == 1 and "is too large for a run config (limit 1048576)" in errors[0]
+
+
+DEEP_LIMIT = "nested more than 32 tables/lists deep (limit 32); flatten the value"
+BASE = '[model]\npath = "m"\n[env]\nname = "e"\n'
+
+
+@pytest.mark.parametrize("depth", [33, 250, 490, 5000])
+def test_deeply_nested_yaml_is_refused_naming_key_line_and_limit(tmp_path: Path, depth: int) -> None:
+    deep = "[" * depth + "]" * depth
+    text = f"model: {{path: m}}\nenv:\n  name: e\n  kwargs: {{data: {{x: {deep}}}}}\n"
+    assert _errors(tmp_path, "run.yaml", text) == [f"run.yaml: [env.kwargs.data].x (line 4): {DEEP_LIMIT}"]
+
+
+@pytest.mark.parametrize("depth", [33, 250])
+def test_deeply_nested_toml_is_refused_naming_line_and_limit(tmp_path: Path, depth: int) -> None:
+    deep = "[" * depth + "]" * depth
+    errors = _errors(tmp_path, "run.toml", f"{BASE}[env.kwargs.data]\nx = {deep}\n")
+    assert errors == [f"run.toml: line 6: {DEEP_LIMIT}"]
+
+
+def test_nesting_up_to_the_limit_is_accepted(tmp_path: Path) -> None:
+    deep = "[" * 29 + "1" + "]" * 29  # env, kwargs, data and 29 lists: 32 levels below the top
+    for name, text in [
+        ("run.toml", f"{BASE}[env.kwargs.data]\nx = {deep}\n"),
+        ("run.yaml", f"model: {{path: m}}\nenv: {{name: e, kwargs: {{data: {{x: {deep}}}}}}}\n"),
+    ]:
+        value = load_config(_write(tmp_path, name, text)).env.kwargs["data"]["x"]
+        for _ in range(29):
+            (value,) = value
+        assert value == 1
+    too_deep = "[" * 30 + "1" + "]" * 30
+    errors = _errors(tmp_path, "run.toml", f"{BASE}[env.kwargs.data]\nx = {too_deep}\n")
+    assert errors == [f"run.toml: [env.kwargs.data].x: {DEEP_LIMIT}"]
+
+
+def test_deep_dotted_keys_are_refused_with_a_shortened_key_path(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "run.toml", f"{BASE}[env.kwargs]\n{'a.' * 490}b = 1\n")
+    assert errors == [f"run.toml: [env.kwargs.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a...: {DEEP_LIMIT}"]
+
+
+def test_deep_plain_dicts_are_refused_not_a_recursion_error() -> None:
+    value: dict = {}
+    for _ in range(490):
+        value = {"a": value}
+    with pytest.raises(ConfigError, match=r"<config>: \[env.kwargs.a.a.a.*nested more than 32"):
+        parse_config({"model": {"path": "m"}, "env": {"name": "e", "kwargs": value}})
+
+
+@pytest.mark.parametrize("depth", [490, 5000])
+def test_toml_too_deep_for_the_parser_is_refused_before_parsing_naming_the_line(
+    tmp_path: Path, depth: int
+) -> None:
+    deep = "[" * depth + "]" * depth
+    text = f'{BASE}# a comment [[[[ and a string do not count\n[env.kwargs]\ns = "[[[[{{{{"\nx = {deep}\n'
+    assert _errors(tmp_path, "run.toml", text) == [f"run.toml: line 8: {DEEP_LIMIT}"]
+
+
+def test_brackets_in_toml_strings_and_comments_do_not_count_as_nesting(tmp_path: Path) -> None:
+    text = f'{BASE}[env.kwargs]\n# {"[" * 40}\ns = \'{"[" * 40}\'\nt = """\n{"{" * 40}\n"""\n'
+    assert load_config(_write(tmp_path, "run.toml", text)).env.kwargs["s"] == "[" * 40
+
+
+def test_a_recursive_yaml_alias_is_refused_by_depth(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "run.yaml", "model: {path: m}\nenv: {name: e, kwargs: {x: &x [*x]}}\n")
+    assert errors == [f"run.yaml: [env.kwargs].x: {DEEP_LIMIT}"]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "lines"),
+    [
+        ("model:\n  path: a\nenv:\n  name: e\nmodel:\n  path: b\n", "model", (1, 5)),
+        ("model:\n  path: a\n  path: b\nenv:\n  name: e\n", "path", (2, 3)),
+        ("model: {path: a}\nenv: {name: e, kwargs: {n: 1, n: 2}}\n", "n", (2, 2)),
+    ],
+)
+def test_a_yaml_key_written_twice_is_refused_naming_key_and_lines(tmp_path: Path, text, key, lines) -> None:
+    assert _errors(tmp_path, "run.yaml", text) == [
+        f"run.yaml: key {key!r} appears twice in one table (line {lines[0]} and line {lines[1]}); "
+        "YAML would silently keep the second: remove one"
+    ]
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path: Path) -> None:
+    text = "model:\n  <<: {path: a, dtype: bfloat16}\n  path: b\nenv: {name: e}\n"
+    cfg = load_config(_write(tmp_path, "run.yaml", text))
+    assert (cfg.model.path, cfg.model.dtype) == ("b", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (BASE + "[model]\npath = 'b'\n", r"Cannot declare \('model',\) twice \(at line 5"),
+        (BASE.replace('path = "m"', 'path = "a"\npath = "b"'), r"Cannot overwrite a value \(at line 3"),
+    ],
+)
+def test_toml_already_refuses_a_key_written_twice(tmp_path: Path, text: str, why: str) -> None:
+    (error,) = _errors(tmp_path, "run.toml", text)
+    assert re.match(rf"run.toml: cannot parse: {why}", error)

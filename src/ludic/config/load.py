@@ -11,18 +11,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from ludic.config.errors import ConfigError, format_errors, key_path
+from ludic.config.limits import MAX_CONFIG_DEPTH, check_depth, check_toml_depth
 from ludic.config.schema import RunConfig
+from ludic.config.yaml_reader import MAX_CONFIG_NODES, yaml_load
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_NODES", "load_config", "parse_config"]
 
 MAX_CONFIG_BYTES = 1 << 20
 """A run config is a page of settings; anything larger is refused before parsing."""
-MAX_CONFIG_NODES = 100_000
-"""Values a YAML file may expand to once its aliases are followed (an alias bomb expands to billions)."""
 
 
 def _read_text(path: Path) -> str:
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
-        raise ConfigError([f"{path.name}: {size} bytes is too large for a run config (limit {MAX_CONFIG_BYTES})"])
+        raise ConfigError(
+            [f"{path.name}: {size} bytes is too large for a run config (limit {MAX_CONFIG_BYTES})"]
+        )
     raw = path.read_bytes()
     try:
         return raw.decode("utf-8")
@@ -34,36 +38,9 @@ def _read_text(path: Path) -> str:
         ) from None  # fmt: skip
 
 
-def _yaml_load(text: str, name: str) -> Any:
-    """``yaml.safe_load``, refusing documents whose aliases expand past ``MAX_CONFIG_NODES`` values."""
-    import yaml
-
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return {}
-        expanded = _expanded_size(node, {})
-        if expanded > MAX_CONFIG_NODES:
-            raise ConfigError(
-                [f"{name}: expands to more than {MAX_CONFIG_NODES} values through YAML aliases "
-                 "(an alias bomb?); write the values out"]
-            )  # fmt: skip
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _expanded_size(node: Any, memo: dict[int, int]) -> int:
-    """Values in ``node`` with every alias followed; shared nodes are sized once (memo), so this is fast."""
-    key = id(node)
-    if key not in memo:
-        memo[key] = 1  # a recursive alias counts once instead of looping
-        value = node.value
-        if isinstance(value, list):
-            children = [c for item in value for c in (item if isinstance(item, tuple) else (item,))]
-            memo[key] = 1 + sum(min(_expanded_size(c, memo), MAX_CONFIG_NODES + 1) for c in children)
-    return memo[key]
+def _parse_toml(text: str, name: str) -> dict[str, Any]:
+    check_toml_depth(text, name)  # tomllib recurses per nested array: bound it first
+    return tomllib.loads(text)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -76,10 +53,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError([f"{path.name}: unsupported config format {suffix!r}; use .toml, .yaml or .yml"])
     text = _read_text(path)
     try:
-        data = tomllib.loads(text) if suffix == ".toml" else _yaml_load(text, path.name)
+        data = _parse_toml(text, path.name) if suffix == ".toml" else yaml_load(text, path.name)
     except ConfigError:
         raise
-    except Exception as exc:  # tomllib.TOMLDecodeError, yaml.YAMLError, RecursionError
+    except RecursionError:
+        raise ConfigError(
+            [f"{path.name}: nested too deeply to parse (a config may nest at most {MAX_CONFIG_DEPTH} levels)"]
+        ) from None
+    except Exception as exc:  # tomllib.TOMLDecodeError, yaml.YAMLError
         raise ConfigError([f"{path.name}: cannot parse: {exc}"]) from exc
     if not isinstance(data, Mapping):
         raise ConfigError([f"{path.name}: top level must be a table, got {type(data).__name__}"])
@@ -103,6 +84,7 @@ def _unsupported(data: Any, keys: tuple[str, ...] = ()) -> list[str]:
 
 def _as_json(data: Mapping[str, Any], file: str) -> str:
     """Config data as JSON text: pydantic's strict JSON mode reads lists as tuples and strings as paths."""
+    check_depth(data, file)
     bad = _unsupported(data)
     if bad:
         raise ConfigError([f"{file}: {line}" for line in bad])
