@@ -58,9 +58,15 @@ def test_constructor_keyword_errors_name_the_table(tmp_path: Path) -> None:
     text += '[eval]\nenv_kwargs = { letterz = "xy" }\n'
     code, _, err = _run(tmp_path, "nowhere", text, "--dry-run")
     assert code == 2
-    assert "run.toml: [env].kwargs: env 'letter_repeat': got an unexpected keyword argument 'cnt' (it takes:" in err
+    assert (
+        "run.toml: [env].kwargs: env 'letter_repeat': got an unexpected keyword argument 'cnt' (it takes:"
+        in err
+    )
     assert "run.toml: [eval].env_kwargs: env 'letter_repeat': got an unexpected keyword argument" in err
-    assert "run.toml: [harness].kwargs: harness 'plain': got an unexpected keyword argument 'system_promt'" in err
+    assert (
+        "run.toml: [harness].kwargs: harness 'plain': got an unexpected keyword argument 'system_promt'"
+        in err
+    )
 
 
 def test_group_size_that_does_not_fit_the_batch(tmp_path: Path) -> None:
@@ -87,3 +93,40 @@ def test_max_seq_len_that_cuts_every_action_is_refused_before_the_model_loads(
     assert not (tmp_path / "out").exists()
     code, _, _ = _run(tmp_path, tiny_model, BASE, "--dry-run")
     assert code == 0
+
+
+def test_a_checkpoint_dir_that_is_a_file_fails_the_dry_run(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").write_text("not a directory")
+    text = BASE + f'[checkpoint]\noutput_dir = "{tmp_path / "ckpt"}"\nevery_n_steps = 1\n'
+    code, out, err = _run(tmp_path, "nowhere", text, "--dry-run")
+    assert code == 2 and out == ""
+    assert (
+        f"run.toml: [checkpoint].output_dir: '{tmp_path / 'ckpt'}' is a file, not a directory; "
+        "point it at a directory or move the file"
+    ) in err
+
+
+def test_a_log_dir_that_is_a_file_is_reported_once(tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("not a directory")
+    code, _, err = _run(tmp_path, "nowhere", BASE + "[checkpoint]\nevery_n_steps = 1\n", "--dry-run")
+    assert code == 2
+    assert f"run.toml: [logging].output_dir: '{tmp_path / 'out'}' is a file, not a directory" in err
+    assert "[checkpoint].output_dir" not in err  # <out>/checkpoints: the same problem, not repeated
+
+
+def test_an_output_dir_under_a_file_cannot_be_created(tmp_path: Path) -> None:
+    (tmp_path / "blocker").write_text("")
+    text = BASE + f'[checkpoint]\noutput_dir = "{tmp_path / "blocker" / "a" / "ckpt"}"\nevery_n_steps = 1\n'
+    code, _, err = _run(tmp_path, "nowhere", text, "--dry-run")
+    assert code == 2
+    assert (
+        f"run.toml: [checkpoint].output_dir: '{tmp_path / 'blocker' / 'a' / 'ckpt'}' cannot be created: "
+        f"'{tmp_path / 'blocker'}' is a file, not a directory"
+    ) in err
+
+
+def test_output_dirs_that_do_not_exist_yet_pass_and_are_not_created(tmp_path: Path) -> None:
+    text = BASE + f'[checkpoint]\noutput_dir = "{tmp_path / "deep" / "er" / "ckpt"}"\nevery_n_steps = 1\n'
+    code, _, err = _run(tmp_path, "nowhere", text, "--dry-run")
+    assert code == 0, err
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "out").exists()

@@ -2,13 +2,15 @@
 
 ``ludic train/eval`` (``--dry-run`` included) call :func:`preflight` after the schema check: names
 that are not registered, keyword arguments a factory does not take, a group size that does not
-fit the batch, and a ``max_seq_len`` that leaves no room for any action token are all reported
-together, each naming the file and key, in seconds rather than after a model load.
+fit the batch, a ``max_seq_len`` that leaves no room for any action token, and an output directory
+that cannot be created (a file in its place, an unwritable parent) are all reported together, each
+naming the file and key, in seconds rather than after a model load (or at the first checkpoint).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ _REGISTRIES = {
 def preflight(cfg: RunConfig, *, train: bool) -> None:
     """Raise :class:`ConfigError` listing every problem found; ``train`` adds the training checks."""
     factories, errors = _lookup(cfg)
+    errors += _output_dir_errors(cfg)
     for section, factory in factories.items():
         errors += _kwarg_errors(cfg, section, factory)
     if train:
@@ -136,3 +139,38 @@ def _prompt_length_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> li
         f"env {cfg.env.name!r} (seed {cfg.rollout.seed}) is already {shortest} tokens, so every completion "
         "would be truncated away and nothing learned; raise max_seq_len"
     ]
+
+
+def _output_dir_errors(cfg: RunConfig) -> list[str]:
+    """Each output directory must exist as a writable directory or be creatable (``mkdir -p``)."""
+    dirs = [("[logging].output_dir", Path(cfg.logging.output_dir))]
+    if cfg.checkpoint is not None:
+        dirs.append(("[checkpoint].output_dir", Path(cfg.checkpoint.output_dir)))
+    errors: list[str] = []
+    bad: list[Path] = []
+    for key, path in dirs:
+        if any(path == b or b in path.parents for b in bad):
+            continue  # already reported through the directory it lies in
+        problem = _unusable_dir(path)
+        if problem:
+            bad.append(path)
+            errors.append(f"{key}: {str(path)!r} {problem}")
+    return errors
+
+
+def _unusable_dir(path: Path) -> str | None:
+    """Why ``path`` cannot serve as an output directory, or None."""
+    if path.exists():
+        if not path.is_dir():
+            return "is a file, not a directory; point it at a directory or move the file"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return "is a directory this user cannot write to"
+        return None
+    ancestor = next((p for p in path.parents if p.exists()), None)
+    if ancestor is None:
+        return None
+    if not ancestor.is_dir():
+        return f"cannot be created: {str(ancestor)!r} is a file, not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot be created: this user cannot write to {str(ancestor)!r}"
+    return None
