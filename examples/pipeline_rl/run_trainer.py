@@ -74,9 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_trainer(args: argparse.Namespace) -> Trainer:
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir)
     source = PipelineBatchSource(
         redis_url=args.redis_url, run_id=args.run_id, batch_size=args.batch_size,
-        max_staleness=args.max_staleness,
+        vocab_size=model.get_input_embeddings().num_embeddings, max_staleness=args.max_staleness,
     )  # fmt: skip
     inner = None
     if args.server_url:
@@ -87,7 +88,6 @@ def build_trainer(args: argparse.Namespace) -> Trainer:
             inner = ClientPublisher(client)
         else:
             inner = BroadcastPolicyPublisher(client, backend=args.publish)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir)
     trainer = Trainer(
         model=model,
         algo=make_grpo(group_size=args.group_size),

@@ -39,8 +39,11 @@ def redis_dir(cfg: RunConfig) -> Path:
     return Path(cfg.logging.output_dir) / "redis"
 
 
-def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any) -> PipelineMode:
-    """Redis (private unless ``redis_url``), the trainer's ``PipelineBatchSource`` and publisher."""
+def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int) -> PipelineMode:
+    """Redis (private unless ``redis_url``), the trainer's ``PipelineBatchSource`` and publisher.
+
+    ``vocab_size``: the trained model's input embedding rows; stream items with other token ids are
+    refused (counted as ``pipeline/skipped_out_of_vocab``) instead of crashing the step."""
     from ludic.distributed.redis_server import RedisServer
     from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher
 
@@ -49,8 +52,9 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any) -> PipelineMode:
     url = p.redis_url or server.url  # type: ignore[union-attr]
     batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     source = PipelineBatchSource(
-        redis_url=url, run_id=p.run_id, batch_size=batch_size, max_staleness=p.max_staleness
-    )
+        redis_url=url, run_id=p.run_id, batch_size=batch_size, vocab_size=vocab_size,
+        max_staleness=p.max_staleness,
+    )  # fmt: skip
     publisher = PipelineVersionPublisher(inner_publisher, redis_url=url, run_id=p.run_id)
     return PipelineMode(redis_url=url, server=server, batch_source=source, publisher=publisher)
 

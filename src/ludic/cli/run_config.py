@@ -137,7 +137,12 @@ def build_train_run(
     evaluator = make_evaluator(cfg, engine, out / "eval", reducers)
     if cfg.eval.every_n_steps:
         cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
-    pipeline = build_pipeline_mode(cfg, ClientPublisher(client)) if cfg.pipeline.enabled else None
+    vocab_size = model.get_input_embeddings().num_embeddings  # pipeline items are checked against it
+    pipeline = (
+        build_pipeline_mode(cfg, ClientPublisher(client), vocab_size=vocab_size)
+        if cfg.pipeline.enabled
+        else None
+    )
     try:
         trainer = Trainer(
             model=model,

@@ -29,7 +29,7 @@ async def test_actor_pushes_credited_items_and_holds_back_beyond_max_staleness(
     await _eventually(lambda: _eq(stream.pending(), 16))  # two batches of 2 prompts x 4 = (K+1) x 8
     await asyncio.sleep(0.3)
     assert not actor.done() and await stream.pending() == 16  # held back: a third would go stale
-    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=8, version_fn=lambda: 0)
+    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=8, vocab_size=1000, version_fn=lambda: 0)
     batch = await source.next_batch()
     stats = await asyncio.wait_for(actor, 30)
     assert stats.batches == 3 and stats.items == 24
@@ -60,7 +60,7 @@ async def test_full_stream_back_pressures_the_actor_until_a_checkpoint_trims(
         trainer_batch_size=8, max_staleness=10, max_stream_len=8, num_batches=2,
     ))  # fmt: skip
     await _eventually(lambda: _eq(stream.length(), 8))
-    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=8, version_fn=lambda: 0)
+    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=8, vocab_size=1000, version_fn=lambda: 0)
     await source.next_batch()  # consumed, but not yet covered by a checkpoint: the entries stay
     await asyncio.sleep(0.3)
     assert not actor.done() and await stream.length() == 8
@@ -109,7 +109,8 @@ async def test_a_trainer_waiting_on_a_part_batch_lets_actors_refill_it(redis_ser
     the trainer must tell Redis what it consumed before it waits, or both wait for each other forever
     (``examples/pipeline_rl/run_local.py`` hung this way)."""
     source = PipelineBatchSource(
-        redis_url=redis_server.url, run_id=run_id, batch_size=4, max_staleness=0, version_fn=lambda: 1, block_ms=50
+        redis_url=redis_server.url, run_id=run_id, batch_size=4, vocab_size=1000, max_staleness=0, version_fn=lambda: 1,
+        block_ms=50,
     )
     actor = asyncio.create_task(run_pipeline_actor(
         source=_VersionedBatches(make_item, [1, 0, 0, 1], size=3), redis_url=redis_server.url, run_id=run_id,

@@ -23,6 +23,7 @@ async def _push(url: str, run_id: str, items, *, ids=None) -> list[str]:
 
 def _source(server, run_id, **kw) -> PipelineBatchSource:
     kw.setdefault("version_fn", lambda: 0)
+    kw.setdefault("vocab_size", 1000)
     return PipelineBatchSource(redis_url=server.url, run_id=run_id, block_ms=50, **kw)
 
 
@@ -81,7 +82,7 @@ async def test_max_staleness_zero_keeps_only_current_policy_and_reads_published_
     redis_server, run_id, make_item
 ):
     await _push(redis_server.url, run_id, [make_item(n, version=v) for n, v in enumerate([4, 5, 5])])
-    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=2, max_staleness=0)
+    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=2, vocab_size=1000, max_staleness=0)
     await source.stream.set_version(5)  # what PipelineVersionPublisher announces
     batch = await source.next_batch()
     assert [it.meta["n"] for it in batch.items] == [1, 2]
@@ -161,7 +162,7 @@ async def test_the_read_ahead_reaches_redis_before_the_batch_is_decoded(
     monkeypatch.setattr(source_module, "decode_fields", decode_watching_redis)
     await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
     source = PipelineBatchSource(redis_url=redis_server.url + url_query, run_id=run_id, batch_size=2,
-                                 version_fn=lambda: 0, block_ms=50)  # fmt: skip
+                                 vocab_size=1000, version_fn=lambda: 0, block_ms=50)  # fmt: skip
     try:
         before = _xread_calls(client)
         assert [it.meta["n"] for it in (await source.next_batch()).items] == [0, 1]
@@ -205,8 +206,9 @@ async def test_the_read_ahead_carries_the_consumed_count_of_the_entries_it_follo
         await source.next_batch()
         await source.next_batch()
         assert seen == [2, 2, 4, 4]  # published before the entries were decoded
-        # 0 before the first (blocking) read, then one per batch: none sent again at the end of a batch
-        assert _calls(client, "set") - sets_before == 3
+        # 0 before the first (blocking) read, then one per batch: none sent again at the end of a batch; and
+        # the run's epoch, set by the first read
+        assert _calls(client, "set") - sets_before == 3 + 1
         assert await source.stream.pending() == 0
     finally:
         await source.close()
@@ -242,9 +244,9 @@ async def test_entries_are_trimmed_only_when_a_checkpoint_is_saved(redis_server,
 
 def test_invalid_arguments_are_refused(redis_server):
     with pytest.raises(ValueError, match="max_staleness must be >= 0"):
-        PipelineBatchSource(redis_url=redis_server.url, run_id="r", batch_size=1, max_staleness=-1)
+        PipelineBatchSource(redis_url=redis_server.url, run_id="r", batch_size=1, vocab_size=10, max_staleness=-1)
     with pytest.raises(ValueError, match="run_id"):
-        PipelineBatchSource(redis_url=redis_server.url, run_id="a:b", batch_size=1)
+        PipelineBatchSource(redis_url=redis_server.url, run_id="a:b", batch_size=1, vocab_size=10)
 
 
 async def test_a_refused_push_lands_nothing_and_the_stream_goes_on(redis_server, run_id, make_item):

@@ -89,7 +89,7 @@ def test_actor_killed_mid_batch_leaves_whole_groups_and_training_goes_on(redis_s
         victim.send_signal(signal.SIGKILL)  # most likely mid-generation of its next batch
         victim.wait()
         source = _Recording(PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=8,
-                                                max_staleness=100))
+                                                vocab_size=1000, max_staleness=100))
         trainer = Trainer(
             model=AutoModelForCausalLM.from_pretrained(tiny_model_path()),
             algo=make_grpo(group_size=4),

@@ -18,7 +18,8 @@ async def test_redis_restart_mid_run_loses_nothing_and_both_sides_reconnect(
             source=letter_source(tiny_client), redis_url=server.url, run_id=run_id,
             trainer_batch_size=8, max_staleness=1, num_batches=6, stop=stop,
         ))  # fmt: skip
-        source = PipelineBatchSource(redis_url=server.url, run_id=run_id, batch_size=8, version_fn=lambda: 0)
+        source = PipelineBatchSource(redis_url=server.url, run_id=run_id, batch_size=8, vocab_size=1000,
+                                     version_fn=lambda: 0)
         trained = [it.meta["pipeline_item_id"] for it in (await source.next_batch()).items]
         server.kill()  # SIGKILL: what survives is what the append-only file holds
         await asyncio.sleep(0.5)  # both sides hit a dead server meanwhile

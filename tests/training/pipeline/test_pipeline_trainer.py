@@ -14,9 +14,11 @@ from ludic.training.batching import PipelineBatchSource, PipelineVersionPublishe
 
 
 def _trainer(url, run_id, client, out_dir) -> Trainer:
-    source = PipelineBatchSource(redis_url=url, run_id=run_id, batch_size=8, max_staleness=1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path())
+    vocab_size = model.get_input_embeddings().num_embeddings
+    source = PipelineBatchSource(redis_url=url, run_id=run_id, batch_size=8, vocab_size=vocab_size, max_staleness=1)
     return Trainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_path()),
+        model=model,
         algo=make_grpo(group_size=4),
         batch_source=source,
         publisher=PipelineVersionPublisher(ClientPublisher(client), redis_url=url, run_id=run_id),

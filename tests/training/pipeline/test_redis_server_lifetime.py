@@ -28,7 +28,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_redis_server_exits_when_its_parent_is_sigkilled(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(tmp_path / "redis")], stdout=subprocess.PIPE)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(tmp_path / "redis")], stdout=subprocess.PIPE
+    )
     redis_pid = None
     try:
         redis_pid = int(parent.stdout.readline())

@@ -12,6 +12,14 @@ Skipped entries are counted by reason in ``counters`` (``pipeline/skipped_<reaso
 each with the reason; items more than ``max_staleness`` policy versions behind the trainer are dropped
 and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``, with
 ``pipeline/wait_seconds``: how long that ``next_batch`` kept the trainer (waiting for and decoding items).
+An entry that decodes but would break the step (a token id outside the model's vocabulary, an extreme
+weight, a bad sampling temperature, ``top_p < 1``: ``pipeline_checks``) is refused the same way, so one bad
+entry fails only itself; its cursor is passed like any other, so it is trimmed and a resume never reads it.
+
+Every read also reads the run's epoch (a token set once in Redis): a new one means Redis lost the run's
+keys (restarted empty, or another server) and the items pushed but not consumed with them. By default
+that raises ``StreamResetError`` with the counts; ``on_stream_reset="warn"`` logs it, counts it
+(``pipeline/stream_resets``) and reads the new stream from its start.
 
 Read-ahead: as soon as a reply arrives, the next XREAD (after the last entry fetched, without BLOCK) is
 sent before the entries just received are decoded, so Redis finds and sends the next entries while this
@@ -27,13 +35,15 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ludic.training.batching.pipeline_checks import EntryLimits, check_item
 from ludic.training.batching.pipeline_codec import BadEntry, decode_fields
-from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.batching.pipeline_stream import PipelineStream, StreamResetError
 from ludic.training.types import SAWBatch, SAWItem
 
 log = logging.getLogger(__name__)
@@ -47,7 +57,10 @@ class PipelineBatchSource:
 
     ``version_fn`` gives the trainer's current policy version (sync or async); by default the version
     last published to the stream by ``PipelineVersionPublisher``. ``max_staleness=0`` trains only on
-    items sampled by the current policy (synchronous training).
+    items sampled by the current policy (synchronous training). ``vocab_size``: the model's input embedding
+    rows (``model.get_input_embeddings().num_embeddings``); items with other token ids are refused.
+    ``allow_nucleus``: take items sampled with ``top_p < 1`` (losses without importance ratios only).
+    ``on_stream_reset``: ``"raise"`` (default) or ``"warn"`` when Redis lost the run's stream.
     """
 
     def __init__(
@@ -56,7 +69,10 @@ class PipelineBatchSource:
         redis_url: str,
         run_id: str,
         batch_size: int,
+        vocab_size: int,
         max_staleness: int = 1,
+        allow_nucleus: bool = False,
+        on_stream_reset: str = "raise",
         version_fn: Callable[[], int | Awaitable[int]] | None = None,
         block_ms: int = 1000,
         reconnect_timeout_s: float = 60.0,
@@ -65,6 +81,10 @@ class PipelineBatchSource:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0 (0 = synchronous), got {max_staleness!r}")
+        if on_stream_reset not in ("raise", "warn"):
+            raise ValueError(f"on_stream_reset must be 'raise' or 'warn', got {on_stream_reset!r}")
+        self.limits = EntryLimits(vocab_size, allow_nucleus=allow_nucleus)
+        self.on_stream_reset = on_stream_reset
         self.stream = PipelineStream(redis_url, run_id, reconnect_timeout_s=reconnect_timeout_s)
         self._run = run_id.encode()
         self.batch_size = batch_size
@@ -80,6 +100,8 @@ class PipelineBatchSource:
         self.wait_seconds = 0.0  # total time spent in next_batch
         self._fetched: list[Any] = []  # entries read ahead of the cursor (as Redis sends them), not consumed
         self._ahead: asyncio.Task | None = None  # the read after the last fetched entry, in flight
+        self.epoch: bytes | None = None  # the run's epoch in Redis as first read (None: not read yet)
+        self._epoch_token = secrets.token_hex(8).encode()  # what this source sets where Redis has none
 
     async def _trainer_version(self) -> int:
         if self.version_fn is None:
@@ -109,21 +131,49 @@ class PipelineBatchSource:
         read after them sent before they are returned."""
         if not self._fetched and self._ahead is not None:
             ahead, self._ahead = self._ahead, None
-            self._fetched = await ahead
+            self._fetched = await self._same_epoch(await ahead)
         if not self._fetched:
             await self._publish_consumed()  # before waiting: see _publish_consumed
-            after = self.last_id
-            self._fetched = await self.stream.read_entries(
-                after, count=max(count, self.batch_size), block_ms=self.block_ms
-            )
+            read = self._read(self.last_id, count=max(count, self.batch_size), block_ms=self.block_ms)
+            self._fetched = await self._same_epoch(await read)
         entries, self._fetched = self._fetched[:count], self._fetched[count:]
         if entries and not self._fetched and self._ahead is None:
             after = entries[-1][0].decode()
             consumed = self.consumed + len(entries)  # once these are consumed: see _publish_consumed
-            read = self.stream.read_entries(after, count=self.batch_size, block_ms=None, consumed=consumed)
+            read = self._read(after, count=self.batch_size, block_ms=None, consumed=consumed)
             self._ahead, self._consumed_published = asyncio.create_task(read), consumed
             await asyncio.sleep(0)  # the task sends its SET and XREAD now and waits for the replies
         return entries
+
+    def _read(self, after: str, **kw: Any) -> Awaitable[tuple[bytes | None, list[Any]]]:
+        new = self._epoch_token if self.epoch is None else None  # the first read (or after a reset) sets one
+        return self.stream.read_checked(after, read_epoch=True, set_epoch=new, **kw)
+
+    async def _same_epoch(self, read: tuple[bytes | None, list[Any]]) -> list[Any]:
+        """The entries of a read, after checking they come from the stream this source has been reading
+        (the run's epoch unchanged); [] after a reset accepted with ``on_stream_reset="warn"``."""
+        epoch, entries = read
+        if epoch == self.epoch or (self.epoch is None and epoch is not None):
+            self.epoch = epoch
+            return entries
+        counts = await self.stream.counts()
+        message = (
+            f"pipeline: Redis lost run {self.stream.run_id!r}'s stream (restarted empty, or another server): "
+            f"this trainer has consumed {self.consumed} entries, up to {self.last_id}, but Redis now holds "
+            f"pushed={counts['pushed']}, consumed={counts['consumed']}, stream length={counts['length']} under "
+            "a new epoch; the items pushed and not yet consumed before are lost. Restart Redis on its "
+            "append-only data dir (RedisServer(data_dir=...)) to get them back, or build the "
+            "PipelineBatchSource with on_stream_reset='warn' to go on with what Redis holds now"
+        )
+        if self.on_stream_reset == "raise":
+            raise StreamResetError(message)
+        log.error("%s (going on: reading the new stream from its start)", message)
+        self._count("pipeline/stream_resets")
+        await self._drop_read_ahead()
+        # the new stream's counters start at 0: so does the consumed count actors compare with them; the
+        # next read sets a new epoch where there is none
+        self.epoch, self.last_id, self.consumed, self._consumed_published = epoch, START, 0, None
+        return []
 
     async def _publish_consumed(self) -> None:
         """Tell actors how many entries this source has consumed (their admission counts the rest as queued).
@@ -155,6 +205,7 @@ class PipelineBatchSource:
             self.consumed += 1
             try:
                 item_id, policy_version, item = decode_fields(fields, run)
+                check_item(item, self.limits)
             except BadEntry as exc:
                 self._count(f"pipeline/skipped_{exc.reason}")
                 log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)
@@ -187,6 +238,7 @@ class PipelineBatchSource:
             "consumed": self.consumed,
             "recent_ids": list(self._recent),
             "counters": dict(self.counters),
+            "epoch": None if self.epoch is None else self.epoch.decode(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -198,6 +250,8 @@ class PipelineBatchSource:
         self._consumed_published = None  # a crashed trainer may have sent a later count: send this one
         self._recent = OrderedDict((str(i), None) for i in state.get("recent_ids", []))
         self.counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
+        epoch = state.get("epoch")  # absent from checkpoints of earlier versions: adopt what Redis holds
+        self.epoch = None if epoch is None else str(epoch).encode()
 
     async def close(self) -> None:
         await self._drop_read_ahead()

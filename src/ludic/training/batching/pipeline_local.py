@@ -39,6 +39,7 @@ async def local_pipeline(
     client: Any,
     actor_sources: Sequence[Any],
     batch_size: int,
+    vocab_size: int,
     max_staleness: int = 1,
     run_id: str = "local",
     redis_url: str | None = None,
@@ -47,6 +48,7 @@ async def local_pipeline(
 ) -> AsyncIterator[LocalPipeline]:
     """Start Redis (unless ``redis_url``) and one actor task per source; stop them when the block ends.
 
+    ``vocab_size``: the model's input embedding rows (items with other token ids are refused);
     ``inner_publisher`` defaults to ``ClientPublisher(client)``.
     """
     from ludic.distributed import ClientPublisher
@@ -70,7 +72,11 @@ async def local_pipeline(
         for actor_source in actor_sources
     ]
     source = PipelineBatchSource(
-        redis_url=url, run_id=run_id, batch_size=batch_size, max_staleness=max_staleness
+        redis_url=url,
+        run_id=run_id,
+        batch_size=batch_size,
+        vocab_size=vocab_size,
+        max_staleness=max_staleness,
     )
     inner = inner_publisher if inner_publisher is not None else ClientPublisher(client)
     publisher = PipelineVersionPublisher(inner, redis_url=url, run_id=run_id)

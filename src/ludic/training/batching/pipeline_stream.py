@@ -6,6 +6,9 @@ Keys (``run_id`` names the run)::
     ludic:pipeline:{run_id}:pushed    INT     entries actors have added (INCRBY in the XADD transaction)
     ludic:pipeline:{run_id}:consumed  INT     entries the trainer has consumed (set after each batch)
     ludic:pipeline:{run_id}:version   INT     the policy version the trainer last published
+    ludic:pipeline:{run_id}:epoch     STR     a random token the trainer's first read sets (SET NX); every
+                                              read GETs it: another one, or none, means Redis lost the run's
+                                              keys (``StreamResetError``)
 
 Every call retries through a lost connection (a Redis restart, a network blip) for up to
 ``reconnect_timeout_s`` seconds, logging each retry, and then raises.
@@ -51,6 +54,10 @@ def _redis_asyncio() -> Any:
     return aioredis
 
 
+class StreamResetError(RuntimeError):
+    """Redis no longer holds the run the trainer was reading (restarted empty, or another server)."""
+
+
 class PipelineStream:
     """Async access to one run's stream and counters over a real Redis connection."""
 
@@ -63,6 +70,7 @@ class PipelineStream:
         prefix = f"ludic:pipeline:{run_id}"
         self.items_key, self.pushed_key = f"{prefix}:items", f"{prefix}:pushed"
         self.consumed_key, self.version_key = f"{prefix}:consumed", f"{prefix}:version"
+        self.epoch_key = f"{prefix}:epoch"
         self.reconnects = 0
         self._client: Any = None
         self._raw: RawConnection | None = None  # the connection push/read/counters use, opened on first use
@@ -208,24 +216,36 @@ class PipelineStream:
     async def read_entries(
         self, after: str, *, count: int, block_ms: int | None, consumed: int | None = None
     ) -> list[Any]:
-        """``read``'s entries as Redis sends them, ``[id, [name, value, ...]]`` in bytes (the batch source's
-        path: no dict built per entry). ``consumed``: SET the consumed count first, in the same write (the
-        batch source's read-ahead: one system call, not two)."""
-        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
+        """``read``'s entries as Redis sends them, ``[id, [name, value, ...]]`` in bytes (no dict built per
+        entry). ``consumed``: SET the consumed count first, in the same write (one system call, not two)."""
+        return (await self.read_checked(after, count=count, block_ms=block_ms, consumed=consumed))[1]
+
+    async def read_checked(
+        self, after: str, *, count: int, block_ms: int | None, consumed: int | None = None,
+        read_epoch: bool = False, set_epoch: bytes | None = None,
+    ) -> tuple[bytes | None, list[Any]]:  # fmt: skip
+        """``(epoch, entries)``: ``read_entries`` (the batch source's path) with the run's epoch read in the same
+        exchange (``read_epoch``; else None), first set to ``set_epoch`` where Redis has none. The entries
+        come from the Redis that epoch names: a changed or vanished epoch means Redis lost the run's keys."""
         parts: list[bytes] = []
         if consumed is not None:
             append_command(parts, b"SET", self.consumed_key.encode(), b"%d" % consumed)
+        if set_epoch is not None:
+            append_command(parts, b"SET", self.epoch_key.encode(), set_epoch, b"NX")
+        if read_epoch:
+            append_command(parts, b"GET", self.epoch_key.encode())
+        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
         key = self.items_key.encode()
         append_command(parts, b"XREAD", b"COUNT", b"%d" % count, *block, b"STREAMS", key, after.encode())
         payload = b"".join(parts)
         blocks_s = (block_ms or 0) / 1000
-        n_replies = 1 if consumed is None else 2
+        n_replies = 1 + (consumed is not None) + (set_epoch is not None) + read_epoch
         replies = await self._call("XREAD", lambda _: self._exchange(payload, n_replies, blocks_s=blocks_s))
-        reply = replies[-1]
+        epoch, reply = (replies[-2] if read_epoch else None), replies[-1]
         if not reply:  # nil: nothing arrived within block_ms
-            return []
+            return epoch, []
         # [[key, entries]] in RESP2; some parser versions give {key: entries}
-        return next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+        return epoch, next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
 
     async def trim_before(self, entry_id: str) -> int:
         """XTRIM MINID: drop entries older than ``entry_id`` (call only once a checkpoint covers them)."""
@@ -256,6 +276,14 @@ class PipelineStream:
         append_command(parts, *args)
         payload = b"".join(parts)
         return await self._call(what, lambda _: self._exchange(payload, 1, wait=wait))
+
+    async def counts(self) -> dict[str, int]:
+        """What Redis holds for the run now: ``pushed``, ``consumed`` and the stream's ``length``."""
+        return {
+            "pushed": await self._get_int(self.pushed_key),
+            "consumed": await self._get_int(self.consumed_key),
+            "length": await self.length(),
+        }
 
     async def version(self) -> int:
         return await self._get_int(self.version_key)
