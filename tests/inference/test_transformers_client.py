@@ -269,12 +269,12 @@ async def test_decoding_thread_is_chosen_by_device_unless_set() -> None:
     assert on_cpu.generate_in_thread is False  # a CPU box: one OpenMP team shared with the trainer
     assert TransformersChatClient(tiny_model_path(), generate_in_thread=True).generate_in_thread is True
     seen: list[str] = []
-    original = on_cpu._generate_locked
+    original = on_cpu._decode_region
 
-    def spy(rows):
+    def spy(region, deliver):
         seen.append(threading.current_thread().name)
-        return original(rows)
+        return original(region, deliver)
 
-    on_cpu._generate_locked = spy  # type: ignore[method-assign]
+    on_cpu._decode_region = spy  # type: ignore[method-assign]
     await on_cpu.complete(_req(max_tokens=2))
     assert seen == [threading.current_thread().name]  # decoded on the event loop's own thread

@@ -14,7 +14,7 @@ either path.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import torch
@@ -22,9 +22,13 @@ import torch
 from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.inference._sampling_kernel import sample_tokens, sample_with_logprobs
 from ludic.inference._shared_prefix_cache import SharedPrefixKVCache
+from ludic.inference._stop_strings import StopMatcher
 from ludic.inference.sampling import SamplingConfig
 
-__all__ = ["BatchGenerator", "RowRequest", "RowResult", "sample_tokens", "sample_with_logprobs"]
+__all__ = ["BatchGenerator", "RowRequest", "RowResult", "Steps", "sample_tokens", "sample_with_logprobs"]
+Steps = Generator[int, None, "list[RowResult]"]
+"""A decoding run, step by step: yields the tokens generated so far before each decoding forward
+(where a pause may hold, or other runs take their turn), returns the rows' results."""
 
 
 @dataclass
@@ -40,38 +44,6 @@ class RowResult:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     stop_text_end: int | None = None  # where a stop string starts in the decoded text
-
-
-def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
-    positions = [text.find(s) for s in stops if s in text]
-    return min(positions) if positions else None
-
-
-class _StopWatch:
-    """Stop strings of the rows that have them: their text is decoded after each new token."""
-
-    def __init__(self, generator: BatchGenerator, rows: list[RowRequest]) -> None:
-        self.tokenizer, self.eos_ids = generator.tokenizer, generator.eos_ids
-        self.rows = rows
-        self.watched = {i: [] for i, r in enumerate(rows) if r.sampling.stop}
-        self.cut: dict[int, int] = {}  # row -> where its stop string starts in the decoded text
-        self.aborted: set[int] = set()  # rows dropped because their caller cancelled
-
-    def check(self, alive: list[int], tokens: torch.Tensor) -> set[int]:
-        """Batch positions whose text now contains one of their stop strings."""
-        if not self.watched or not any(i in self.watched for i in alive):
-            return set()
-        hits = set()
-        for b, (i, tok) in enumerate(zip(alive, tokens.tolist(), strict=True)):
-            if i not in self.watched or tok in self.eos_ids:  # EOS ends a row before its stop strings
-                continue
-            self.watched[i].append(tok)
-            text = self.tokenizer.decode(self.watched[i], skip_special_tokens=False)
-            cut = _find_stop(text, self.rows[i].sampling.stop)
-            if cut is not None:
-                self.cut[i] = cut
-                hits.add(b)
-        return hits
 
 
 class BatchGenerator:
@@ -110,20 +82,39 @@ class BatchGenerator:
         out = self.model(use_cache=True, return_dict=True, **kwargs)
         return out.logits[:, -1, :], out.past_key_values
 
-    @torch.inference_mode()
     def generate(
         self, rows: list[RowRequest], between_steps: Callable[[int], None] | None = None
     ) -> list[RowResult]:
         """``between_steps(tokens generated so far)`` runs before each decoding forward (a pause may hold there)."""
+        run = self.steps(rows)
+        while True:
+            try:
+                generated = next(run)
+            except StopIteration as done:
+                return done.value
+            if between_steps is not None:
+                between_steps(generated)
+
+    def bind(self, rows: int) -> list | None:
+        """The lean path's weights for runs of about ``rows`` rows (None: runs use the model's forward)."""
+        return self.lean.bind(rows) if self.lean is not None else None
+
+    @torch.inference_mode()
+    def steps(self, rows: list[RowRequest], weights: list | None = None) -> Steps:
+        """``generate`` as a generator, so runs can interleave step by step (``_scheduler``).
+        ``weights``: a one-item list holding ``bind()``'s result, shared by the runs of one weights-lock
+        hold (and replaced there when the weights change); None binds this run's own."""
         uniforms = self._uniforms(rows)
         params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows], device=self.device)
         logits, cache, mask, positions, index = self._prefill(rows)
         steps = max(r.sampling.max_tokens for r in rows)
         if self.lean is not None and self.lean.fits(mask.shape[1] + steps):
-            return self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, params, between_steps)
+            if weights is None or weights[0] is None:
+                weights = [self.lean.bind(len(rows))]
+            return (yield from self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, params, weights))
         if index.numel() > cache.layers[0].keys.shape[0]:  # fan the distinct prompts' KV out to rows
             cache.batch_select_indices(index)
-        return self._decode_hf(rows, logits, cache, mask, positions, uniforms, params, between_steps)
+        return (yield from self._decode_hf(rows, logits, cache, mask, positions, uniforms, params))
 
     def _uniforms(self, rows: list[RowRequest]) -> torch.Tensor:
         """[rows, longest max_tokens]: row i's draws come from its own generator (seeded or random)."""
@@ -135,29 +126,27 @@ class BatchGenerator:
             out[i, :n] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
         return out.to(self.device)
 
-    def _decode_lean(
-        self, rows, logits, dyn_cache, mask, positions, index, uniforms, params, between_steps
-    ) -> list[RowResult]:
+    def _decode_lean(self, rows, logits, dyn_cache, mask, positions, index, uniforms, params, weights) -> Steps:
         """Decode on a preallocated cache; finished rows leave the batch (and the cache) at once."""
         width, steps = mask.shape[1], uniforms.shape[1]
         cache = self._decode_cache(dyn_cache, index, mask, steps)
         del dyn_cache
         cos_table, sin_table = self.lean.rope_tables(width + steps, logits.dtype)
-        weights = self.lean.bind(len(rows))
         alive = torch.arange(len(rows), device=self.device)  # original index of each live row
         alive_list = list(range(len(rows)))
         position = positions[:, -1] + 1
         limits = torch.tensor([r.sampling.max_tokens for r in rows], device=self.device)
         eos = torch.tensor(sorted(self.eos_ids), device=self.device, dtype=torch.long)
-        stops = _StopWatch(self, rows)
+        stops = StopMatcher(self.tokenizer, self.eos_ids, [r.sampling.stop for r in rows])
+        aborted: set[int] = set()  # rows dropped because their caller cancelled
         record: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for step in range(steps):
             tokens, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
             record.append((alive, tokens, logps))
             done = torch.isin(tokens, eos) | (limits[alive] <= step + 1)
             cancelled = {b for b, i in enumerate(alive_list) if rows[i].cancelled}
-            stops.aborted.update(alive_list[b] for b in cancelled)
-            extra = stops.check(alive_list, tokens) | cancelled
+            aborted.update(alive_list[b] for b in cancelled)
+            extra = self._stopped(stops, alive_list, tokens) | cancelled
             if extra:
                 done[sorted(extra)] = True
             if bool(done.any()):
@@ -166,12 +155,18 @@ class BatchGenerator:
                     break
                 alive, tokens, position = alive[order], tokens[order], position[order]
                 alive_list = alive.tolist()
-            if between_steps is not None:
-                between_steps(step + 1)
+            yield step + 1
             self.forward_calls += 1
-            logits = self.lean.step(weights, tokens, cos_table[position], sin_table[position], cache, width + step)
+            logits = self.lean.step(weights[0], tokens, cos_table[position], sin_table[position], cache, width + step)
             position = position + 1
-        return self._results(rows, record, stops)
+        return self._results(rows, record, stops, aborted)
+
+    @staticmethod
+    def _stopped(stops: StopMatcher, alive: list[int], tokens: torch.Tensor) -> set[int]:
+        """Batch positions whose row's text now holds one of its stop strings."""
+        if not stops:
+            return set()
+        return {b for b, (i, tok) in enumerate(zip(alive, tokens.tolist(), strict=True)) if stops.add(i, tok)}
 
     def _decode_cache(self, dyn_cache, index, mask, steps) -> StaticKVCache | SharedPrefixKVCache:
         """Rows sharing a prompt attend over one copy of its K/V (``SharedPrefixKVCache``, logits equal
@@ -186,7 +181,7 @@ class BatchGenerator:
         prompt_mask[index] = mask
         return SharedPrefixKVCache(dyn_cache, index, prompt_mask, steps)
 
-    def _results(self, rows, record, stops: _StopWatch) -> list[RowResult]:
+    def _results(self, rows, record, stops: StopMatcher, aborted: set[int]) -> list[RowResult]:
         """Per-row token and log-prob lists from the per-step records, with finish reasons."""
         which = torch.cat([r[0] for r in record]).tolist()
         tokens = torch.cat([r[1] for r in record]).tolist()
@@ -196,7 +191,7 @@ class BatchGenerator:
             results[i].completion_ids.append(tok)
             results[i].logprobs.append(logp)
         for i, (row, res) in enumerate(zip(rows, results, strict=True)):
-            if i in stops.aborted:
+            if i in aborted:
                 res.finish_reason = "abort"
             elif i in stops.cut:
                 res.finish_reason, res.stop_text_end = "stop", stops.cut[i]
@@ -206,9 +201,10 @@ class BatchGenerator:
                 res.finish_reason = "length"
         return results
 
-    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, params, between_steps) -> list[RowResult]:
+    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, params) -> Steps:
         """Decode through the model's own forward (architectures ``LeanDecoder`` does not cover)."""
         results = [RowResult() for _ in rows]
+        stops = StopMatcher(self.tokenizer, self.eos_ids, [r.sampling.stop for r in rows])
         alive = list(range(len(rows)))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
         step = 0
@@ -223,7 +219,7 @@ class BatchGenerator:
                 if rows[i].cancelled:
                     res.finish_reason = "abort"
                     continue
-                if self._finished(res, rows[i].sampling, tok):
+                if self._finished(res, rows[i].sampling, tok, stops.add(i, tok), stops.cut.get(i)):
                     continue
                 tokens.append(tok)
                 keep.append(b)
@@ -234,8 +230,7 @@ class BatchGenerator:
                 cache.batch_select_indices(index)
                 mask, next_pos = mask[index], next_pos[index]
                 alive = [alive[b] for b in keep]
-            if between_steps is not None:
-                between_steps(step)
+            yield step
             step_ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
             mask = torch.cat([mask, torch.ones_like(step_ids)], dim=-1)
             logits, cache = self._forward(
@@ -265,16 +260,13 @@ class BatchGenerator:
         index = torch.tensor(row_to_unique, device=self.device)
         return logits[index], cache, mask[index], positions[index], index
 
-    def _finished(self, res: RowResult, sampling: SamplingConfig, tok: int) -> bool:
+    def _finished(self, res: RowResult, sampling: SamplingConfig, tok: int, stopped: bool, cut: int | None) -> bool:
         if tok in self.eos_ids:
             res.finish_reason = "stop"
             return True
-        if sampling.stop:
-            text = self.tokenizer.decode(res.completion_ids, skip_special_tokens=False)
-            cut = _find_stop(text, sampling.stop)
-            if cut is not None:
-                res.finish_reason, res.stop_text_end = "stop", cut
-                return True
+        if stopped:
+            res.finish_reason, res.stop_text_end = "stop", cut
+            return True
         if len(res.completion_ids) >= sampling.max_tokens:
             res.finish_reason = "length"
             return True

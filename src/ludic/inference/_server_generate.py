@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ludic.inference._server_json import BadRequest, read_json
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.transformers_client import TransformersChatClient
@@ -23,16 +24,14 @@ from ludic.types import ChatResponse
 ENGINE_KEY = web.AppKey("engine", TransformersChatClient)
 SAMPLING_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "stop")
 
-
-class BadRequest(ValueError):
-    """A request the server refuses with HTTP 400 and this message."""
+__all__ = ["ENGINE_KEY", "BadRequest", "chat_completions", "completions", "generate"]
 
 
 def parse_sampling(fields: Any) -> SamplingConfig:
     if not isinstance(fields, dict):
         raise BadRequest(f"sampling parameters must be a JSON object, got {type(fields).__name__}")
     if fields.get("n", 1) != 1:
-        raise BadRequest(f"n={fields['n']!r}: only n=1 is supported (send G requests for a group)")
+        raise BadRequest(f"n={fields['n']!r:.40}: only n=1 is supported (send G requests for a group)")
     kwargs: dict[str, Any] = {k: fields[k] for k in SAMPLING_FIELDS if fields.get(k) is not None}
     if fields.get("max_completion_tokens") is not None:
         kwargs["max_tokens"] = fields["max_completion_tokens"]
@@ -107,8 +106,9 @@ async def _checked_complete(
 
 async def chat_completions(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    body = await request.json()
+    body = await read_json(request)
     chat = parse_chat_request(body, engine.model_name)
+    engine.check_chat_fits(chat)  # microseconds; refuses a chat too long for the context before templating it
     # rendering a long chat template is CPU work: keep it off the event loop
     ids = await asyncio.to_thread(engine.prompt_ids_for, chat)
     response, info = await _checked_complete(engine, ids, chat.sampling)
@@ -127,7 +127,7 @@ async def chat_completions(request: web.Request) -> web.Response:
 async def completions(request: web.Request) -> web.Response:
     """``/v1/completions`` with ``prompt`` as token ids; ``prompt_logprobs`` scores the prompt (the sync probe)."""
     engine = request.app[ENGINE_KEY]
-    body = await request.json()
+    body = await read_json(request)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     prompt = body.get("prompt")
@@ -158,7 +158,7 @@ async def completions(request: web.Request) -> web.Response:
 async def generate(request: web.Request) -> web.Response:
     """vLLM's ``/inference/v1/generate``: ``token_ids`` + ``sampling_params`` in, token ids out."""
     engine = request.app[ENGINE_KEY]
-    body = await request.json()
+    body = await read_json(request)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     ids = parse_token_ids(body.get("token_ids"), "token_ids")

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
+from ludic.inference._server_json import read_json
 from ludic.inference.pause import PAUSE_MODES
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.weight_receiver import InitInfo, WeightReceiver, parse_init_info
@@ -28,7 +29,7 @@ RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
 
 
 async def _json_field(request: web.Request, field: str) -> Any:
-    body = await request.json() if request.can_read_body else {}
+    body = await read_json(request)  # bounded, finite, not too deep (else a 4xx)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     return body.get(field)

@@ -18,17 +18,28 @@ from typing import Any
 
 DEFAULT_MAX_TOKENS = 256
 """``SamplingConfig().max_tokens``: what a model call may generate when nothing else is set."""
+MIN_TEMPERATURE = 1e-5
+"""The smallest temperature above 0 (vLLM's ``_SAMPLING_EPS``): below it ``logits / T`` can overflow
+to inf and the softmax to NaN, so such a temperature is refused; send 0 for greedy decoding."""
+MAX_STOP_STRINGS = 64
+"""The most stop strings one request may carry."""
+MAX_STOP_CHARS = 4096
+"""The most characters all of one request's stop strings may hold together (each step's stop check
+scans a window as long as the longest stop string)."""
+SEED_RANGE = (-(2**63), 2**63)
+"""Seeds are 64-bit signed ints, as vLLM's API takes them (``-2**63 <= seed < 2**63``)."""
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
     """How to sample one completion.
 
-    temperature: softmax temperature; 0 means greedy decoding.
+    temperature: softmax temperature; 0 means greedy decoding, else at least MIN_TEMPERATURE (1e-5).
     top_p: nucleus sampling mass in (0, 1].
     max_tokens: the most completion tokens to generate (>= 1; default DEFAULT_MAX_TOKENS = 256).
-    stop: strings that end the completion (the stop string is kept out of the text).
-    seed: per-request sampling seed; the same seed and prompt give the same completion.
+    stop: strings that end the completion (the stop string is kept out of the text); at most
+        MAX_STOP_STRINGS (64) holding MAX_STOP_CHARS (4096) characters in all.
+    seed: per-request sampling seed in [-2**63, 2**63); the same seed and prompt give the same completion.
     """
 
     temperature: float = 1.0
@@ -42,22 +53,13 @@ class SamplingConfig:
             object.__setattr__(self, "stop", (self.stop,))
         elif isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
-        if (
-            not isinstance(self.temperature, (int, float))
-            or not math.isfinite(self.temperature)
-            or self.temperature < 0
-        ):
-            raise ValueError(
-                f"SamplingConfig.temperature must be a finite number >= 0, got {self.temperature!r}"
-            )
-        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
+        _check_temperature(self.temperature)
+        if not _is_number(self.top_p) or not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p!r}")
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
             raise ValueError(f"SamplingConfig.max_tokens must be an int >= 1, got {self.max_tokens!r}")
-        if not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError(f"SamplingConfig.stop must be non-empty strings, got {self.stop!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
-            raise ValueError(f"SamplingConfig.seed must be an int or None, got {self.seed!r}")
+        _check_stop(self.stop)
+        _check_seed(self.seed)
 
     def with_seed(self, seed: int | None) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_p, self.max_tokens, self.stop, seed)
@@ -70,6 +72,42 @@ class SamplingConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingConfig:
         return cls(**data)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_temperature(value: Any) -> None:
+    if not _is_number(value) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"SamplingConfig.temperature must be a finite number >= 0, got {value!r:.40}")
+    if 0 < value < MIN_TEMPERATURE:
+        raise ValueError(
+            f"SamplingConfig.temperature {value!r} is below MIN_TEMPERATURE={MIN_TEMPERATURE} (logits / T would "
+            "overflow): send 0 for greedy decoding"
+        )
+
+
+def _check_stop(stop: Any) -> None:
+    """Bounded before anything looks inside: a request's stop strings cost every decoding step."""
+    if not isinstance(stop, tuple):
+        raise ValueError(f"SamplingConfig.stop must be a string or a list of strings, got {type(stop).__name__}")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ValueError(f"SamplingConfig.stop has {len(stop)} strings: at most MAX_STOP_STRINGS={MAX_STOP_STRINGS}")
+    if not all(isinstance(s, str) and s for s in stop):
+        raise ValueError(f"SamplingConfig.stop must be non-empty strings, got {stop!r:.200}")
+    chars = sum(map(len, stop))
+    if chars > MAX_STOP_CHARS:
+        raise ValueError(f"SamplingConfig.stop holds {chars} characters: at most MAX_STOP_CHARS={MAX_STOP_CHARS}")
+
+
+def _check_seed(seed: Any) -> None:
+    if seed is None:
+        return
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"SamplingConfig.seed must be an int or None, got {seed!r:.40}")
+    if not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+        raise ValueError(f"SamplingConfig.seed must be a 64-bit signed int (-2**63 <= seed < 2**63), got {seed}")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Routes:
 
 Safety: binds 127.0.0.1 unless told otherwise; with ``--api-key`` (or ``$LUDIC_API_KEY``) every
 route but ``/health`` needs ``Authorization: Bearer KEY`` (else 401); JSON bodies are bounded
-(413); more than ``--max-pending`` queued requests get a 503 with the reason. A bad request is a
+(``--max-body-mb``, 8 by default, checked from ``Content-Length`` before reading: 413), nested at
+most 64 deep, with finite numbers only (400, ``_server_json.py``); more than ``--max-pending`` queued requests get a 503 with the reason. A bad request is a
 4xx with the reason, an internal failure a 500; both as ``{"error": {"message", "code"}}``.
 """
 
@@ -29,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from ludic.inference._server_generate import ENGINE_KEY, chat_completions, completions, generate
+from ludic.inference._server_json import MAX_BODY_KEY
 from ludic.inference._server_weights import RECEIVER_KEY, add_weight_routes
 from ludic.inference.transformers_client import DTYPES, EngineOverloaded, TransformersChatClient
 from ludic.inference.weight_receiver import TransferError, WeightReceiver
@@ -39,6 +41,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def error_response(status: int, message: str) -> web.Response:
+    if len(message) > 1000:  # a refusal may quote the input: never echo megabytes back
+        message = message[:1000] + f"... ({len(message)} characters)"
     return web.json_response({"error": {"message": message, "code": status}}, status=status)
 
 
@@ -91,7 +95,7 @@ def build_app(
     engine: TransformersChatClient,
     *,
     api_key: str | None = None,
-    max_body_bytes: int = 32 << 20,
+    max_body_bytes: int = 8 << 20,
     transfer_timeout_s: float = 120.0,
     drop_weight_updates: bool = False,
 ) -> web.Application:
@@ -99,6 +103,7 @@ def build_app(
     app = web.Application(client_max_size=max_body_bytes, middlewares=[error_middleware, auth_middleware])
     app[ENGINE_KEY] = engine
     app[API_KEY_KEY] = api_key or ""
+    app[MAX_BODY_KEY] = max_body_bytes
     app[RECEIVER_KEY] = WeightReceiver(engine, timeout_s=transfer_timeout_s, drop_updates=drop_weight_updates)
     app.router.add_get("/health", health)
     app.router.add_get("/policy_version", policy_version)
@@ -119,7 +124,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", choices=sorted(DTYPES))
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--max-pending", type=int, default=4096, help="queued requests before 503s")
-    parser.add_argument("--max-body-mb", type=float, default=32.0, help="largest JSON body (413 beyond)")
+    parser.add_argument("--max-body-mb", type=float, default=8.0,
+                        help="largest JSON body, checked from Content-Length before reading (413 beyond)")
     parser.add_argument("--api-key", default=os.environ.get("LUDIC_API_KEY"),
                         help="bearer token required on every route but /health (default $LUDIC_API_KEY)")
     parser.add_argument("--transfer-timeout", type=float, default=120.0, help="seconds a broadcast may take")

@@ -21,6 +21,7 @@ import torch
 from ludic.inference._engine_pause import EnginePauseMixin
 from ludic.inference._engine_weights import EngineWeightsMixin
 from ludic.inference._generation import BatchGenerator, RowRequest, RowResult
+from ludic.inference._scheduler import EngineSchedulerMixin, Region
 from ludic.inference.pause import PauseGate, version_spans
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
@@ -39,10 +40,12 @@ class _Pending:
     future: asyncio.Future
 
 
-class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
+class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeightsMixin):
     """In-process batched generation with per-token log-probs and atomic weight updates
     (``sync_weights``, from ``EngineWeightsMixin``); ``pause`` / ``resume`` with vLLM's modes come from
-    ``EnginePauseMixin``.
+    ``EnginePauseMixin``; a request arriving while a batch decodes joins it between two steps when it
+    can end no later than the batch (``EngineSchedulerMixin``), so short requests are not held up by
+    long ones.
 
     ``generate_in_thread``: True decodes each batch on a worker thread so the event loop stays free
     (episodes, timeouts, other clients); False decodes on the loop's own thread. None (default)
@@ -102,7 +105,9 @@ class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
         self._weights_lock = threading.Lock()
         self._generator = BatchGenerator(self.model, tokenizer, self._eos_ids(), self._pad_id(), self.device)
         self._pending: list[_Pending] = []
-        self._running: list[_Pending] = []  # the batch being decoded
+        self._running: list[_Pending] = []  # the batch being decoded (and requests that joined it)
+        self._region: Region | None = None
+        self._max_token_chars: int | None = None
         self._held = 0  # requests waiting for a resume (counted against max_pending)
         self._worker: asyncio.Task | None = None
         self.gate = PauseGate()
@@ -160,6 +165,7 @@ class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
                 f"TransformersChatClient does not support request extras {sorted(request.extras)}; "
                 "they are passed through only by VLLMChatClient"
             )
+        self.check_chat_fits(request)
         prompt_ids = self.prompt_ids_for(request)
         self.check_fits(len(prompt_ids), request.sampling.max_tokens)
         return await self.complete_ids(prompt_ids, request.sampling, return_logprobs=request.return_logprobs)
@@ -169,6 +175,24 @@ class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
         if prompt_len + max_tokens > self.max_positions:
             raise ValueError(
                 f"prompt of {prompt_len} tokens + max_tokens {max_tokens} exceeds the model's "
+                f"max_position_embeddings {self.max_positions}"
+            )
+
+    def check_chat_fits(self, request: ChatCompletionRequest) -> None:
+        """ValueError, before any templating, for messages that cannot fit the context: a text of C
+        characters is at least C / (the longest token's characters) tokens. Tokenising a chat of
+        megabytes takes seconds; this takes microseconds. Assistant turns are not counted (a template
+        may drop their reasoning), nor is text a tokenizer's normaliser could remove."""
+        if request.prompt_token_ids is not None:
+            return
+        if self._max_token_chars is None:
+            self._max_token_chars = max(map(len, self.tokenizer.get_vocab()), default=1)
+        chars = sum(len(m.get("content") or "") for m in request.messages if m.get("role") != "assistant")
+        least = -(-chars // self._max_token_chars)
+        if least + request.sampling.max_tokens > self.max_positions:
+            raise ValueError(
+                f"messages hold {chars} characters, at least {least} tokens (at most {self._max_token_chars} "
+                f"characters a token), + max_tokens {request.sampling.max_tokens} exceeds the model's "
                 f"max_position_embeddings {self.max_positions}"
             )
 
@@ -189,9 +213,10 @@ class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
                 self._held -= 1
         loop = asyncio.get_running_loop()
         pending = _Pending(RowRequest(prompt_ids, sampling), loop.create_future())
-        self._pending.append(pending)
-        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
-            self._worker = loop.create_task(self._serve())
+        if not self._try_join(pending):
+            self._pending.append(pending)
+            if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+                self._worker = loop.create_task(self._serve())
         started = time.perf_counter()
         try:
             result, spans = await pending.future
@@ -221,41 +246,6 @@ class TransformersChatClient(EnginePauseMixin, EngineWeightsMixin):
             batch = [p for p in batch if not p.row.cancelled]
             if batch:
                 await self._run_batch(batch)
-
-    async def _run_batch(self, batch: list[_Pending]) -> None:
-        """Generate for ``batch``; if it fails, retry each row alone so a bad row fails only itself."""
-        self._running = batch
-        try:
-            rows = [p.row for p in batch]
-            if self.generate_in_thread:
-                results, spans = await asyncio.to_thread(self._generate_locked, rows)
-            else:
-                results, spans = self._generate_locked(rows)
-        except Exception as exc:
-            if len(batch) > 1:
-                for p in batch:
-                    await self._run_batch([p])
-                return
-            if not batch[0].future.done():
-                batch[0].future.set_exception(exc)
-            return
-        finally:
-            self._running = []
-        for p, res in zip(batch, results, strict=True):
-            if not p.future.done():
-                p.future.set_result((res, spans))
-
-    def _generate_locked(self, rows: list[RowRequest]) -> tuple[list[RowResult], list[tuple[int, int]]]:
-        """The batch's results and its version spans ``[(first token index, version), ...]``: one policy
-        per batch, unless a ``keep`` pause froze it and the weights changed meanwhile."""
-        with self._weights_lock:  # weights swap between batches, or while a batch is frozen
-            spans = [(0, self.policy_version)]
-
-            def between_steps(generated: int) -> None:
-                if self.gate.hold(self._weights_lock) and self.policy_version != spans[-1][1]:
-                    spans.append((generated, self.policy_version))
-
-            return self._generator.generate(rows, between_steps=between_steps), spans
 
     def score_prompt(self, prompt_ids: list[int]) -> tuple[list[float], int]:
         """(log-prob of each prompt token after the first, at temperature 1; the policy version)."""
