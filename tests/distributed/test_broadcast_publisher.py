@@ -104,7 +104,8 @@ def test_a_publish_over_several_gloo_channels_serves_bit_identical_weights(serve
     client = VLLMChatClient(base_url=server, enable_weight_updates=True)
     new = AutoModelForCausalLM.from_pretrained(dirs[1])
     served = {}
-    for version, channels in ((31, 3), (32, 1), (33, 3)):  # each publisher joins the server anew
+    base = 31 if packed else 34  # versions never go backwards
+    for version, channels in ((base, 3), (base + 1, 1), (base + 2, 3)):  # each publisher joins the server anew
         publisher = BroadcastPolicyPublisher(client, channels=channels, packed=packed, timeout_s=20)
         publisher.publish(new.state_dict(), version=version)
         publisher.close()
@@ -199,7 +200,13 @@ def sft_items() -> list:
             "policy_version": 0}) for i in range(4)]  # fmt: skip
 
 
-def test_a_trainer_step_publishes_over_gloo_and_the_probe_reports_its_gap(server, dirs):
+def test_a_trainer_step_publishes_over_gloo_and_the_probe_reports_its_gap(dirs):
+    """A fresh server: the trainer publishes version 1, and versions never go backwards."""
+    with running_server(dirs[0]) as server:
+        _trainer_step_publishes(server, dirs)
+
+
+def _trainer_step_publishes(server: str, dirs: tuple[Path, Path]) -> None:
     from ludic.distributed import SyncProbe, create_vllm_publisher
     from ludic.training import RLAlgorithm, Trainer, TrainerConfig
     from ludic.training.loss import ReinforceLoss

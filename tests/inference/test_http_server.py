@@ -168,7 +168,15 @@ def test_a_response_without_token_ids_is_a_clear_error():
         VLLMChatClient.parse_response(plain_openai)
 
 
-def test_ludic_train_with_a_server_backend(server, model_dir, tmp_path):
+def test_ludic_train_with_a_server_backend(model_dir, tmp_path):
+    """A fresh server: the run publishes versions 1 and 2, and versions never go backwards."""
+    from ludic.testing.server_process import running_server
+
+    with running_server(model_dir) as server:
+        _train_against(server, model_dir, tmp_path)
+
+
+def _train_against(server: str, model_dir, tmp_path) -> None:
     from ludic.cli import main
 
     config = tmp_path / "run.toml"

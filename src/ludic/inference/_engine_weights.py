@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ludic.inference.weights import assign_weights, validate_state_dict
+from ludic.inference.weights import assign_weights, next_version, validate_state_dict
 
 
 class EngineWeightsMixin:
@@ -49,9 +49,10 @@ class EngineWeightsMixin:
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
         try:
+            new_version = next_version(version, self.policy_version)  # refused before anything is copied
             with torch.no_grad():
                 assign_weights(self.model, params, adopt=adopt)
-            self.policy_version = int(version) if version is not None else self.policy_version + 1
+            self.policy_version = new_version
         finally:
             self._weights_lock.release()
         return f"loaded {len(params)} tensors, policy_version={self.policy_version}"

@@ -18,17 +18,21 @@ from typing import Any
 
 from aiohttp import web
 
+from ludic.inference._origin_guard import require_content_type
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
 from ludic.inference._server_json import read_json
 from ludic.inference.pause import PAUSE_MODES
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.weight_receiver import InitInfo, WeightReceiver, parse_init_info
+from ludic.inference.weights import next_version
 from ludic.inference.weights import weight_info as model_weight_info
 
 RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
 
 
 async def _json_field(request: web.Request, field: str) -> Any:
+    if request.can_read_body:  # a page may send text/plain cross-origin with no preflight: JSON only
+        require_content_type(request, "application/json")
     body = await read_json(request)  # bounded, finite, not too deep (else a 4xx)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
@@ -122,6 +126,9 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     from safetensors.torch import load
 
     engine = request.app[ENGINE_KEY]
+    require_content_type(request, "application/octet-stream")  # what VLLMChatClient sends; never a page's
+    version = request.query.get("version")
+    version_int = None if version is None else next_version(version, engine.policy_version)  # before the bytes
     limit = max_blob_bytes(engine)
     if request.content_length is not None and request.content_length > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
@@ -130,10 +137,8 @@ async def update_weights_blob(request: web.Request) -> web.Response:
         blob.extend(chunk)
         if len(blob) > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(blob))
-    version = request.query.get("version")
     try:
         params = load(bytes(blob))
-        version_int = int(version) if version is not None else None
     except Exception as exc:  # safetensors refuses a malformed blob; it never runs code
         raise BadRequest(f"weights rejected: {exc}") from exc
     try:

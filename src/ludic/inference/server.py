@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from ludic.inference._origin_guard import origin_guard
 from ludic.inference._server_generate import ENGINE_KEY, chat_completions, completions, generate
 from ludic.inference._server_json import MAX_BODY_KEY
 from ludic.inference._server_weights import RECEIVER_KEY, add_weight_routes
@@ -100,7 +101,7 @@ def build_app(
     drop_weight_updates: bool = False,
 ) -> web.Application:
     """The aiohttp app; ``drop_weight_updates`` is fault injection (tests of the sync probe)."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[error_middleware, auth_middleware])
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[error_middleware, auth_middleware, origin_guard])
     app[ENGINE_KEY] = engine
     app[API_KEY_KEY] = api_key or ""
     app[MAX_BODY_KEY] = max_body_bytes

@@ -33,7 +33,7 @@ from ludic.inference.finite_check import FiniteCheck
 from ludic.inference.process_group import MAX_CHANNELS, broadcast_all, create_group
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND, SharedBuffer, allocate_shared
 from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
-from ludic.inference.weights import non_finite_message, validate_metas, validate_state_dict
+from ludic.inference.weights import next_version, non_finite_message, validate_metas, validate_state_dict
 
 
 class TransferError(RuntimeError):
@@ -260,7 +260,7 @@ class WeightReceiver:
             raise ValueError("no weight update in progress: POST /start_weight_update first")
         if not staged:
             raise ValueError("finish_weight_update with nothing received: POST /update_weights first")
-        version = None if weight_version is None else _int_version(weight_version)
+        version = None if weight_version is None else next_version(weight_version, self.engine.policy_version)
         t0 = time.perf_counter()
         bad = self._check.first_bad()
         self.timings["check_s"] = self._check.seconds
@@ -269,7 +269,7 @@ class WeightReceiver:
         validate_state_dict(staged, self.engine.model.state_dict(), check_finite=False)
         t1 = time.perf_counter()
         if self.drop_updates:
-            self.engine.policy_version = version if version is not None else self.engine.policy_version + 1
+            self.engine.policy_version = next_version(version, self.engine.policy_version)
             return "dropped (fault injection): version bumped, weights unchanged"
         status = self.engine.load_validated(staged, timeout_s=self.timeout_s, version=version, adopt=True)
         self.timings.update(check_wait_s=t1 - t0, load_s=time.perf_counter() - t1)
@@ -284,9 +284,3 @@ class WeightReceiver:
         for ptr in [p for p in self._shared if p not in keep]:  # the model's views keep a dropped mapping alive
             self._shared.pop(ptr).close()
 
-
-def _int_version(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"weight_version must be an integer (Ludic's policy versions are ints), got {value!r}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -95,6 +96,35 @@ def assign_weights(model: torch.nn.Module, params: Mapping[str, torch.Tensor], *
         else:  # into the parameter itself: a tied twin adopted just before has moved its storage
             dest = owner if owner is not None else target[name]
             dest.copy_(tensor.detach().to(dest.device, dest.dtype))
+
+
+MAX_VERSION = 2**63 - 1  # policy versions are int64 (Redis stream fields, tensors, vLLM's own counters)
+
+
+def parse_version(value: Any) -> int:
+    """A weight version as sent (an int, or its decimal string: vLLM sends ``weight_version`` as a string):
+    an integer from 0 to 2**63-1, else ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"weight version {value!r:.50} is not an integer (Ludic's policy versions are ints)")
+    try:
+        version = int(value)
+    except ValueError:
+        raise ValueError(f"weight version {value!r:.50} is not an integer (Ludic's policy versions are ints)") from None
+    if not 0 <= version <= MAX_VERSION:
+        raise ValueError(f"weight version {version} is out of range: versions are int64 from 0 to {MAX_VERSION}")
+    return version
+
+
+def next_version(requested: int | None, current: int) -> int:
+    """The version an update gets: ``requested`` (not below ``current``: versions never go backwards, so a
+    token's label orders it against every other) or ``current + 1``; ValueError naming both otherwise."""
+    version = current + 1 if requested is None else parse_version(requested)
+    if version < current:
+        raise ValueError(f"weight version {version} is below the served policy_version {current}: versions must "
+                         "not go backwards (restart the server, or publish from the version it serves)")  # fmt: skip
+    if version > MAX_VERSION:
+        raise ValueError(f"weight version {version} is out of range: versions are int64 up to {MAX_VERSION}")
+    return version
 
 
 def weight_info(model: torch.nn.Module) -> dict[str, list]:
