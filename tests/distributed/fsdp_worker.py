@@ -57,6 +57,27 @@ class SeededBatches:
         return make_batch(self.step, self.vocab)
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _try_loads(trainer: Trainer, folders: list[str]) -> list[str | None]:
+    """Load each folder; the error message of each (None: it loaded). Asserts a failed load changed nothing."""
+    from ludic.training.checkpoint import CheckpointLoadError
+
+    errors: list[str | None] = []
+    for folder in folders:
+        before = [_local(p).detach().clone() for p in trainer.model.parameters()]
+        try:
+            trainer.load_checkpoint(path=folder)
+            errors.append(None)
+        except CheckpointLoadError as exc:
+            errors.append(str(exc))
+            after = [_local(p) for p in trainer.model.parameters()]
+            assert all(torch.equal(a, b) for a, b in zip(before, after)), f"{folder}: weights changed"
+    return errors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -65,6 +86,7 @@ def main() -> None:
     ap.add_argument("--ckpt-dir")
     ap.add_argument("--save-at", type=int, default=0, help="save a checkpoint after this step")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--try-load", default="", help="comma-separated checkpoint folders to try loading, in order")
     ap.add_argument("--export")
     ap.add_argument("--server-url")
     ap.add_argument("--lora", action="store_true")
@@ -107,6 +129,7 @@ def main() -> None:
     algo = RLAlgorithm(name="reinforce", credit_assigner=EpisodicReturn(), loss=ReinforceLoss())
     trainer = Trainer(model=model, algo=algo, batch_source=SeededBatches(0, vocab), cfg=cfg,
                       checkpoint_config=ckpt, publisher=publisher)  # fmt: skip
+    load_errors = _try_loads(trainer, [p for p in args.try_load.split(",") if p])
     if args.resume:
         trainer.load_checkpoint()
         trainer.batch_source = SeededBatches(trainer.step, vocab)
@@ -125,7 +148,8 @@ def main() -> None:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         save_file({k: v.clone().contiguous() for k, v in params.items()}, str(out / "params.safetensors"))
-        (out / "result.json").write_text(json.dumps({"history": history, "step": trainer.step}))
+        result = {"history": history, "step": trainer.step, "load_errors": load_errors}
+        (out / "result.json").write_text(json.dumps(result))
     else:
         assert params == {}, "only rank 0 receives the gathered weights"
     trainer.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -99,7 +100,9 @@ def test_sharded_export_loads_with_from_pretrained(runs):
     state = model.state_dict()
     assert_close_params({k: state[k] for k in trained}, trained, atol=0.0)
     saved = sorted(p.name for p in (runs["root"] / "ckpt" / "step_000002").iterdir())
-    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "trainer_state.json"} <= set(saved)
+    shards = {"shard-00001-model-00001-of-00001.safetensors", "shard-00002-model-00001-of-00001.safetensors"}
+    assert shards | {"shards.json", "trainer_state.json", "rng_rank0.json", "rng_rank1.json"} <= set(saved)
+    assert not any(name.endswith((".distcp", ".metadata", ".pt")) for name in saved)  # no pickle anywhere
 
 
 @pytest.mark.slow
@@ -111,6 +114,37 @@ def test_two_rank_checkpoint_resumes_with_identical_losses(runs, model_dir):
     assert resumed["history"][0]["train/loss"] == original[2]["train/loss"]
     assert resumed["history"][0]["train/grad_norm"] == original[2]["train/grad_norm"]
     assert_close_params(params(out), params(runs["two"]), atol=0.0)
+
+
+class _Payload:
+    """Unpickling this would create ``path`` (a stand-in for any code a planted file could run)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (Path.touch, (self.path,))
+
+
+@pytest.mark.slow
+def test_planted_pickle_in_any_checkpoint_file_is_refused_on_every_rank_and_runs_nothing(runs, model_dir):
+    import pickle  # only to write the attacker's file
+
+    source = runs["root"] / "ckpt" / "step_000002"
+    marker = runs["root"] / "pwned"
+    planted = []
+    for name in sorted(p.name for p in source.iterdir()):
+        folder = runs["root"] / "planted" / name
+        shutil.copytree(source, folder)
+        (folder / name).write_bytes(pickle.dumps(_Payload(marker)))
+        planted.append(folder / name)
+    out = runs["root"] / "planted_out"
+    result = run_worker(model_dir, out, "--steps", "1", "--ckpt-dir", str(runs["root"] / "planted_ckpt"),
+                        "--try-load", ",".join(str(p.parent) for p in planted))  # fmt: skip
+    assert len(planted) >= 6 and len(result["load_errors"]) == len(planted)
+    for path, error in zip(planted, result["load_errors"]):
+        assert error is not None and str(path) in error, (path, error)
+    assert not marker.exists()
 
 
 @pytest.mark.slow

@@ -1,14 +1,17 @@
-"""Sharded checkpoints of an FSDP2 model with ``torch.distributed.checkpoint`` (DCP).
+"""Sharded checkpoints of an FSDP2 model with ``torch.distributed.checkpoint`` (DCP), never unpickled.
 
 Every rank writes its own shards of the model and optimizer state (no full gather); a checkpoint saved
 on N ranks loads on any number (DCP reshards). Same layout and calls as :class:`CheckpointManager`::
 
-    output_dir/step_000123/   .metadata + __<rank>_0.distcp (DCP: {"model", "optim"}),
+    output_dir/step_000123/   shard-<r>-model-00001-of-00001.safetensors (each rank's shards),
+                              shards.json (files, global shapes, optimizer hyperparameters),
                               scheduler.json, rng_rank<r>.json, trainer_state.json
     output_dir/latest.json    {"step": 123, "path": "step_000123"}
 
 Written into a hidden ``.tmp-*`` folder that rank 0 renames into place once every rank is done;
-``latest.json`` is replaced last. Nothing here is unpickled: DCP tensors plus JSON.
+``latest.json`` is replaced last. Nothing is unpickled: safetensors shards plus JSON
+(``_sharded_io``); every file is read and checked on every rank before the model changes, and the
+ranks agree on the outcome, so a bad checkpoint raises :class:`CheckpointLoadError` everywhere.
 For one safetensors directory ``from_pretrained`` loads, see ``distributed_publish.export_pretrained``.
 """
 
@@ -27,12 +30,22 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ludic.distributed.collectives import all_reduce_tensor, broadcast_json
+from ludic.distributed.collectives import all_gather_json, all_reduce_tensor, broadcast_json
 from ludic.distributed.fsdp import is_fsdp_model
-from ludic.training.checkpoint import CheckpointManager, _write_json_atomic
+from ludic.training._checkpoint_files import STATE, parse_trainer_state, read_json, write_json_atomic
+from ludic.training._checkpoint_io import CheckpointLoadError
+from ludic.training._sharded_io import (
+    check_shards,
+    flat_state,
+    optimizer_state,
+    read_shards,
+    save_shards,
+    write_manifest,
+)
+from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig
 
-_STATE = "trainer_state.json"
+_FORMAT = "dcp-safetensors"
 
 
 def make_checkpointer(cfg: CheckpointConfig, model: nn.Module) -> Any:
@@ -54,14 +67,30 @@ def _rng_json() -> dict[str, Any]:
     return state
 
 
-def _restore_rng(state: Mapping[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), cached))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(torch.tensor(state["cuda"], dtype=torch.uint8))
+def _parse_rng(state: Any, file: Path) -> dict[str, Any]:
+    """Check a ``rng_rank<r>.json`` and put it in the setters' form (changes nothing)."""
+    try:
+        version, internal, gauss = state["python"]
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        parsed = {
+            "python": (int(version), tuple(int(x) for x in internal), None if gauss is None else float(gauss)),
+            "numpy": (str(name), np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)),
+            "torch": torch.tensor(state["torch"], dtype=torch.uint8),
+            "cuda": torch.tensor(state["cuda"], dtype=torch.uint8) if "cuda" in state else None,
+        }
+    except (KeyError, TypeError, ValueError, OverflowError, RuntimeError) as exc:
+        raise CheckpointLoadError(f"{file}: not an RNG state written by this version ({exc!r})") from None
+    if parsed["torch"].numel() != torch.get_rng_state().numel() or len(parsed["python"][1]) != 625:
+        raise CheckpointLoadError(f"{file}: RNG state has the wrong size")
+    return parsed
+
+
+def _restore_rng(parsed: Mapping[str, Any]) -> None:
+    random.setstate(parsed["python"])
+    np.random.set_state(parsed["numpy"])
+    torch.set_rng_state(parsed["torch"])
+    if parsed["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(parsed["cuda"])
 
 
 def _all_finite(model: nn.Module) -> bool:
@@ -88,9 +117,6 @@ class DistributedCheckpointer(CheckpointManager):
         config: Mapping[str, Any] | None = None,
     ) -> Path:
         """Collective: every rank calls it. Writes ``step_<step>/`` and points ``latest.json`` at it."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
-
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"checkpoint step must be an int >= 0, got {step!r}")
         if not _all_finite(model):
@@ -102,82 +128,78 @@ class DistributedCheckpointer(CheckpointManager):
             self._remove_stale_tmp()
             tmp.mkdir()
         dist.barrier()
-        state: dict[str, Any] = {"model": get_model_state_dict(model)}
-        if optimizer is not None and self.cfg.save_optimizer:
-            state["optim"] = get_optimizer_state_dict(model, optimizer)
-        dcp.save(state, checkpoint_id=str(tmp))
-        (tmp / f"rng_rank{self.rank}.json").write_text(json.dumps(_rng_json()), encoding="utf-8")
+        tensors, plain = flat_state(model, optimizer if self.cfg.save_optimizer else None)
+        save_shards(tmp, tensors)
+        write_json_atomic(tmp / f"rng_rank{self.rank}.json", _rng_json())
         dist.barrier()
         if self.rank == 0:
+            write_manifest(tmp, tensors, plain)
             if scheduler is not None and self.cfg.save_optimizer:
-                _write_json_atomic(tmp / "scheduler.json", _scheduler_state(scheduler))
-            payload = {"step": step, "time": time.time(), "world_size": dist.get_world_size(), "format": "dcp",
+                write_json_atomic(tmp / "scheduler.json", _scheduler_state(scheduler))
+            payload = {"step": step, "time": time.time(), "world_size": dist.get_world_size(), "format": _FORMAT,
                        "metadata": dict(metadata or {}), "config": dict(config or {})}  # fmt: skip
-            _write_json_atomic(tmp / _STATE, payload)
+            write_json_atomic(tmp / STATE, payload)
             self._publish_dir(tmp, final)
-            _write_json_atomic(self.output_dir / "latest.json", {"step": step, "path": final.name})
+            write_json_atomic(self.output_dir / "latest.json", {"step": step, "path": final.name})
             self._prune(keep_also=final)
         dist.barrier()
         return final
 
-    def load(
-        self,
-        model: nn.Module,
-        optimizer: Any = None,
-        step: int | None = None,
-        path: str | Path | None = None,
-        *,
-        scheduler: Any = None,
-        restore_rng: bool = True,
-        fallback: bool = False,
-    ) -> dict[str, Any]:
-        """Collective: restore model and optimizer shards (any world size), scheduler, RNG and step.
-
-        ``fallback=True``: if this checkpoint fails to load, load the previous complete ones, newest
-        first (each load overwrites every shard, so a half-read one leaves nothing behind).
-        """
-        folder = self._resolve(step, path)
-        try:
-            return self._load_dcp(folder, model, optimizer, scheduler, restore_rng)
-        except Exception:
-            if not fallback:
-                raise
-            older = [p for _, p in reversed(self.list_checkpoints()) if p.resolve() != folder.resolve()]
-            for candidate in older:
-                try:
-                    return self._load_dcp(candidate, model, optimizer, scheduler, restore_rng)
-                except Exception:
-                    continue
-            raise
-
-    def _load_dcp(
+    def _load_folder(
         self, folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, restore_rng: bool
     ) -> dict[str, Any]:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
+        """Collective: check every file on every rank, agree, then load (model and optimizer in new buffers).
 
-        info = json.loads((folder / _STATE).read_text(encoding="utf-8"))
-        if info.get("format") != "dcp":
-            raise ValueError(f"{folder} is not a DCP checkpoint (saved by one process?); load it unsharded")
-        state: dict[str, Any] = {"model": get_model_state_dict(model)}
-        if optimizer is not None:
-            state["optim"] = get_optimizer_state_dict(model, optimizer)
-        dcp.load(state, checkpoint_id=str(folder))
-        set_model_state_dict(model, state["model"])
-        if optimizer is not None:
-            set_optimizer_state_dict(model, optimizer, state["optim"])
-        if scheduler is not None and (folder / "scheduler.json").is_file():
-            scheduler.load_state_dict(json.loads((folder / "scheduler.json").read_text(encoding="utf-8")))
-        rng_file = folder / f"rng_rank{self.rank}.json"
-        if restore_rng and rng_file.is_file():
-            _restore_rng(json.loads(rng_file.read_text(encoding="utf-8")))
+        ``CheckpointManager.load`` calls it, so ``fallback=True`` works the same way (every rank sees the
+        same files, so every rank takes the same older checkpoint).
+        """
+        try:
+            checked, error = self._check_folder(folder, model, optimizer, scheduler, restore_rng), None
+        except CheckpointLoadError as exc:
+            checked, error = None, f"rank {self.rank}: {exc}"
+        errors = [e for e in all_gather_json(error) if e]
+        if errors:
+            raise CheckpointLoadError("; ".join(errors))
+        info, tensors, plain, manifest, sched, rng = checked  # type: ignore[misc]
+        loaded = read_shards(folder, tensors)
+        self._apply(model, optimizer, loaded, plain, manifest)
+        if sched is not None:
+            scheduler.load_state_dict(sched)
+        if rng is not None:
+            _restore_rng(rng)
         info["path"] = str(folder)
         return info
+
+    def _check_folder(
+        self, folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, restore_rng: bool
+    ) -> tuple[Any, ...]:
+        """Every file this rank needs, read as JSON/safetensors headers and checked; changes nothing."""
+        info = parse_trainer_state(folder / STATE)
+        if info.get("format") != _FORMAT:
+            raise CheckpointLoadError(
+                f"{folder / STATE}: format {info.get('format')!r}, expected {_FORMAT!r} (a one-process "
+                "checkpoint, or torch DCP's pickled format from an older Ludic, which is not loaded)"
+            )
+        tensors, plain = flat_state(model, optimizer)
+        manifest = check_shards(folder, tensors, plain)
+        sched = None
+        if scheduler is not None and (folder / "scheduler.json").is_file():
+            sched = read_json(folder / "scheduler.json")
+            if not isinstance(sched, dict) or set(sched) != set(scheduler.state_dict()):
+                raise CheckpointLoadError(f"{folder / 'scheduler.json'}: not a {type(scheduler).__name__} state")
+        rng_file = folder / f"rng_rank{self.rank}.json"
+        rng = _parse_rng(read_json(rng_file), rng_file) if restore_rng and rng_file.is_file() else None
+        return info, tensors, plain, manifest, sched, rng
+
+    @staticmethod
+    def _apply(model: nn.Module, optimizer: Any, loaded: dict, plain: Any, manifest: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        weights = {k[len("model/"):]: v for k, v in loaded.items() if k.startswith("model/")}
+        set_model_state_dict(model, weights)
+        if optimizer is not None:
+            state = optimizer_state(loaded, manifest["optimizer"], plain)
+            set_optimizer_state_dict(model, optimizer, state)
 
 
 def _scheduler_state(scheduler: Any) -> dict[str, Any]:
