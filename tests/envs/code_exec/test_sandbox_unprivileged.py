@@ -64,7 +64,8 @@ def _run_child(root: Path, uid: int | None, host: dict) -> dict:
         ids = {"user": uid, "group": uid, "extra_groups": []}
     os.chmod(home, 0o700)
     cases = {name: case_code(name, host) for name in CASES}
-    request = {"limits": vars(LIMITS), "pool": POOL, "cases": {**cases, "whoami": WHOAMI}}
+    # no cgroup is delegated to the child's uid here: it runs degraded (per-process limits), as chosen
+    request = {"limits": vars(LIMITS), "pool": POOL, "cases": {**cases, "whoami": WHOAMI}, "require_run_limits": False}
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
@@ -126,7 +127,8 @@ def test_the_child_ran_unprivileged_through_the_non_root_path(unprivileged):
 def test_adversarial_program_is_contained_without_root(case, unprivileged):
     report, host = unprivileged
     run = report["cases"][case]
-    check_contained(case, run["status"], run["stdout"], run["stderr"], run["pass_rate"], host)
+    degraded = report["run_limits"].startswith("none")
+    check_contained(case, run["status"], run["stdout"], run["stderr"], run["pass_rate"], host, degraded=degraded)
     assert run["leftover"] == []  # no process of the run outlived it
 
 

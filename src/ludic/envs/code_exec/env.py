@@ -20,7 +20,9 @@ SYSTEM_PROMPT = (
     "Write a complete Python 3 program that reads the input from stdin and prints the answer to stdout. "
     "Reply with the program only, in one ```python code block."
 )
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n")
+# possessive quantifiers (Python 3.11+): a run of blanks is never backtracked into, so each run is
+# scanned once (the plain form backtracked quadratically: ``` + 131,072 spaces + ``` took 7 s)
+_FENCE = re.compile(r"```[ \t]*+(?:python3?|py)?[ \t]*+\n")
 
 
 def extract_code(text: str) -> str:

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import tempfile
 import weakref
 from collections import OrderedDict
@@ -22,6 +23,14 @@ from typing import Any
 from ludic.envs.code_exec.sandbox import CodeRunner, RunOutcome, SandboxLimits
 
 MAX_CODE_BYTES = 256 * 1024
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""C0/C1 controls but \\t and \\n, DEL, and the bidi overrides: a program's output must not drive the
+terminal of whoever reads the logs (cursor moves, title changes, hidden text)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``), newlines and tabs kept."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 @dataclass(frozen=True)
@@ -143,7 +152,7 @@ class CodeExecutor:
     async def _evaluate(self, code: str, tests: list[TestCase]) -> CodeExecResult:
         error = await asyncio.to_thread(compile_error, code)
         if error:
-            return CodeExecResult(compile_failed=True, compile_error=error)
+            return CodeExecResult(compile_failed=True, compile_error=printable(error))
         with tempfile.TemporaryDirectory(prefix="ludic-code-") as tmp:
             os.chmod(tmp, 0o755)  # readable by the sandbox's unprivileged uid, writable by no one there
             path = Path(tmp) / "solution.py"
@@ -186,6 +195,6 @@ def _judge(outcome: RunOutcome, test: TestCase) -> TestResult:
     return TestResult(
         status=status,
         wall_s=outcome.wall_s,
-        stdout_head=outcome.stdout[:200].decode("utf-8", errors="replace"),
-        stderr_tail=outcome.stderr[-500:].decode("utf-8", errors="replace"),
+        stdout_head=printable(outcome.stdout[:200].decode("utf-8", errors="replace")),
+        stderr_tail=printable(outcome.stderr[-500:].decode("utf-8", errors="replace")),
     )

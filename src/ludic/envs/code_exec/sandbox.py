@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-RunStatus = Literal["ok", "runtime_error", "timeout", "memory_limit", "output_limit", "killed"]
+from ludic.envs.code_exec.cgroup import RunGroup
+from ludic.envs.code_exec.isolation import ChildSetup, child_preexec
+
+RunStatus = Literal["ok", "runtime_error", "timeout", "memory_limit", "output_limit"]
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -27,26 +29,32 @@ class SandboxUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-run limits. Each field is enforced by the kernel (rlimits) or by the parent's watchdog."""
+    """Per-run limits, enforced by the kernel (the run's cgroup, rlimits, the scratch tmpfs) or by the
+    parent's watchdog. Where the machine gives no cgroup, memory/processes/CPU hold per process only."""
 
     wall_s: float = 5.0
     """Wall-clock seconds before the whole sandbox is killed (watchdog in the parent)."""
     cpu_s: int = 2
-    """CPU seconds (RLIMIT_CPU); a busy loop dies of SIGXCPU."""
+    """CPU seconds of the whole run (all its processes, read from its cgroup), and of each process
+    (RLIMIT_CPU: a busy loop dies of SIGXCPU)."""
     memory_mb: int = 512
-    """Address space in MiB (RLIMIT_AS); a larger allocation raises MemoryError."""
+    """Memory of the whole run in MiB (its cgroup: past it the kernel OOM-kills, status memory_limit);
+    without a cgroup, the address space of each process (RLIMIT_AS: MemoryError)."""
     max_processes: int = 16
-    """Processes of the run's user id (RLIMIT_NPROC); each pool slot has its own uid."""
+    """Processes of the whole run (its cgroup's pids.max) and of its user id (RLIMIT_NPROC)."""
     max_open_files: int = 64
     """Open file descriptors (RLIMIT_NOFILE)."""
     max_output_bytes: int = 1 << 20
     """Bytes of stdout (and, separately, stderr) kept; more kills the run (status output_limit)."""
     tmp_size_mb: int = 16
-    """Size of the private writable /tmp (tmpfs) and the largest file (RLIMIT_FSIZE)."""
+    """Size of the run's only writable space (a tmpfs at /tmp, also at /dev/shm) and the largest file
+    (RLIMIT_FSIZE)."""
+    tmp_max_files: int = 4096
+    """Inodes (files, directories, links) of that scratch space."""
 
     def __post_init__(self) -> None:
         for name in ("wall_s", "cpu_s", "memory_mb", "max_processes", "max_open_files", "max_output_bytes",
-                     "tmp_size_mb"):  # fmt: skip
+                     "tmp_size_mb", "tmp_max_files"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
@@ -63,6 +71,8 @@ class RunOutcome:
     wall_s: float
     uid: int | None = None
     """The user id the program ran as (None: the caller's own)."""
+    cpu_s: float | None = None
+    """CPU seconds of the whole run, from its cgroup (None: no cgroup)."""
 
 
 @runtime_checkable
@@ -74,22 +84,20 @@ class CodeRunner(Protocol):
     async def run(self, code_dir: Path, stdin: bytes, limits: SandboxLimits, *, slot: int) -> RunOutcome: ...
 
 
-def rlimit_setter(limits: SandboxLimits, *, nproc: bool = True):
-    """A ``preexec_fn`` applying the limits in the child, after it dropped to its user id."""
+def plain_setup(limits: SandboxLimits, *, user: int | None = None, nproc: bool = True) -> ChildSetup:
+    """The rlimits alone (no cgroup, no scratch mount): what a run without a sandbox gets."""
+    return ChildSetup(
+        cpu_s=limits.cpu_s,
+        memory_bytes=limits.memory_mb << 20,
+        max_processes=limits.max_processes if nproc else None,
+        max_open_files=limits.max_open_files,
+        max_file_bytes=limits.tmp_size_mb << 20,
+        user=user,
+    )
 
-    def apply() -> None:
-        os.setsid()
-        mem = limits.memory_mb << 20
-        fsize = limits.tmp_size_mb << 20
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_open_files, limits.max_open_files))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if nproc:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
 
-    return apply
+CPU_POLL_S = 0.1
+"""How often the parent reads the run's CPU time from its cgroup (runs shorter than this: never)."""
 
 
 async def run_limited(
@@ -97,28 +105,32 @@ async def run_limited(
     stdin: bytes,
     limits: SandboxLimits,
     *,
-    user: int | None,
+    user: int | None = None,
     env: dict[str, str] | None,
+    setup: ChildSetup | None = None,
+    group: RunGroup | None = None,
+    pass_fds: Collection[int] = (),
     kill_rest: Callable[[], Awaitable[None]] | None = None,
     kill_first: Callable[[int], Awaitable[None]] | None = None,
 ) -> RunOutcome:
-    """Start ``argv`` in its own session with the limits, feed stdin, collect capped output,
-    kill the whole process group on the wall limit or too much output. ``kill_first(pid)`` runs
-    before that group kill (to stop what ``argv`` started in the right order); ``kill_rest``
-    after it, killing whatever else the run started (processes outside the group still holding
-    its pipes). Output past the cap is read and dropped until the pipes close, so that the exit
-    (which asyncio reports only once every pipe is closed) can always be awaited."""
+    """Start ``argv`` in its own session with ``setup`` applied (default: the rlimits, as ``user``),
+    feed stdin, collect capped output, kill the whole run on the wall limit, on too much output or
+    when its cgroup's CPU time passes ``cpu_s``. ``kill_first(pid)`` runs before the kill of
+    ``argv``'s process group (to stop what ``argv`` started in the right order, so nothing is
+    orphaned); ``kill_rest`` after it. Output past the cap is read and dropped until the pipes
+    close, so that the exit (reported only once every pipe is closed) can always be awaited. The
+    status comes from what this parent observed (its timer, the cgroup's counters, the wait status
+    of its own child), never from the program's output or exit code."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
-        preexec_fn=rlimit_setter(limits),
-        **ids,
+        preexec_fn=child_preexec(setup or plain_setup(limits, user=user)),
+        pass_fds=tuple(pass_fds),
     )
     overflow = asyncio.Event()
     out, err = _Capped(limits.max_output_bytes, overflow), _Capped(limits.max_output_bytes, overflow)
@@ -130,49 +142,70 @@ async def run_limited(
     finished = asyncio.ensure_future(communicate())
     status: RunStatus | None = None
     try:
-        status = await _first_limit(finished, overflow, limits.wall_s)
+        status = await _first_limit(finished, overflow, limits, group)
     finally:
-        if kill_first is not None:
-            await kill_first(proc.pid)
-        _kill_group(proc.pid)
-        if kill_rest is not None:
-            await kill_rest()
-        if not finished.done():
-            try:
-                await asyncio.wait_for(finished, timeout=30)
-            except TimeoutError:
-                raise RuntimeError(f"{argv[0]}: the run did not end 30 s after SIGKILL") from None
-    stdout, stderr = out.data(), err.data()
-    return RunOutcome(
-        status or classify(proc.returncode, stderr), proc.returncode, stdout, stderr, loop.time() - started
-    )
+        await _stop(proc.pid, finished, argv[0], group, kill_first, kill_rest)
+    cpu_s = group.cpu_seconds() if group is not None else None
+    oom_kills = group.oom_kills() if group is not None else 0
+    if status is None or (status == "timeout" and oom_kills):  # an OOM kill says more than the timer after it
+        status = classify(proc.returncode, oom_kills=oom_kills, cpu_s=cpu_s, limits=limits)
+    return RunOutcome(status, proc.returncode, out.data(), err.data(), loop.time() - started, cpu_s=cpu_s)
 
 
-async def _first_limit(finished: asyncio.Future[None], overflow: asyncio.Event, wall_s: float) -> RunStatus | None:
+async def _stop(pid: int, finished: asyncio.Future[None], name: str, group: RunGroup | None,
+                kill_first: Callable[[int], Awaitable[None]] | None,
+                kill_rest: Callable[[], Awaitable[None]] | None) -> None:  # fmt: skip
+    if kill_first is not None and not finished.done():
+        await kill_first(pid)
+    _kill_group(pid)
+    if group is not None:
+        group.kill()
+    if kill_rest is not None:
+        await kill_rest()
+    if not finished.done():
+        try:
+            await asyncio.wait_for(finished, timeout=30)
+        except TimeoutError:
+            raise RuntimeError(f"{name}: the run did not end 30 s after SIGKILL") from None
+
+
+async def _first_limit(
+    finished: asyncio.Future[None], overflow: asyncio.Event, limits: SandboxLimits, group: RunGroup | None
+) -> RunStatus | None:
     """None when the run ended by itself within the limits; else the limit it hit first."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.wall_s
     over = asyncio.ensure_future(overflow.wait())
     try:
-        done, _ = await asyncio.wait({finished, over}, timeout=wall_s, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return "timeout"
+            step = remaining if group is None else min(remaining, CPU_POLL_S)
+            done, _ = await asyncio.wait({finished, over}, timeout=step, return_when=asyncio.FIRST_COMPLETED)
+            if overflow.is_set():
+                return "output_limit"
+            if finished in done:
+                finished.result()  # an error of our own (not the program's) propagates
+                return None
+            if group is not None and group.cpu_seconds() >= limits.cpu_s:
+                return "timeout"
     finally:
         over.cancel()
-    if overflow.is_set():
-        return "output_limit"
-    if finished in done:
-        finished.result()  # an error of our own (not the program's) propagates
-        return None
-    return "timeout"
 
 
-def classify(returncode: int | None, stderr: bytes) -> RunStatus:
-    """The status of a run that ended by itself (bwrap reports a child killed by signal N as 128+N)."""
+def classify(returncode: int | None, *, oom_kills: int, cpu_s: float | None, limits: SandboxLimits) -> RunStatus:
+    """The status of a run that ended by itself, from what the parent observed: the kernel's OOM
+    kills in the run's cgroup, its CPU time, and a signal that killed the parent's own child (a
+    sandboxed program's exit code is its own choice: exit 152 must not read as SIGXCPU)."""
+    if oom_kills > 0:
+        return "memory_limit"
+    if cpu_s is not None and cpu_s >= limits.cpu_s - 0.01:
+        return "timeout"
     if returncode == 0:
         return "ok"
-    if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+    if returncode == -signal.SIGXCPU:
         return "timeout"
-    if b"MemoryError" in stderr[-4096:]:
-        return "memory_limit"
-    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
-        return "killed"
     return "runtime_error"
 
 
