@@ -53,7 +53,7 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int
     batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     source = PipelineBatchSource(
         redis_url=url, run_id=p.run_id, batch_size=batch_size, vocab_size=vocab_size,
-        max_staleness=p.max_staleness,
+        max_staleness=p.max_staleness, on_stream_reset=p.on_stream_reset,
     )  # fmt: skip
     publisher = PipelineVersionPublisher(inner_publisher, redis_url=url, run_id=p.run_id)
     return PipelineMode(redis_url=url, server=server, batch_source=source, publisher=publisher)

@@ -121,6 +121,9 @@ class PipelineSection(Section):
     data lives in <logging.output_dir>/redis, so a resumed run finds its stream."""
     run_id: str = "train"
     """The run's stream name (one stream per run)."""
+    on_stream_reset: Literal["raise", "warn"] = "raise"
+    """When Redis lost the run's stream (restarted empty): stop with an error naming the counts (raise), or
+    log it and go on with what Redis holds now (warn; the items pushed and not consumed are lost)."""
 
     @model_validator(mode="after")
     def _check(self) -> PipelineSection:
