@@ -21,6 +21,7 @@ class EngineWeightsMixin:
     model: torch.nn.Module
     policy_version: int
     _weights_lock: threading.Lock
+    weights_epoch: int = 0  # counts loads: a frozen batch whose epoch moved prefills its rows again
 
     def sync_weights(
         self,
@@ -53,6 +54,7 @@ class EngineWeightsMixin:
             with torch.no_grad():
                 assign_weights(self.model, params, adopt=adopt)
             self.policy_version = new_version
+            self.weights_epoch += 1
         finally:
             self._weights_lock.release()
         return f"loaded {len(params)} tensors, policy_version={self.policy_version}"

@@ -15,35 +15,21 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 
 import torch
 
 from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
+from ludic.inference._rows import RowRequest, RowResult
 from ludic.inference._sampling_kernel import sample_tokens, sample_with_logprobs
 from ludic.inference._shared_prefix_cache import SharedPrefixKVCache
 from ludic.inference._stop_strings import StopMatcher
 from ludic.inference.sampling import SamplingConfig
 
 __all__ = ["BatchGenerator", "RowRequest", "RowResult", "Steps", "sample_tokens", "sample_with_logprobs"]
-Steps = Generator[int, None, "list[RowResult]"]
+Steps = Generator[int, "bool | None", "list[RowResult]"]
 """A decoding run, step by step: yields the tokens generated so far before each decoding forward
-(where a pause may hold, or other runs take their turn), returns the rows' results."""
-
-
-@dataclass
-class RowRequest:
-    prompt_ids: list[int]
-    sampling: SamplingConfig
-    cancelled: bool = False  # set by the caller's task when it gives up; the row is dropped
-
-
-@dataclass
-class RowResult:
-    completion_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    stop_text_end: int | None = None  # where a stop string starts in the decoded text
+(where a pause may hold, or other runs take their turn), returns the rows' results. Sending True at a
+yield says the weights changed there: the live rows are prefilled again under the new weights."""
 
 
 class BatchGenerator:
@@ -83,17 +69,17 @@ class BatchGenerator:
         return out.logits[:, -1, :], out.past_key_values
 
     def generate(
-        self, rows: list[RowRequest], between_steps: Callable[[int], None] | None = None
+        self, rows: list[RowRequest], between_steps: Callable[[int], bool | None] | None = None
     ) -> list[RowResult]:
-        """``between_steps(tokens generated so far)`` runs before each decoding forward (a pause may hold there)."""
-        run = self.steps(rows)
+        """``between_steps(tokens generated so far)`` runs before each decoding forward (a pause may hold
+        there); it returns True when the weights changed meanwhile."""
+        run, signal = self.steps(rows), None
         while True:
             try:
-                generated = next(run)
+                generated = run.send(signal)
             except StopIteration as done:
                 return done.value
-            if between_steps is not None:
-                between_steps(generated)
+            signal = True if between_steps is not None and between_steps(generated) else None
 
     def bind(self, rows: int) -> list | None:
         """The lean path's weights for runs of about ``rows`` rows (None: runs use the model's forward)."""
@@ -103,18 +89,45 @@ class BatchGenerator:
     def steps(self, rows: list[RowRequest], weights: list | None = None) -> Steps:
         """``generate`` as a generator, so runs can interleave step by step (``_scheduler``).
         ``weights``: a one-item list holding ``bind()``'s result, shared by the runs of one weights-lock
-        hold (and replaced there when the weights change); None binds this run's own."""
-        uniforms = self._uniforms(rows)
+        hold (and replaced there when the weights change); None binds this run's own.
+
+        When True is sent at a yield (the weights changed), the live rows' K/V, computed by the old
+        weights, are dropped: each row is prefilled again as prompt + its tokens so far, under the new
+        weights, and decodes on with its remaining uniforms, so every later token is exactly the new
+        model's (a mix of old K/V and new matmuls is neither model)."""
+        uniforms, own = self._uniforms(rows), weights is None
+        weights = [None] if weights is None else weights
+        results = [RowResult() for _ in rows]
+        live, done = list(range(len(rows))), 0
+        while True:
+            part_rows = [rows[i].continued(results[i].completion_ids) for i in live] if done else rows
+            part = yield from self._run(part_rows, uniforms[live, done:], weights, done)
+            for i, res in zip(live, part, strict=True):
+                total = results[i]
+                total.completion_ids += res.completion_ids
+                total.logprobs += res.logprobs
+                total.finish_reason, total.stop_text_end = res.finish_reason, res.stop_text_end
+            live = [i for i in live if results[i].finish_reason is None]  # stopped by a weight change
+            if not live:
+                return results
+            done = len(results[live[0]].completion_ids)  # rows of a run advance together
+            if own:
+                weights[0] = None
+
+    def _run(self, rows: list[RowRequest], uniforms: torch.Tensor, weights: list, offset: int) -> Steps:
+        """One prefill and the decoding after it; yields ``offset`` + the tokens generated, and returns
+        early (live rows unfinished) when True is sent."""
         params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows], device=self.device)
         logits, cache, mask, positions, index = self._prefill(rows)
         steps = max(r.sampling.max_tokens for r in rows)
         if self.lean is not None and self.lean.fits(mask.shape[1] + steps):
-            if weights is None or weights[0] is None:
-                weights = [self.lean.bind(len(rows))]
-            return (yield from self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, params, weights))
+            if weights[0] is None:
+                weights[0] = self.lean.bind(len(rows))
+            return (yield from self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, params,
+                                                 weights, offset))  # fmt: skip
         if index.numel() > cache.layers[0].keys.shape[0]:  # fan the distinct prompts' KV out to rows
             cache.batch_select_indices(index)
-        return (yield from self._decode_hf(rows, logits, cache, mask, positions, uniforms, params))
+        return (yield from self._decode_hf(rows, logits, cache, mask, positions, uniforms, params, offset))
 
     def _uniforms(self, rows: list[RowRequest]) -> torch.Tensor:
         """[rows, longest max_tokens]: row i's draws come from its own generator (seeded or random)."""
@@ -126,7 +139,7 @@ class BatchGenerator:
             out[i, :n] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
         return out.to(self.device)
 
-    def _decode_lean(self, rows, logits, dyn_cache, mask, positions, index, uniforms, params, weights) -> Steps:
+    def _decode_lean(self, rows, logits, dyn_cache, mask, positions, index, uniforms, params, weights, offset) -> Steps:
         """Decode on a preallocated cache; finished rows leave the batch (and the cache) at once."""
         width, steps = mask.shape[1], uniforms.shape[1]
         cache = self._decode_cache(dyn_cache, index, mask, steps)
@@ -137,14 +150,14 @@ class BatchGenerator:
         position = positions[:, -1] + 1
         limits = torch.tensor([r.sampling.max_tokens for r in rows], device=self.device)
         eos = torch.tensor(sorted(self.eos_ids), device=self.device, dtype=torch.long)
-        stops = StopMatcher(self.tokenizer, self.eos_ids, [r.sampling.stop for r in rows])
+        stops = self._stop_matcher(rows)
         aborted: set[int] = set()  # rows dropped because their caller cancelled
         record: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for step in range(steps):
             tokens, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
             record.append((alive, tokens, logps))
             done = torch.isin(tokens, eos) | (limits[alive] <= step + 1)
-            cancelled = {b for b, i in enumerate(alive_list) if rows[i].cancelled}
+            cancelled = {b for b, i in enumerate(alive_list) if rows[i].is_cancelled()}
             aborted.update(alive_list[b] for b in cancelled)
             extra = self._stopped(stops, alive_list, tokens) | cancelled
             if extra:
@@ -155,11 +168,20 @@ class BatchGenerator:
                     break
                 alive, tokens, position = alive[order], tokens[order], position[order]
                 alive_list = alive.tolist()
-            yield step + 1
+            if (yield offset + step + 1):  # the weights changed: steps() prefills the live rows again
+                break
             self.forward_calls += 1
             logits = self.lean.step(weights[0], tokens, cos_table[position], sin_table[position], cache, width + step)
             position = position + 1
         return self._results(rows, record, stops, aborted)
+
+    def _stop_matcher(self, rows: list[RowRequest]) -> StopMatcher:
+        """Stop strings over each row's whole completion: the tokens of a run before this one too."""
+        stops = StopMatcher(self.tokenizer, self.eos_ids, [r.sampling.stop for r in rows])
+        for i, row in enumerate(rows):
+            for token in row.generated if stops else ():
+                stops.add(i, token)
+        return stops
 
     @staticmethod
     def _stopped(stops: StopMatcher, alive: list[int], tokens: torch.Tensor) -> set[int]:
@@ -201,10 +223,10 @@ class BatchGenerator:
                 res.finish_reason = "length"
         return results
 
-    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, params) -> Steps:
+    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, params, offset) -> Steps:
         """Decode through the model's own forward (architectures ``LeanDecoder`` does not cover)."""
         results = [RowResult() for _ in rows]
-        stops = StopMatcher(self.tokenizer, self.eos_ids, [r.sampling.stop for r in rows])
+        stops = self._stop_matcher(rows)
         alive = list(range(len(rows)))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
         step = 0
@@ -216,7 +238,7 @@ class BatchGenerator:
                 res = results[i]
                 res.completion_ids.append(tok)
                 res.logprobs.append(logp)
-                if rows[i].cancelled:
+                if rows[i].is_cancelled():
                     res.finish_reason = "abort"
                     continue
                 if self._finished(res, rows[i].sampling, tok, stops.add(i, tok), stops.cut.get(i)):
@@ -230,7 +252,8 @@ class BatchGenerator:
                 cache.batch_select_indices(index)
                 mask, next_pos = mask[index], next_pos[index]
                 alive = [alive[b] for b in keep]
-            yield step
+            if (yield offset + step):
+                break
             step_ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
             mask = torch.cat([mask, torch.ones_like(step_ids)], dim=-1)
             logits, cache = self._forward(
@@ -246,7 +269,7 @@ class BatchGenerator:
         ``index`` maps each row to its prompt's cache row; logits, mask and positions are per row.
         """
         unique: dict[tuple[int, ...], int] = {}
-        row_to_unique = [unique.setdefault(tuple(r.prompt_ids), len(unique)) for r in rows]
+        row_to_unique = [unique.setdefault(tuple(r.prompt_ids + r.generated), len(unique)) for r in rows]
         prompts = list(unique)
         width = max(map(len, prompts))
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)

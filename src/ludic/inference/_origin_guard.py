@@ -31,12 +31,12 @@ def _refusal(message: str) -> web.Response:
 async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """403 for a state-changing request from a browser page whose origin is not allowed."""
     origin = request.headers.get("Origin")
-    if request.method not in SAFE_METHODS and origin is not None:
-        if origin not in request.app.get(ALLOWED_ORIGINS_KEY, frozenset()):
-            return _refusal(
-                f"cross-origin {request.method} {request.path} from Origin {origin!r} refused: this server takes "
-                "no requests from web pages (clients other than browsers send no Origin header)"
-            )
+    allowed = request.app.get(ALLOWED_ORIGINS_KEY, frozenset())
+    if request.method not in SAFE_METHODS and origin is not None and origin not in allowed:
+        return _refusal(
+            f"cross-origin {request.method} {request.path} from Origin {origin!r} refused: this server takes "
+            "no requests from web pages (clients other than browsers send no Origin header)"
+        )
     return await handler(request)
 
 

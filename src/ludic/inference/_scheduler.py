@@ -41,6 +41,7 @@ class Cohort:
     spans: list[tuple[int, int]]  # [(first token index, policy version), ...]
     longest: int  # its largest max_tokens
     generated: int = 0
+    reload: bool = False  # the weights changed since its last step: prefill its live rows again
 
 
 @dataclass
@@ -81,6 +82,7 @@ class EngineSchedulerMixin:
     _weights_lock: threading.Lock
     gate: PauseGate
     policy_version: int
+    weights_epoch: int  # counts weight loads (``EngineWeightsMixin``)
     generate_in_thread: bool
     max_batch_size: int
     _running: list[Any]
@@ -134,7 +136,8 @@ class EngineSchedulerMixin:
     def _advance(self, cohort: Cohort, weights: list, region: Region, deliver: Deliver) -> list[Cohort]:
         """One step of ``cohort``: the cohorts still live afterwards (itself, none, or its rows alone)."""
         try:
-            cohort.generated = next(cohort.run)
+            cohort.generated = cohort.run.send(True if cohort.reload else None)
+            cohort.reload = False
             return [cohort]
         except StopIteration as done:
             region.finished += len(cohort.pendings)
@@ -149,11 +152,13 @@ class EngineSchedulerMixin:
 
     def _between_rounds(self, live: list[Cohort], weights: list, rows: int) -> None:
         """Where a ``keep`` pause freezes the region (weights lock released); new weights count from here."""
+        epoch = self.weights_epoch
         if self.gate.hold(self._weights_lock):
             version = self.policy_version
             for cohort in live:
                 if cohort.spans[-1][1] != version:
                     cohort.spans.append((cohort.generated, version))
+                cohort.reload = cohort.reload or self.weights_epoch != epoch  # old K/V: prefill again
             weights[0] = self._generator.bind(rows)  # the lean path's copies of the new weights
 
 
