@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_PENDING_TOKENS = 8
+MAX_PENDING_TOKENS = 4
 """Tokens a row waits for a whole character before taking the decoded text as it is (a UTF-8
 character is at most 4 bytes, so a longer wait means bytes that never form one)."""
 
