@@ -40,12 +40,14 @@ from ludic.training.batching.packing import (
 )
 from ludic.training.batching.shared_prefix import prompt_groups
 from ludic.training.batching.token_arrays import num_tokens
+from ludic.training.flex_attention import block_attention as block_attention_kernel
+from ludic.training.flex_attention import block_inputs, has_block_kernel
 from ludic.training.loss.base import Stats, TokenLogpLoss, compute_token_logps
 from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
 from ludic.training.onednn_linear import onednn_linears
 from ludic.training.sampling_temperature import apply_sampling_temperature, item_temperatures
-from ludic.training.segment_attention import BLOCKS_KWARG, can_switch, segment_attention, unusable_mask
+from ludic.training.segment_attention import can_switch
 from ludic.training.types import SAWItem
 
 CUDA_PACKED_MAX_RATIO = 0.5
@@ -55,8 +57,9 @@ The padded forward there uses flash attention, the packed one a dense 4D mask (n
 on an H100 (bf16, 200M params) a layout at 0.29x the positions ran 1.56x faster, one at 0.52x ran
 0.66x as fast (``bench/bench_shared_prefix.py``). The CPU has no such kernel gap; there the cost
 estimate in ``plan_packed_micro_batches`` decides alone. Untested on a GPU since packing landed.
-With block attention (``segment_attention.py``: flash for causal blocks, a small mask for tails) the
-gap should be smaller, but that has not run on a GPU, so the rule stays for both.
+With block attention (on CUDA FlexAttention, ``flex_attention.py``, which skips masked tiles) the
+gap should be smaller, but that has not run on a GPU, so the rule stays for both until
+``scripts/gpu_check.sh`` measures it (``plan_micro_batches(cuda_packed_max_ratio=None)`` turns it off).
 """
 
 
@@ -79,10 +82,14 @@ def plan_micro_batches(
     pack: bool = True,
     share_prompt_prefix: bool = True,
     block_attention: bool = True,
+    cuda_packed_max_ratio: float | None = CUDA_PACKED_MAX_RATIO,
 ) -> list[MicroBatch]:
     """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise.
 
-    ``block_attention``: packed rows of a model on SDPA run attention by blocks, not a dense mask.
+    ``block_attention``: packed rows of a model on SDPA run attention by blocks, not a dense mask
+    (bucketed SDPA on the CPU, FlexAttention on CUDA: ``flex_attention.block_kernel``).
+    ``cuda_packed_max_ratio``: on CUDA pack only at most this fraction of the padded positions
+    (``CUDA_PACKED_MAX_RATIO``); None: pack whenever the cost estimate says so, as on the CPU.
     """
     mbs = split_items_by_token_budget(items, micro_token_budget=micro_token_budget, max_seq_len=max_seq_len)
     cut = [it for mb in mbs for it in mb]  # truncated, validated
@@ -92,11 +99,13 @@ def plan_micro_batches(
     groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
     hidden = getattr(getattr(model, "config", None), "hidden_size", None)
     weight = 1 / (6 * hidden) if isinstance(hidden, int) and hidden > 0 else ATTENTION_WEIGHT
-    blocks = block_attention and can_switch(model)
+    blocks = block_attention and can_switch(model) and has_block_kernel(model)
     plans = plan_packed_micro_batches(
         cut, groups, micro_token_budget=micro_token_budget, attention_weight=weight, dense_attention=not blocks
     )
-    if _on_cuda(model) and _positions(plans) > CUDA_PACKED_MAX_RATIO * sum(_padded(mb) for mb in mbs):
+    if cuda_packed_max_ratio is not None and _on_cuda(model) and (
+        _positions(plans) > cuda_packed_max_ratio * sum(_padded(mb) for mb in mbs)
+    ):
         return [MicroBatch(mb) for mb in mbs]
     return [MicroBatch(plan.items, plan, blocks) for plan in plans]
 
@@ -104,9 +113,10 @@ def plan_micro_batches(
 @contextlib.contextmanager
 def micro_batch_kernels(model: nn.Module, mb: MicroBatch, *, onednn: bool = True) -> Iterator[None]:
     """The kernels ``mb``'s forward and backward run with: oneDNN linears (``onednn``, fp32 on the CPU)
-    and, for block-attention micro-batches, the model switched to ``segment_attention``. Wrap both the
-    forward and the backward (activation checkpointing recomputes the forward inside the backward)."""
-    with onednn_linears(model, onednn), segment_attention(model, enabled=mb.block_attention):
+    and, for block-attention micro-batches, the model switched to its device's block kernel
+    (``flex_attention.block_attention``). Wrap both the forward and the backward (activation
+    checkpointing recomputes the forward inside the backward)."""
+    with onednn_linears(model, onednn), block_attention_kernel(model, enabled=mb.block_attention):
         yield
 
 
@@ -132,9 +142,8 @@ def _model_inputs(
             mb.plan, pad_token_id=pad_token_id, device=device, dtype=dtype, dense_mask=not mb.block_attention
         )
         inputs: dict[str, Any] = {"input_ids": packed.input_ids, "position_ids": packed.position_ids}
-        if packed.blocks is not None:
-            inputs[BLOCKS_KWARG] = packed.blocks  # segment attention reads the blocks, not a mask
-            inputs["attention_mask"] = unusable_mask(packed.blocks)
+        if packed.blocks is not None:  # the block kernel reads the blocks or a BlockMask, not a mask
+            inputs.update(block_inputs(packed))
         else:
             inputs["attention_mask"] = packed.attention_mask
         return packed.view, inputs, packed.gather_index, packed, packed.computed_tokens
@@ -152,7 +161,7 @@ def micro_batch_token_logps(
     """
     batch, inputs, gather, packed, _ = _model_inputs(model, mb, pad_token_id=pad_token_id, device=device)
     head = output_layer(model)
-    with segment_attention(model, enabled=mb.block_attention):
+    with block_attention_kernel(model, enabled=mb.block_attention):
         if head is not None:
             hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
             return batch, action_token_logps(hidden, head, batch, gather)
@@ -169,7 +178,7 @@ def micro_batch_loss(
     )
     head = output_layer(model)
     temps = item_temperatures(mb.items, device)  # [B] or None when every item was sampled at T = 1
-    with segment_attention(model, enabled=mb.block_attention):  # a no-op inside micro_batch_kernels
+    with block_attention_kernel(model, enabled=mb.block_attention):  # a no-op inside micro_batch_kernels
         if head is not None and takes_token_logps(loss) and (temps is None or head.bias is None):
             hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
             policy_logps = action_token_logps(hidden, head, batch, gather, temps)
