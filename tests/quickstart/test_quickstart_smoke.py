@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ludic.cli import main
+from ludic.training.run_outputs import claim_outputs
 
 pytestmark = pytest.mark.integration
 
@@ -34,11 +35,12 @@ def test_quickstart_few_steps_leaves_all_artefacts(
         str(out),
         "--no-live",
     ]
-    out.mkdir()  # an earlier run's metrics: the quickstart starts over instead of appending to them
+    # an earlier run's metrics (claimed, as a run claims its outputs): the quickstart starts over
+    claim_outputs([out / "metrics.jsonl"], out)
     (out / "metrics.jsonl").write_text('{"step": 7, "train/loss": 1.0}\n')
     assert main(argv) == 0
     screen = capsys.readouterr().out
-    assert "ludic quickstart: starting over; removing" in screen
+    assert "ludic quickstart: starting over; removed" in screen
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "train/loss" in r]

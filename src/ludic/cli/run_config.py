@@ -91,14 +91,18 @@ def plan_start(cfg: RunConfig, *, fresh: bool, command: str = "ludic train --fre
     """
     from ludic.training.checkpoint import CheckpointManager
     from ludic.training.resume import ResumeError, describe_outputs, remove_outputs
+    from ludic.training.run_outputs import claim_outputs
 
     existing = describe_outputs(output_paths(cfg))
+    out_dir, ckpt_dir = Path(cfg.logging.output_dir), cfg.checkpoint and Path(cfg.checkpoint.output_dir)
     if fresh:
-        if existing:
-            print(f"{command}: starting over; removing\n  " + "\n  ".join(existing), flush=True)
-            remove_outputs(output_paths(cfg))
+        if existing:  # only what a Ludic run wrote; anything else in the way: refused, nothing deleted
+            removed = remove_outputs(output_paths(cfg), owner_dir=out_dir, checkpoint_dir=ckpt_dir)
+            print(f"{command}: starting over; removed\n  " + "\n  ".join(map(str, removed)), flush=True)
+        claim_outputs(output_paths(cfg), out_dir)
         return False
     if cfg.checkpoint is not None and CheckpointManager(cfg.checkpoint).has_checkpoint():  # broken: fallback
+        claim_outputs(output_paths(cfg), out_dir)
         return True
     metrics = Path(cfg.logging.output_dir) / "metrics.jsonl"
     if metrics.is_file() and metrics.stat().st_size > 0:
@@ -107,6 +111,7 @@ def plan_start(cfg: RunConfig, *, fresh: bool, command: str = "ludic train --fre
             f"({'no [checkpoint] table' if cfg.checkpoint is None else cfg.checkpoint.output_dir}); "
             "pass --fresh to start over (it removes: " + "; ".join(existing) + ")"
         )
+    claim_outputs(output_paths(cfg), out_dir)
     return False
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +63,8 @@ def describe_outputs(paths: list[Path]) -> list[str]:
     return lines
 
 
-def remove_outputs(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+def remove_outputs(paths: list[Path], *, owner_dir: Path, checkpoint_dir: Path | None = None) -> list[Path]:
+    """Delete only what an earlier Ludic run wrote (``run_outputs``); refuses, deleting nothing, otherwise."""
+    from ludic.training.run_outputs import clean_outputs
+
+    return clean_outputs(paths, owner_dir=owner_dir, checkpoint_dir=checkpoint_dir)
