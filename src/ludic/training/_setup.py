@@ -1,4 +1,4 @@
-"""Trainer set-up kept out of the training loop: seeding, optimizer, gradient checkpointing, forward."""
+"""Trainer set-up kept out of the training loop: checks, seeding, model, optimizer, scheduler, forward."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
+from ludic.distributed.interfaces import PolicyPublisher
 from ludic.training.config import TrainerConfig
 from ludic.training.schedule import build_lr_scheduler
 
@@ -18,6 +20,26 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def check_publisher(cfg: TrainerConfig, publisher: PolicyPublisher | None) -> None:
+    """Refuse ``sync_every_steps`` set explicitly without a publisher to sync with."""
+    if publisher is None and cfg.sync_explicit and cfg.sync_every_steps > 0:
+        raise ValueError(
+            f"TrainerConfig.sync_every_steps={cfg.sync_every_steps} but no publisher was given; pass "
+            "publisher=ClientPublisher(client) (ludic.distributed) or set sync_every_steps=0"
+        )
+
+
+def prepare_model(model: nn.Module, cfg: TrainerConfig, *, sharded: bool) -> nn.Module:
+    """The model in training mode on ``cfg.model_device`` (a sharded one stays where FSDP put it),
+    with activation checkpointing when ``cfg.gradient_checkpointing``."""
+    if not sharded:
+        model = model.to(cfg.model_device)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    model.train()
+    return model
 
 
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -34,7 +56,9 @@ def build_optimizer(model: nn.Module, cfg: TrainerConfig) -> torch.optim.Optimiz
     return make_adamw(trainable_parameters(model), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
 
 
-def check_optimizer_settings(cfg: TrainerConfig, optimizer: Any, lr_scheduler: Any) -> None:
+def check_optimizer_settings(
+    cfg: TrainerConfig, optimizer: torch.optim.Optimizer | None, lr_scheduler: LRScheduler | None
+) -> None:
     """Refuse settings that would be silently ignored: one place for each number."""
     if optimizer is not None and cfg.optimizer_fields_set():
         raise ValueError(
@@ -49,7 +73,7 @@ def check_optimizer_settings(cfg: TrainerConfig, optimizer: Any, lr_scheduler: A
         )
 
 
-def build_cfg_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainerConfig) -> Any:
+def build_cfg_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainerConfig) -> LRScheduler | None:
     """The scheduler named by ``cfg.lr_schedule`` (None for a constant rate without warm-up)."""
     return build_lr_scheduler(
         optimizer, cfg.lr_schedule, warmup_steps=cfg.warmup_steps, total_steps=cfg.total_steps

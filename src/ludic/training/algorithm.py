@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ludic.training.loss.base import Loss
 from ludic.training.sampling_temperature import nucleus_sampled
 from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
 
@@ -27,7 +28,7 @@ class RLAlgorithm:
 
     name: str
     credit_assigner: CreditAssigner
-    loss: Any  # ludic.training.loss.Loss
+    loss: Loss
     preprocess: PreprocessFn | None = None
 
 

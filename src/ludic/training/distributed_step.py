@@ -30,7 +30,7 @@ from torch import nn
 from ludic.distributed.collectives import all_gather_json, all_reduce_tensor, comm_device
 from ludic.distributed.fsdp import is_fsdp_model
 from ludic.training.batching.micro_batching import truncate_item
-from ludic.training.stats import aggregate_stats
+from ludic.training.stats import StatWeight, aggregate_stats, stat_weight
 from ludic.training.types import SAWItem
 
 MB = TypeVar("MB")
@@ -130,15 +130,16 @@ class DataParallelGroup:
         return all_reduce_tensor(t, "sum") if self.active else t
 
     # ---- stats ------------------------------------------------------------------------------
-    def aggregate(self, micro_stats: Sequence[Mapping[str, Any]], weights: Sequence[float]) -> dict[str, float]:
-        """Weighted mean of each stat over every rank's micro-batches (item-count weights)."""
+    def aggregate(self, micro_stats: Sequence[Mapping[str, Any]], weights: Sequence[StatWeight]) -> dict[str, float]:
+        """Weighted mean of each stat over every rank's micro-batches (weights per micro-batch, or per
+        micro-batch and stat: ``stats.MicroBatchWeight``)."""
         local = aggregate_stats(micro_stats, weights)
         if not self.active:
             return local
         totals: dict[str, float] = {}
         for stats, w in zip(micro_stats, weights):
             for k in stats:
-                totals[k] = totals.get(k, 0.0) + float(w)
+                totals[k] = totals.get(k, 0.0) + stat_weight(w, k)
         keys = sorted({k for ks in all_gather_json(sorted(local)) for k in ks})
         packed = torch.tensor(
             [local.get(k, 0.0) * totals.get(k, 0.0) if k in local else 0.0 for k in keys]

@@ -17,9 +17,9 @@ Two choices, both made per model and loss, never per algorithm:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import Tensor, nn
@@ -42,7 +42,7 @@ from ludic.training.batching.shared_prefix import prompt_groups
 from ludic.training.batching.token_arrays import num_tokens
 from ludic.training.flex_attention import block_attention as block_attention_kernel
 from ludic.training.flex_attention import block_inputs, has_block_kernel
-from ludic.training.loss.base import Stats, TokenLogpLoss, compute_token_logps
+from ludic.training.loss.base import Loss, TokenLogpLoss, compute_token_logps
 from ludic.training.loss.composite import CompositeLoss
 from ludic.training.loss.head_logps import head_token_logps
 from ludic.training.onednn_linear import onednn_linears
@@ -170,9 +170,10 @@ def micro_batch_token_logps(
 
 
 def micro_batch_loss(
-    model: nn.Module, loss: Any, mb: MicroBatch, *, pad_token_id: int, device: torch.device
-) -> tuple[Tensor, Stats, int]:
-    """(loss, stats, positions the forward computed) for one micro-batch."""
+    model: nn.Module, loss: Loss, mb: MicroBatch, *, pad_token_id: int, device: torch.device
+) -> tuple[Tensor, Mapping[str, Tensor], int]:
+    """(loss, stats, positions the forward computed) for one micro-batch: ``loss.compute(logits, batch)``,
+    or for a loss of token log-probs only (``takes_token_logps``) its ``compute_from_logps``."""
     batch, inputs, gather, packed, computed = _model_inputs(
         model, mb, pad_token_id=pad_token_id, device=device
     )
@@ -211,7 +212,7 @@ def output_layer(model: nn.Module) -> nn.Linear | None:
     return head if type(head) is nn.Linear else None  # a LoRA- or FSDP-wrapped head: use the logits
 
 
-def takes_token_logps(loss: Any) -> bool:
+def takes_token_logps(loss: Loss) -> TypeGuard[TokenLogpLoss | CompositeLoss]:
     """True for losses that read the logits only through the policy's token log-probs."""
     if isinstance(loss, CompositeLoss):
         return all(isinstance(term.loss, TokenLogpLoss) for term in loss.terms)

@@ -115,12 +115,42 @@ def apply_reducers_to_records(
     return out
 
 
+@dataclass(frozen=True)
+class MicroBatchWeight:
+    """A micro-batch's weight in ``aggregate_stats``, per stat: its action-token count for the stats its
+    loss marks as token means (``Stats.token_means``: ``kl_ref``, ``clip_frac``...), its item count for
+    the others (``loss``: a mean over sequences, item-weighted as documented). So weighted, neither
+    kind of stat depends on how the batch was split."""
+
+    items: float
+    action_tokens: float
+    token_means: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, stats: Mapping[str, Any], *, items: int, action_tokens: int) -> MicroBatchWeight:
+        """The weight of a micro-batch of ``items`` sequences and ``action_tokens`` whose loss reported ``stats``."""
+        return cls(float(items), float(action_tokens), frozenset(getattr(stats, "token_means", ())))
+
+    def weight(self, key: str) -> float:
+        return self.action_tokens if key in self.token_means else self.items
+
+
+StatWeight = float | MicroBatchWeight
+"""A micro-batch's weight in ``aggregate_stats``: one number for every stat, or per stat."""
+
+
+def stat_weight(weight: StatWeight, key: str) -> float:
+    """``weight`` for the stat ``key``."""
+    return weight.weight(key) if isinstance(weight, MicroBatchWeight) else float(weight)
+
+
 def aggregate_stats(
     micro_stats: Sequence[Mapping[str, torch.Tensor | float]],
-    weights: Sequence[float],
+    weights: Sequence[StatWeight],
 ) -> dict[str, float]:
     """Weighted mean of each key over micro-batches, with one device-to-host transfer.
 
+    ``weights[i]`` is micro-batch ``i``'s weight, for every key or per key (``MicroBatchWeight``).
     Values stay on their device while they are summed; ``torch.stack(...).cpu()`` happens once at
     the end, so N stats cost one synchronisation instead of N. A key missing from a micro-batch is
     averaged over the micro-batches that have it.
@@ -129,21 +159,31 @@ def aggregate_stats(
         raise ValueError(f"aggregate_stats got {len(micro_stats)} stat dicts but {len(weights)} weights")
     sums: dict[str, torch.Tensor] = {}
     totals: dict[str, float] = {}
-    for stats, w in zip(micro_stats, weights):
+    for stats, weight in zip(micro_stats, weights):
         for key, value in stats.items():
+            w = stat_weight(weight, key)
             t = value.detach().float().reshape(()) if torch.is_tensor(value) else torch.tensor(float(value))
-            contrib = t * float(w)
+            contrib = t * w
             if key in sums:
                 sums[key] = sums[key] + contrib.to(sums[key].device)
             else:
                 sums[key] = contrib
-            totals[key] = totals.get(key, 0.0) + float(w)
+            totals[key] = totals.get(key, 0.0) + w
     if not sums:
         return {}
     keys = list(sums)
     device = next(iter(sums.values())).device
     stacked = torch.stack([sums[k].to(device) for k in keys]).cpu().tolist()
     return {k: (v / totals[k] if totals[k] else math.nan) for k, v in zip(keys, stacked)}
+
+
+def step_batch_stats(
+    batch_meta: Mapping[str, Any], used: Sequence[SAWItem], reducers: Mapping[str, Reducer]
+) -> dict[str, float]:
+    """A step's batch stats: the batch source's numeric meta (counters it reports), the summary of the
+    items trained on (``batch_summary``) and the reducers over them."""
+    meta = {k: float(v) for k, v in batch_meta.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {**meta, **batch_summary(used, batch_meta), **apply_reducers_to_records(used, reducers)}
 
 
 def batch_summary(items: Sequence[SAWItem], batch_meta: Mapping[str, Any]) -> dict[str, float]:

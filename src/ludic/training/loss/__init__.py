@@ -6,10 +6,12 @@ One module per idea: ``base`` (the seam and the shared token log-probs), ``reinf
 
 from ludic.training.loss.base import (
     Loss,
+    Stats,
     TokenLogpLoss,
     compute_logp_action,
     compute_token_logps,
     seq_reduce,
+    token_mean_keys,
 )
 from ludic.training.loss.cispo import CISPOLoss
 from ludic.training.loss.clipped import ClippedSurrogateLoss, TokenClippedSurrogateLoss
@@ -28,6 +30,7 @@ __all__ = [
     "MaskedCausalLMCrossEntropyLoss",
     "ReinforceBaselineLoss",
     "ReinforceLoss",
+    "Stats",
     "TokenClippedSurrogateLoss",
     "TokenKLLoss",
     "TokenLogpLoss",
@@ -37,4 +40,5 @@ __all__ = [
     "mismatch_stats",
     "seq_reduce",
     "tis_surrogate_factor",
+    "token_mean_keys",
 ]

@@ -7,7 +7,7 @@ each micro-batch by ``mb_size / macro_size`` gets gradients independent of the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -15,7 +15,31 @@ from torch import Tensor
 
 from ludic.training.shapes import Float, Int, Shaped, shape_checked
 
-Stats = dict[str, Tensor]
+
+class Stats(dict[str, Tensor]):
+    """A loss's statistics: 0-dim detached tensors by name, each a mean over the micro-batch.
+
+    ``token_means`` names the entries that are means over its action tokens (``kl_ref``, ``clip_frac``,
+    ``logp_mean``, ...); the others are means over its sequences (``loss``, ``ratio_mean`` of a
+    sequence ratio). The Trainer averages each entry over micro-batches weighted by its own count
+    (action tokens or items), so neither kind depends on how a batch was split.
+    """
+
+    def __init__(self, values: Mapping[str, Tensor] | None = None, *, token_means: Iterable[str] = ()) -> None:
+        super().__init__(values or {})
+        self.token_means: set[str] = set(token_means)
+
+    def add(self, *, per_token: bool = False, **values: Tensor) -> Stats:
+        """Set ``values``; ``per_token=True`` marks them as means over action tokens."""
+        self.update(values)
+        if per_token:
+            self.token_means.update(values)
+        return self
+
+
+def token_mean_keys(stats: Mapping[str, Tensor]) -> set[str]:
+    """The keys of ``stats`` that are means over action tokens (none for a plain dict)."""
+    return set(getattr(stats, "token_means", ())) & set(stats)
 
 LOGP_CHUNK_ELEMENTS = 1 << 22
 """Logit elements per chunk (16 MiB in float32): bounds the transient memory whatever B, T, V are."""
@@ -23,9 +47,15 @@ LOGP_CHUNK_ELEMENTS = 1 << 22
 
 @runtime_checkable
 class Loss(Protocol):
-    """``compute(logits [B, T, V], batch) -> (scalar loss, stats of 0-dim detached tensors)``."""
+    """The one entry point of every loss: ``compute(logits [B, T, V], batch) -> (scalar loss, stats)``.
 
-    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]: ...
+    The loss is a mean over the batch's sequences; ``stats`` are 0-dim detached tensors (a ``Stats``
+    marks which are means over action tokens; a plain dict is read as means over sequences). A loss
+    that reads the logits only through the policy's token log-probs subclasses ``TokenLogpLoss``,
+    and the forward may then hand it those log-probs directly (``compute_from_logps``).
+    """
+
+    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Mapping[str, Tensor]]: ...
 
 
 class _ShiftedTokenLogps(torch.autograd.Function):

@@ -68,9 +68,11 @@ class CISPOLoss(TokenLogpLoss, MismatchGuards):
         loss = (-seq_reduce(per_token, mask, length_normalize=self.length_normalize) * keep).mean()
         with torch.no_grad():
             clipped = (ratio < 1.0 - self.clip_eps_low) | (ratio > 1.0 + self.clip_eps_high)
-            stats.update(
-                loss=loss.detach(),
-                adv_mean=token_mean(adv, mask) if "token_weight" in batch else adv.mean(),
+            per_token_adv = "token_weight" in batch
+            stats.add(loss=loss.detach())
+            stats.add(per_token=per_token_adv, adv_mean=token_mean(adv, mask) if per_token_adv else adv.mean())
+            stats.add(
+                per_token=True,
                 logp_mean=token_mean(policy_logps.detach(), mask),
                 ratio_mean=token_mean(ratio, mask),
                 clip_frac=token_mean(clipped.to(mask.dtype), mask),

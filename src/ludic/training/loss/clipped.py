@@ -79,15 +79,17 @@ class TokenClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
         per_seq = -seq_reduce(surr, mask, length_normalize=self.length_normalize) * keep  # [B]
         loss = per_seq.mean()
         with torch.no_grad():
-            stats.update(
-                loss=loss.detach(),
-                adv_mean=token_mean(adv, mask) if "token_weight" in batch else adv.mean(),
+            per_token_adv = "token_weight" in batch
+            stats.add(loss=loss.detach())
+            stats.add(per_token=per_token_adv, adv_mean=token_mean(adv, mask) if per_token_adv else adv.mean())
+            stats.add(
+                per_token=True,
                 logp_mean=token_mean(policy_logps.detach(), mask),
                 ratio_mean=token_mean(ratio.detach(), mask),
                 clip_frac=token_mean(clipped.to(mask.dtype), mask),
             )
             if self.ratio_clip is not None:
-                stats["ratio_clip_frac"] = token_mean((ratio > self.ratio_clip).to(mask.dtype), mask)
+                stats.add(per_token=True, ratio_clip_frac=token_mean((ratio > self.ratio_clip).to(mask.dtype), mask))
         return loss, stats
 
 
@@ -143,13 +145,9 @@ class ClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         loss = (-surr * keep).mean()
         with torch.no_grad():
-            stats.update(
-                loss=loss.detach(),
-                adv_mean=adv_mean,
-                logp_mean=token_mean(policy_logps.detach(), mask),
-                ratio_mean=ratio.detach().mean(),
-                clip_frac=clip_frac,
-            )
+            stats.add(loss=loss.detach(), ratio_mean=ratio.detach().mean())  # s_i: one per sequence
+            stats.add(per_token="token_weight" in batch, adv_mean=adv_mean, clip_frac=clip_frac)
+            stats.add(per_token=True, logp_mean=token_mean(policy_logps.detach(), mask))
             if self.ratio_clip is not None:
                 stats["ratio_clip_frac"] = (ratio > self.ratio_clip).to(mask.dtype).mean()
         return loss, stats

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ludic.training.loss import base
-from ludic.training.loss.base import Loss, Stats, TokenLogpLoss, require
+from ludic.training.loss.base import Loss, Stats, TokenLogpLoss, require, token_mean_keys
 
 
 @dataclass
@@ -65,7 +65,7 @@ class CompositeLoss:
         ref = logits if logits is not None else policy_logps
         assert ref is not None
         total = torch.zeros((), dtype=ref.dtype, device=ref.device)
-        stats: Stats = {}
+        stats = Stats()
         for term in self.terms:
             if isinstance(term.loss, TokenLogpLoss) and policy_logps is not None:
                 term_loss, term_stats = term.loss.compute_from_logps(policy_logps, batch)
@@ -75,7 +75,10 @@ class CompositeLoss:
             total = total + term.weight * term_loss
             stats[f"{term.name}/loss"] = term_loss.detach()
             stats[f"{term.name}/weight"] = torch.tensor(float(term.weight), device=ref.device)
-            stats.update({f"{term.name}/{k}": v for k, v in term_stats.items() if k != "loss"})
-            stats.update({k: v for k, v in term_stats.items() if k in self.promote})
+            per_token = token_mean_keys(term_stats)
+            for key, value in term_stats.items():
+                names = ([f"{term.name}/{key}"] if key != "loss" else []) + ([key] if key in self.promote else [])
+                for name in names:
+                    stats.add(per_token=key in per_token, **{name: value})
         stats["loss"] = total.detach()
         return total, stats

@@ -69,9 +69,8 @@ class TokenKLLoss(TokenLogpLoss):
         per_token = 0.5 * d.square() if self.estimator == "k2" else k3
         loss = seq_reduce(per_token, mask, length_normalize=self.length_normalize).mean()
         with torch.no_grad():
-            stats = {
-                "loss": loss.detach(),
-                self.stat_key: token_mean(k3.detach(), mask),
-                "logp_mean": token_mean(policy_logps.detach(), mask),
-            }
+            stats = Stats({"loss": loss.detach()}).add(
+                per_token=True,
+                **{self.stat_key: token_mean(k3.detach(), mask), "logp_mean": token_mean(policy_logps.detach(), mask)},
+            )
         return loss, stats

@@ -64,10 +64,11 @@ def mismatch_stats(
     """``mismatch_abs_mean`` = mean |policy - actor| over action tokens; ``mismatch_kl`` = k3 estimate
     of KL(actor || policy) with the actor's samples: ``exp(d) - 1 - d``, ``d = policy - actor``."""
     d = policy_logps.detach() - actor_logps
-    return {
-        "mismatch_abs_mean": token_mean(d.abs(), mask),
-        "mismatch_kl": token_mean(torch.expm1(d) - d, mask),
-    }
+    return Stats().add(
+        per_token=True,
+        mismatch_abs_mean=token_mean(d.abs(), mask),
+        mismatch_kl=token_mean(torch.expm1(d) - d, mask),
+    )
 
 
 class MismatchGuards:
@@ -84,7 +85,7 @@ class MismatchGuards:
         if "actor_logps" not in batch:
             if self.mis_threshold is not None:
                 require(batch, "actor_logps", f"{owner}(mis_threshold={self.mis_threshold})")
-            return torch.ones(policy_logps.shape[0], device=policy_logps.device), {}
+            return torch.ones(policy_logps.shape[0], device=policy_logps.device), Stats()
         actor_logps = batch["actor_logps"].to(policy_logps.dtype)
         keep = mis_keep_mask(policy_logps, actor_logps, mask, self.mis_threshold)
         stats = mismatch_stats(policy_logps, actor_logps, mask)

@@ -76,12 +76,9 @@ class ReinforceLoss(TokenLogpLoss, MismatchGuards):
             adv_mean = adv.mean()
         loss = per_seq.mean()
         with torch.no_grad():
-            stats.update(
-                loss=loss.detach(),
-                adv_mean=adv_mean,
-                logp_mean=token_mean(policy_logps.detach(), mask),
-                ratio_mean=ratio.mean(),
-            )
+            stats.add(loss=loss.detach(), ratio_mean=ratio.mean())  # r_i: one per sequence
+            stats.add(per_token="token_weight" in batch, adv_mean=adv_mean)
+            stats.add(per_token=True, logp_mean=token_mean(policy_logps.detach(), mask))
             if self.tis_cap is not None:
                 stats["tis_clip_frac"] = (ratio > self.tis_cap).float().mean()
         return loss, stats

@@ -47,10 +47,7 @@ class MaskedCausalLMCrossEntropyLoss(TokenLogpLoss):
             loss = (weight * nll).mean()
             weight_mean = weight.mean()
         with torch.no_grad():
-            stats = {
-                "loss": loss.detach(),
-                "nll_per_token": -token_mean(policy_logps.detach(), mask),
-                "logp_mean": token_mean(policy_logps.detach(), mask),
-                "adv_mean": weight_mean,
-            }
+            logp_mean = token_mean(policy_logps.detach(), mask)
+            stats = Stats({"loss": loss.detach()}).add(per_token=True, nll_per_token=-logp_mean, logp_mean=logp_mean)
+            stats.add(per_token="token_weight" in batch, adv_mean=weight_mean)
         return loss, stats
