@@ -2,8 +2,10 @@
 
 For a trivial program (``print(int(input()) + 1)``):
 1. one run at a time: a bare ``python -I -B solution.py`` subprocess (same rlimits, no sandbox) vs
-   the bubblewrap sandbox (new namespaces, unprivileged uid, sweep of the uid's processes):
-   runs/s and the sandbox's overhead per run in ms;
+   the bubblewrap sandbox with everything on (new namespaces, read-only root, the bounded scratch
+   tmpfs, seccomp, the run's cgroup, unprivileged uid, sweep of the uid's processes) vs the same
+   without the cgroup (``require_run_limits=False`` on a host made to offer none): runs/s and the
+   sandbox's overhead per run in ms;
 2. throughput through a ``CodeExecutor`` with pool size 1, 2 and 4 (cache off: distinct inputs).
 Variants are interleaved round by round and medians reported; the machine may be shared.
 
@@ -19,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from ludic.envs.code_exec import BubblewrapRunner, CodeExecutor, SandboxLimits, TestCase
@@ -58,7 +61,10 @@ async def pooled_runs(runner: BubblewrapRunner, pool: int, n: int, offset: int) 
 async def main(rounds: int, runs: int) -> None:
     limits = SandboxLimits()
     runner = BubblewrapRunner()
-    bare, boxed, pooled = [], [], {1: [], 2: [], 4: []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        no_cgroup = BubblewrapRunner(cgroup_root=Path("/nonexistent"), require_run_limits=False)
+    bare, boxed, unbounded, pooled = [], [], [], {1: [], 2: [], 4: []}
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
         (Path(tmp) / "solution.py").write_text(CODE)
@@ -66,13 +72,16 @@ async def main(rounds: int, runs: int) -> None:
         for r in range(rounds):
             bare.append(await bare_runs(Path(tmp), runs, limits))
             boxed.append(await sandbox_runs(runner, Path(tmp), runs, limits))
+            unbounded.append(await sandbox_runs(no_cgroup, Path(tmp), runs, limits))
             for pool in pooled:
                 pooled[pool].append(await pooled_runs(runner, pool, runs, offset=r * 1000 + pool * 100))
-    b, s = statistics.median(bare), statistics.median(boxed)
+    b, s, u = statistics.median(bare), statistics.median(boxed), statistics.median(unbounded)
     print(f"machine: {os.cpu_count()} CPUs (shared with other work; compare ratios), python {sys.version.split()[0]}")
+    print(f"run limits      : {runner.run_limits}")
     print(f"bare subprocess : {1 / b:7.1f} runs/s ({b * 1e3:6.1f} ms/run)")
     print(f"bubblewrap      : {1 / s:7.1f} runs/s ({s * 1e3:6.1f} ms/run); overhead {(s - b) * 1e3:.1f} ms/run, "
           f"{s / b:.2f}x the bare run")  # fmt: skip
+    print(f"  without cgroup: {1 / u:7.1f} runs/s ({u * 1e3:6.1f} ms/run); the run's cgroup costs {(s - u) * 1e3:.1f} ms/run")
     for pool, values in pooled.items():
         print(f"executor pool {pool}: {statistics.median(values):7.1f} runs/s")
 
