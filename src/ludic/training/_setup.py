@@ -16,7 +16,10 @@ from ludic.training.config import TrainerConfig
 from ludic.training.schedule import build_lr_scheduler
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int | None) -> None:
+    """Seed Python, NumPy and torch (None: leave them as they are)."""
+    if seed is None:
+        return
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -72,8 +72,7 @@ class Trainer:
         self.cfg = cfg = cfg if cfg is not None else TrainerConfig()
         check_publisher(cfg, publisher)
         check_optimizer_settings(cfg, optimizer, lr_scheduler)
-        if cfg.seed is not None:
-            seed_everything(cfg.seed)
+        seed_everything(cfg.seed)
         self.ranks = DataParallelGroup.for_model(model)  # one process: every hook is the identity
         self.model = prepare_model(model, cfg, sharded=self.ranks.active)
         self.algo = algo
