@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ludic.inference.weights import assign_weights, next_version, validate_state_dict
+from ludic.inference.weights import assign_weights, next_version, parse_version, validate_state_dict
 
 
 class EngineWeightsMixin:
@@ -58,3 +58,14 @@ class EngineWeightsMixin:
         finally:
             self._weights_lock.release()
         return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
+
+    def restart_versions(self, version: int = 0) -> None:
+        """Set the policy version without loading weights: the in-process owner starting a new count (the
+        quickstart's RL after its SFT warm start). Updates are refused below the served version, so this
+        is the one way back, and it is not reachable over HTTP."""
+        if not self._weights_lock.acquire(timeout=600.0):
+            raise TimeoutError("restart_versions could not acquire the engine within 600s")
+        try:
+            self.policy_version = parse_version(version)
+        finally:
+            self._weights_lock.release()

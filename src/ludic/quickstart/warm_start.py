@@ -46,8 +46,7 @@ async def warm_start(cfg: QuickstartConfig, run: Any) -> None:
 def reset_policy_version(client: Any) -> None:
     """The trainer publishes ``version=step``; the SFT publishes left the engine ahead of RL step 0,
     which would tag the first RL items as newer than the trainer (pipeline mode drops by that)."""
-    name, tensor = next(iter(client.model.state_dict().items()))
-    client.sync_weights({name: tensor.clone()}, version=0)  # same weights, version reset
+    client.restart_versions(0)
 
 
 def save_warm_model(run: Any, out_dir: Path) -> Path:
