@@ -7,7 +7,7 @@ step each per round. A request arriving meanwhile joins the region as a new coho
 (prefilled on its own, then stepping beside the others) and is answered as soon as its cohort ends,
 if it fits the region:
 
-- its ``max_tokens`` is at most the steps the region's longest cohort still has, so a region ends no
+- its ``max_tokens`` is fewer than the steps the region's longest cohort still has, so a region ends no
   later (in steps) than its first batch would have, and a weight update waits no longer than before;
 - the region has fewer than ``MAX_COHORTS`` cohorts and ``max_batch_size`` rows.
 
@@ -62,7 +62,7 @@ class Region:
 
     def admits(self, row: Any) -> bool:
         return (
-            row.sampling.max_tokens <= self.horizon
+            row.sampling.max_tokens < self.horizon  # it starts a round later than the others' next step
             and self.cohorts < MAX_COHORTS  # waiting joiners form one cohort, counted once it starts
             and self.joined - self.finished < self.max_rows
         )
