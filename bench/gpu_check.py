@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_check_sections as sections
 
-SECTIONS = {"machine": 20, "gpu_tests": 110, "train": 140, "engine": 55, "quickstart": 100, "determinism": 30}
+SECTIONS = {"machine": 15, "gpu_tests": 120, "train": 140, "engine": 50, "quickstart": 90, "determinism": 40}
 """Section -> seconds it may take on the GPU machine (its subprocess is killed 15 s after)."""
 GRACE = 15
 
