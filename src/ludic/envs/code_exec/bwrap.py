@@ -134,7 +134,7 @@ class BubblewrapRunner:
             max_processes=nproc,
             max_open_files=limits.max_open_files,
             max_file_bytes=limits.tmp_size_mb << 20,
-            cgroup_procs=group.procs_files if group else (),
+            cgroup_join=group.join_files if group else (),
             scratch_dir=self.scratch_dir,
             scratch_bytes=limits.tmp_size_mb << 20,
             scratch_inodes=limits.tmp_max_files,

@@ -33,7 +33,8 @@ class ChildSetup:
     """RLIMIT_NPROC; None where it cannot be tight (the caller's uid runs other processes)."""
     max_open_files: int
     max_file_bytes: int
-    cgroup_procs: tuple[str, ...] = ()
+    cgroup_join: tuple[str, ...] = ()
+    """Files to write ``0`` (this process) to, joining the run's cgroup (``RunGroup.join_files``)."""
     scratch_dir: str | None = None
     """Mount the bounded tmpfs here (a host directory, covered only in the child's namespace)."""
     scratch_bytes: int = 0
@@ -81,9 +82,8 @@ def child_preexec(setup: ChildSetup) -> Callable[[], None]:
 
     def apply() -> None:
         os.setsid()
-        pid = str(os.getpid())
-        for path in setup.cgroup_procs:
-            _write(path, pid)
+        for path in setup.cgroup_join:
+            _write(path, "0")
         if setup.scratch_dir is not None:
             _mount_scratch(setup)
         if setup.user is not None:
