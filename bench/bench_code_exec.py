@@ -8,16 +8,21 @@ For a trivial program (``print(int(input()) + 1)``):
    sandbox's overhead per run in ms;
 2. throughput through a ``CodeExecutor`` with pool size 1, 2 and 4 (cache off: distinct inputs).
 Variants are interleaved round by round and medians reported; the machine may be shared.
+``--against REV`` adds git revision REV's sandbox (its ``BubblewrapRunner`` and ``CodeExecutor``, loaded
+from ``git show`` as a package of their own) to every round, one at a time and through the default pool,
+and prints this checkout's rates over REV's.
 
-Run: ``.venv/bin/python bench/bench_code_exec.py [--rounds 5 --runs 20]``.
+Run: ``.venv/bin/python bench/bench_code_exec.py [--rounds 5 --runs 20] [--against 7cdc8d2~1]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,13 +63,48 @@ async def pooled_runs(runner: BubblewrapRunner, pool: int, n: int, offset: int) 
     return n / (time.perf_counter() - started)
 
 
-async def main(rounds: int, runs: int) -> None:
+def code_exec_at(rev: str) -> tuple[object, object]:
+    """Revision ``rev``'s ``bwrap`` and ``executor`` modules, imported as package ``code_exec_at_rev``
+    (its own modules' imports of each other rewritten to it; the rest of ``ludic`` is this checkout's)."""
+    root = Path(__file__).resolve().parent.parent
+    folder = "src/ludic/envs/code_exec"
+    listed = subprocess.run(["git", "-C", str(root), "ls-tree", "--name-only", f"{rev}:{folder}"],
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    pkg = Path(tempfile.mkdtemp(prefix="ludic-bench-rev-")) / "code_exec_at_rev"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in listed:
+        if name.endswith(".py") and name not in ("__init__.py", "env.py"):
+            text = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{folder}/{name}"],
+                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
+            (pkg / name).write_text(text.replace("ludic.envs.code_exec.", "code_exec_at_rev."))
+    sys.path.insert(0, str(pkg.parent))
+    return importlib.import_module("code_exec_at_rev.bwrap"), importlib.import_module("code_exec_at_rev.executor")
+
+
+async def rev_pooled_runs(rev_mods: tuple, n: int, offset: int) -> float:
+    """Throughput of the revision's executor at its default pool size (cache off: distinct inputs)."""
+    bwrap, executor = rev_mods
+    ex = executor.CodeExecutor(bwrap.BubblewrapRunner())
+    tests = [executor.TestCase(f"{offset + i}\n", str(offset + i + 1)) for i in range(n)]
+    started = time.perf_counter()
+    result, _ = await ex.evaluate(CODE, tests)
+    assert result.all_passed, result
+    return n / (time.perf_counter() - started)
+
+
+async def main(rounds: int, runs: int, against: str | None) -> None:
     limits = SandboxLimits()
     runner = BubblewrapRunner()
+    rev_mods = code_exec_at(against) if against else None
+    rev_runner = rev_mods[0].BubblewrapRunner() if rev_mods else None
+    rev_boxed: list[float] = []
+    rev_pooled: list[float] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         no_cgroup = BubblewrapRunner(cgroup_root=Path("/nonexistent"), require_run_limits=False)
     bare, boxed, unbounded, pooled = [], [], [], {1: [], 2: [], 4: []}
+    default_pool = pooled[CodeExecutor(runner).pool_size]  # the executor's default pool size is among these
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
         (Path(tmp) / "solution.py").write_text(CODE)
@@ -72,9 +112,13 @@ async def main(rounds: int, runs: int) -> None:
         for r in range(rounds):
             bare.append(await bare_runs(Path(tmp), runs, limits))
             boxed.append(await sandbox_runs(runner, Path(tmp), runs, limits))
+            if rev_mods is not None:  # right after this checkout's, so both see the same load
+                rev_boxed.append(await sandbox_runs(rev_runner, Path(tmp), runs, limits))
             unbounded.append(await sandbox_runs(no_cgroup, Path(tmp), runs, limits))
             for pool in pooled:
                 pooled[pool].append(await pooled_runs(runner, pool, runs, offset=r * 1000 + pool * 100))
+            if rev_mods is not None:
+                rev_pooled.append(await rev_pooled_runs(rev_mods, runs, offset=r * 1000 + 500))
     b, s, u = statistics.median(bare), statistics.median(boxed), statistics.median(unbounded)
     print(f"machine: {os.cpu_count()} CPUs (shared with other work; compare ratios), python {sys.version.split()[0]}")
     print(f"run limits      : {runner.run_limits}")
@@ -84,11 +128,20 @@ async def main(rounds: int, runs: int) -> None:
     print(f"  without cgroup: {1 / u:7.1f} runs/s ({u * 1e3:6.1f} ms/run); the run's cgroup costs {(s - u) * 1e3:.1f} ms/run")
     for pool, values in pooled.items():
         print(f"executor pool {pool}: {statistics.median(values):7.1f} runs/s")
+    if against:
+        o, p_now, p_rev = statistics.median(rev_boxed), statistics.median(default_pool), statistics.median(rev_pooled)
+        one = statistics.median(old / new for old, new in zip(rev_boxed, boxed, strict=True))
+        pool = statistics.median(new / old for new, old in zip(default_pool, rev_pooled, strict=True))
+        print(f"{against} bubblewrap: {1 / o:7.1f} runs/s ({o * 1e3:6.1f} ms/run); now / {against}: {o / s:.2f}x "
+              f"(median of per-round ratios {one:.2f}x)")  # fmt: skip
+        print(f"default pool, now vs {against}: {p_now:7.1f} vs {p_rev:7.1f} runs/s: {p_now / p_rev:.2f}x "
+              f"(median of per-round ratios {pool:.2f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--against", default=None, help="also run this git revision's sandbox, interleaved")
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.runs))
+    asyncio.run(main(args.rounds, args.runs, args.against))
