@@ -94,21 +94,28 @@ class DatasetQAEnv(SingleAgentEnv):
         correct_reward: float = 1.0,
         incorrect_reward: float = 0.0,
     ) -> None:
-        for key in (question_key, answer_key):
-            if key not in sample:
-                raise KeyError(f"DatasetQAEnv: sample has no {key!r} field; fields: {sorted(sample)}")
-        self.sample = dict(sample)
-        self.question = str(sample[question_key])
-        self.question_id = _question_id(sample, self.question)
-        raw = sample[answer_key]
-        if raw is None:  # a missing answer stays missing: it must never match a reply "None"
-            self.target_answer: str | None = None
-        else:
-            self.target_answer = target_parser(str(raw)) if target_parser is not None else str(raw).strip()
+        self.question_key, self.answer_key, self.target_parser = question_key, answer_key, target_parser
+        self._load_sample(sample)
         self._system_prompt = system_prompt
         self.correct_reward = correct_reward
         self.incorrect_reward = incorrect_reward
         self._done = False
+
+    def _load_sample(self, sample: Mapping[str, Any]) -> None:
+        """Make ``sample`` the question asked (subclasses that serve many rows call it at reset)."""
+        for key in (self.question_key, self.answer_key):
+            if key not in sample:
+                raise KeyError(f"{type(self).__name__}: sample has no {key!r} field; fields: {sorted(sample)}")
+        self.sample = dict(sample)
+        self.question = str(sample[self.question_key])
+        self.question_id = _question_id(sample, self.question)
+        raw = sample[self.answer_key]
+        if raw is None:  # a missing answer stays missing: it must never match a reply "None"
+            self.target_answer: str | None = None
+        elif self.target_parser is not None:
+            self.target_answer = self.target_parser(str(raw))
+        else:
+            self.target_answer = str(raw).strip()
 
     @property
     def suggested_sysprompt(self) -> str | None:

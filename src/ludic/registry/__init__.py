@@ -70,7 +70,8 @@ ALGORITHM_REGISTRY.register_lazy("distill", "ludic.training.distill:make_distill
 
 ENV_REGISTRY.register_lazy("letter_repeat", "ludic.envs.letter_repeat:LetterRepeatEnv")
 ENV_REGISTRY.register_lazy("tic_tac_toe", "ludic.envs.tic_tac_toe:TicTacToeEnv")
-ENV_REGISTRY.register_lazy("dataset_qa", "ludic.envs.dataset_qa_env:DatasetQAEnv")
+ENV_REGISTRY.register_lazy("dataset_qa", "ludic.envs.dataset_rows:dataset_qa_env")
+ENV_REGISTRY.register_lazy("reasoning_gym", "ludic.envs.reasoning_gym_env:ReasoningGymEnv")
 HARNESS_REGISTRY.register_lazy("plain", "ludic.registry.builtins:plain_harness")
 HARNESS_REGISTRY.register_lazy("xml_move", "ludic.registry.builtins:xml_move_harness")
 PROTOCOL_REGISTRY.register_lazy("single_agent", "ludic.registry.builtins:single_agent_protocol")

@@ -1,0 +1,150 @@
+"""QA over the rows of a data-set file, training rows kept apart from held-out rows.
+
+The ``dataset_qa`` env kind of ``ludic train`` / ``ludic eval``: rows come from a ``.jsonl`` / ``.json``
+/ ``.parquet`` file (read by :func:`ludic.envs.math_qa.load_qa_rows`), the episode with env seed ``s``
+asks row ``s % len(rows)`` of its split. Held-out rows come from a second file (``held_out_path``) or
+are a seeded fraction of the file (``held_out_fraction``); either way no held-out row is a training
+row. ``split="eval"`` (which ``ludic train`` / ``ludic eval`` pass to evaluations by themselves) plays
+the held-out rows.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from ludic.envs.dataset_qa_env import DatasetQAEnv, gsm8k_target_parser
+from ludic.types import Info, Obs
+
+Split = Literal["train", "eval"]
+TARGET_FORMATS: dict[str, Callable[[str], str] | None] = {"plain": None, "gsm8k": gsm8k_target_parser}
+"""``target_format`` names: how the answer field becomes the target (gsm8k: the text after "####")."""
+
+
+class DatasetRowsEnv(DatasetQAEnv):
+    """``DatasetQAEnv`` over many rows: ``reset(seed=s)`` asks row ``s % len(rows)`` (row 0 without a seed)."""
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]], **kwargs: Any) -> None:
+        if not rows:
+            raise ValueError(f"{type(self).__name__}: no rows to ask")
+        self.rows = rows
+        super().__init__(rows[0], **kwargs)
+
+    def env_reset(self, *, seed: int | None = None) -> tuple[Obs, Info]:
+        self._load_sample(self.rows[(seed or 0) % len(self.rows)])
+        return super().env_reset(seed=seed)
+
+
+def split_rows(
+    rows: Sequence[Mapping[str, Any]], fraction: float, seed: int
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(training rows, held-out rows): a seeded shuffle, the first ``round(fraction * n)`` held out.
+
+    Both parts keep the file's order; each has at least one row or this raises."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"held_out_fraction must be between 0 and 1 (exclusive), got {fraction}")
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_held = round(fraction * len(rows))
+    if n_held == 0 or n_held == len(rows):
+        raise ValueError(
+            f"held_out_fraction {fraction} of {len(rows)} rows leaves "
+            f"{'no held-out' if n_held == 0 else 'no training'} rows; change the fraction or add rows"
+        )
+    held = set(order[:n_held])
+    return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
+
+
+@lru_cache(maxsize=16)
+def _cached_rows(path: str, mtime_ns: int, size: int, keys: tuple[str, ...]) -> tuple[Mapping[str, Any], ...]:
+    from ludic.envs.math_qa import load_qa_rows
+
+    rows = tuple(load_qa_rows(path))
+    if not rows:
+        raise ValueError(f"dataset_qa: {path!r} holds no rows")
+    for i, row in enumerate(rows):
+        missing = [k for k in keys if k not in row]
+        if missing:
+            raise KeyError(f"dataset_qa: row {i} of {path!r} has no {missing} field; fields: {sorted(row)}")
+    return rows
+
+
+def read_rows(path: str | Path, keys: tuple[str, ...] = ()) -> tuple[Mapping[str, Any], ...]:
+    """The rows of a local data-set file, each checked to have ``keys``; read once per file version
+    (the env is built per episode)."""
+    p = Path(path)
+    if p.suffix.lower() not in (".jsonl", ".json", ".parquet"):
+        raise ValueError(f"dataset_qa: {str(path)!r} is not a .jsonl, .json or .parquet file")
+    if not p.is_file():
+        raise FileNotFoundError(f"dataset_qa: no such file {str(path)!r}")
+    stat = p.stat()
+    return _cached_rows(str(p.resolve()), stat.st_mtime_ns, stat.st_size, keys)
+
+
+def split_of(
+    path: str,
+    split: Split,
+    held_out_path: str | None,
+    held_out_fraction: float | None,
+    split_seed: int,
+    keys: tuple[str, ...] = (),
+) -> Sequence[Mapping[str, Any]]:
+    """The rows of ``split``; "eval" needs a held-out source, and two sources at once are refused."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"dataset_qa: split must be 'train' or 'eval', got {split!r}")
+    if held_out_path is not None and held_out_fraction is not None:
+        raise ValueError("dataset_qa: give held_out_path or held_out_fraction, not both")
+    rows = read_rows(path, keys)
+    if held_out_fraction is not None:
+        train, held = split_rows(rows, held_out_fraction, split_seed)
+        return train if split == "train" else held
+    if split == "train":
+        return rows
+    if held_out_path is None:
+        raise ValueError(
+            f"dataset_qa: split 'eval' needs held-out rows apart from {path!r}: set held_out_path (a second "
+            "file) or held_out_fraction (e.g. 0.1) in [env].kwargs"
+        )
+    return read_rows(held_out_path, keys)
+
+
+def dataset_qa_env(
+    *,
+    sample: Mapping[str, Any] | None = None,
+    path: str | None = None,
+    split: Split = "train",
+    held_out_path: str | None = None,
+    held_out_fraction: float | None = None,
+    split_seed: int = 0,
+    target_format: str = "plain",
+    question_key: str = "question",
+    answer_key: str = "answer",
+    system_prompt: str | None = None,
+    correct_reward: float = 1.0,
+    incorrect_reward: float = 0.0,
+) -> DatasetQAEnv:
+    """The ``dataset_qa`` kind: one fixed ``sample`` row, or the rows of ``split`` of the file ``path``.
+
+    path: a .jsonl / .json / .parquet file of rows with ``question_key`` and ``answer_key`` fields.
+    split: "train" or "eval" (held-out rows: ``held_out_path``'s, or ``held_out_fraction`` of ``path``
+        chosen with ``split_seed``). target_format: "plain" or "gsm8k" (the answer after "####").
+    """
+    if target_format not in TARGET_FORMATS:
+        raise ValueError(
+            f"dataset_qa: target_format must be one of {sorted(TARGET_FORMATS)}, got {target_format!r}"
+        )
+    qa_kwargs: dict[str, Any] = dict(
+        target_parser=TARGET_FORMATS[target_format], question_key=question_key, answer_key=answer_key,
+        system_prompt=system_prompt, correct_reward=correct_reward, incorrect_reward=incorrect_reward,
+    )  # fmt: skip
+    if (sample is None) == (path is None):
+        raise ValueError("dataset_qa: give exactly one of sample (one row) or path (a data-set file)")
+    if sample is not None:
+        return DatasetQAEnv(sample, **qa_kwargs)
+    rows = split_of(
+        str(path), split, held_out_path, held_out_fraction, split_seed, (question_key, answer_key)
+    )
+    return DatasetRowsEnv(rows, **qa_kwargs)
