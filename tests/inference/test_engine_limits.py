@@ -112,3 +112,18 @@ def test_a_chat_too_long_for_the_context_is_refused_before_templating(engine):
     with pytest.raises(ValueError, match=r"at least .* tokens .* max_position_embeddings 2048"):
         asyncio.run(engine.complete(request))
     assert time.perf_counter() - began < 1.0  # templating and tokenising 2 MB took ~5 s here
+
+
+async def test_a_failure_outside_any_row_fails_the_waiting_requests_and_the_engine_serves_on():
+    engine = TransformersChatClient(tiny_model_path(), generate_in_thread=True)
+    bind = engine._generator.bind
+
+    def broken(rows: int):
+        engine._generator.bind = bind  # fails once
+        raise RuntimeError("injected: binding the weights failed")
+
+    engine._generator.bind = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="injected"):
+        await asyncio.wait_for(engine.complete_ids([5, 6], SamplingConfig(max_tokens=2)), timeout=30)
+    response, _ = await engine.complete_ids([5, 6], SamplingConfig(max_tokens=2))
+    assert len(response.completion_token_ids) >= 1

@@ -109,6 +109,9 @@ class EngineSchedulerMixin:
                 await asyncio.to_thread(self._decode_region, region, deliver)
             else:  # the loop is busy meanwhile, so nothing joins
                 self._decode_region(region, lambda fn, *a: fn(*a))
+        except Exception as exc:  # outside any cohort (binding the weights): no caller is left waiting
+            for p in [*self._running, *region.joiners]:
+                _fail(p, exc)
         finally:
             self._region, self._running = None, []
             self._pending[:0] = [p for p in region.joiners if not p.future.done()]  # joined too late: next region
