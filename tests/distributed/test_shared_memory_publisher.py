@@ -69,11 +69,11 @@ def test_shm_publishes_serve_the_new_weights_from_two_alternating_sets_of_buffer
         assert served_version == version
         assert served == pytest.approx(model_logps(model, client), abs=1e-4)
     stats = publisher.last_stats
-    assert stats["publish_tensors"] == len(list(models[0].parameters())) and stats["server_receive_s"] == 0
+    assert stats["publish_tensors"] == len(list(models[0].parameters())) and stats["server_receive_s"] > 0
     assert stats["server_alloc_bytes"] == 0  # the third and fourth updates reused the first two's buffers
-    calls = len(mapped_here(proc.pid))
-    assert calls > 2 * 10  # 96 KiB buckets of a 3.4 MB model: one buffer per call, two sets mapped
-    assert len(weight_buffers(proc.pid)) == calls  # the server holds those two sets, and nothing more
+    shared = mapped_here(proc.pid)  # each call is copied out on arrival: its shared buffer is free again
+    assert 1 <= len(shared) <= 4  # (not one per call: 96 KiB buckets of a 3.4 MB model are 30+ calls)
+    assert weight_buffers(proc.pid) == shared  # the server holds those, and nothing more
     publisher.close()
 
 
@@ -86,7 +86,7 @@ def test_a_new_layout_frees_the_old_buffers_on_both_sides(server, dirs):
     model = AutoModelForCausalLM.from_pretrained(dirs[1])
     for version in range(51, 57):
         publisher.publish(model.state_dict(), version=version)
-    assert len(mapped_here(proc.pid)) == 2
+    assert len(mapped_here(proc.pid)) == 1  # one call per publish, copied out: the same buffer each time
     assert weight_buffers(proc.pid) == mapped_here(proc.pid)
     publisher.close()
 
@@ -123,8 +123,8 @@ def test_bad_shm_calls_are_refused_and_discard_the_update(server, dirs):
     norm = model.state_dict()["model.norm.weight"]
     info = update_info([TensorMeta.of("model.norm.weight", norm)], packed=True)
     for bad_call in ("unreserved", "mismatched"):
-        assert post("/start_weight_update", {}).status_code == 200
-        reservation = post("/ludic/reserve_weight_buffer", {"update_info": info}).json()
+        update_id = post("/start_weight_update", {}).json()["update_id"]
+        reservation = post("/ludic/reserve_weight_buffer", {"update_info": info, "update_id": update_id}).json()
         map_peer_buffer(reservation["pid"], reservation["fd"], reservation["file_bytes"])[: norm.numel() * 4].copy_(
             norm.view(torch.uint8)
         )  # fmt: skip
@@ -136,7 +136,7 @@ def test_bad_shm_calls_are_refused_and_discard_the_update(server, dirs):
             call = update_info([TensorMeta.of("model.embed_tokens.weight", other)], packed=True)
             call |= {"shm_buffer": reservation["buffer"]}
             reason = "differs from the one it was reserved for"
-        refused = post("/update_weights", {"update_info": call})
+        refused = post("/update_weights", {"update_info": call, "update_id": update_id})
         assert refused.status_code == 400 and reason in refused.json()["error"]["message"], bad_call
         finish = post("/finish_weight_update", {"weight_version": "99"})
         assert finish.status_code == 400, bad_call

@@ -24,23 +24,25 @@ to until ``publish`` returns (yield fresh tensors, not one reused buffer).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from time import perf_counter
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 from torch import Tensor
 
+from ludic.distributed._server_meta import check_against_server, server_weight_info
 from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.distributed.weight_buckets import WeightSource, buckets, named_tensors
-from ludic.inference._http import RequestRefused
 from ludic.inference.pause import check_mode
 from ludic.inference.process_group import broadcast_all, check_channels, create_group, free_port
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.vllm_client import VLLMChatClient
-from ludic.inference.weight_packing import DTYPES, TensorMeta, pack, packed_size, update_info
+from ludic.inference.weight_packing import TensorMeta, pack, packed_size, update_info
 
 
 def single_threaded_executor(name: str) -> ThreadPoolExecutor:
@@ -102,6 +104,7 @@ class BroadcastPolicyPublisher:
         self.pause_mode, self.overlap = pause_mode, overlap
         self.channels = check_channels(channels, "nccl" if self.backend == SHARED_MEMORY_BACKEND else self.backend)
         self._group: Any = None
+        self._update_id: str | None = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
         self._packer = single_threaded_executor("ludic-pack")
@@ -134,7 +137,8 @@ class BroadcastPolicyPublisher:
     def _update(self, state_dict: WeightSource, version: int | None) -> None:
         count = nbytes = 0
         try:
-            self._control("/start_weight_update")
+            started = self._control("/start_weight_update")
+            self._update_id = started.get("update_id")  # Ludic's server: every call of this update names it
             in_flight: list[Future] | None = None
             calls = (c for b in buckets(named_tensors(state_dict), self.bucket_bytes) for c in self._split(b))
             for i, (call, packed) in enumerate(calls):
@@ -154,16 +158,28 @@ class BroadcastPolicyPublisher:
             if isinstance(self._group, PeerBuffers):
                 self._group.end_publish()
         except Exception as exc:
+            self._abort()
             self._reset()  # a collective that stopped midway cannot be trusted again
             if isinstance(exc, PublishError):
                 raise
             raise PublishError(f"weight publish failed, the server keeps its old weights: {exc}") from exc
         try:  # every byte arrived: the server validates and applies all of it, or none
-            reply = self._control("/finish_weight_update", {"weight_version": None if version is None else str(version)})
+            body = {"weight_version": None if version is None else str(version)}
+            reply = self._control("/finish_weight_update", self._owned(body))
         except Exception as exc:
             raise PublishError(f"the server did not apply the update (old weights keep serving): {exc}") from exc
         server = {f"server_{k}": float(v) for k, v in (reply.get("timings") or {}).items()}
         self.last_stats = {"publish_tensors": float(count), "publish_bytes": float(nbytes), **self._times, **server}
+
+    def _owned(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` naming this publisher's update (when the server gave it an id: Ludic's does, vLLM's not)."""
+        return body if self._update_id is None else body | {"update_id": self._update_id}
+
+    def _abort(self) -> None:
+        """Best effort: end our half-sent update on the server now, so our next ``start`` is not refused."""
+        if self._update_id is not None:
+            with contextlib.suppress(Exception):
+                self._post("/ludic/abort_weight_update", {"update_id": self._update_id})
 
     def _reset(self) -> None:
         self._group = None
@@ -187,7 +203,8 @@ class BroadcastPolicyPublisher:
         if self.backend == SHARED_MEMORY_BACKEND:
             try:
                 self._post("/init_weight_transfer_engine", {"init_info": {"backend": SHARED_MEMORY_BACKEND}})
-                self._group, self._expected = PeerBuffers(), self._weight_info()
+                port = urlsplit(self.client.base_url).port or 80  # the pid a reservation names must listen there
+                self._group, self._expected = PeerBuffers(port), server_weight_info(self.client, self.timeout_s)
             except Exception as exc:
                 self._reset()
                 raise PublishError(f"could not set up the shared-memory weight transfer: {exc}") from exc
@@ -203,32 +220,12 @@ class BroadcastPolicyPublisher:
                 init["channels"] = self.channels
             self._post("/init_weight_transfer_engine", {"init_info": init})
             self._group = joining.result(timeout=self.timeout_s)
-            self._expected = self._weight_info()
+            self._expected = server_weight_info(self.client, self.timeout_s)
         except Exception as exc:
             self._reset()
             raise PublishError(f"could not set up the weight-transfer group (port {port}): {exc}") from exc
 
-    def _weight_info(self) -> dict[str, tuple[str, tuple[int, ...]]] | None:
-        """The server's names/dtypes/shapes, to refuse a bad tensor before anything is broadcast."""
-        try:
-            info = self.client.get_json_sync("/weight_info", timeout_s=self.timeout_s)
-        except RequestRefused:  # a server without the route: it validates on its own
-            return None
-        return {n: (d, tuple(s)) for n, d, s in zip(info["names"], info["dtype_names"], info["shapes"], strict=True)}
-
     # ---- data plane -----------------------------------------------------------------------------
-    def _check(self, metas: list[TensorMeta]) -> None:
-        if self._expected is None:
-            return
-        for m in metas:
-            if m.name not in self._expected:
-                raise ValueError(f"publish: the server has no parameter {m.name!r}")
-            dtype, shape = self._expected[m.name]
-            if m.shape != shape:
-                raise ValueError(f"publish: {m.name!r} has shape {list(m.shape)}, the server's is {list(shape)}")
-            if m.dtype.is_floating_point != DTYPES.get(dtype, torch.float32).is_floating_point:
-                raise ValueError(f"publish: {m.name!r} has dtype {m.dtype_name}, the server's is {dtype}")
-
     def _split(self, bucket: list[tuple[str, Tensor]]) -> Iterator[tuple[list[tuple[str, Tensor]], bool]]:
         """The bucket as ``(tensors, packed)`` calls: the small tensors packed, the large ones as they are."""
         if self.backend == SHARED_MEMORY_BACKEND:  # every tensor is copied into the server's buffer once anyway
@@ -247,14 +244,14 @@ class BroadcastPolicyPublisher:
         t0 = perf_counter()
         metas = [TensorMeta.of(name, t) for name, t in bucket]
         try:
-            self._check(metas)
+            check_against_server(metas, self._expected)
         except ValueError as exc:
             raise PublishError(f"{exc}; nothing of this update was applied") from exc
         info = update_info(metas, packed=packed)
         tensors = [t.detach().to(self.device) for _, t in bucket]
         if isinstance(self._group, PeerBuffers):
             self._times["publish_pack_s"] += perf_counter() - t0
-            reservation = self._control("/ludic/reserve_weight_buffer", {"update_info": info})
+            reservation = self._control("/ludic/reserve_weight_buffer", self._owned({"update_info": info}))
             t0 = perf_counter()
             view = self._group.view(reservation, packed_size(metas))
             self._packer.submit(pack, tensors, self.device, out=view).result()
@@ -274,7 +271,7 @@ class BroadcastPolicyPublisher:
     def _send(self, payload: list[Tensor], info: dict[str, Any]) -> list[Future]:
         """Tell the server to receive the call and broadcast ``payload`` (nothing to broadcast with shared
         memory), both on worker threads; the ``/update_weights`` call's future first."""
-        posting = self._pool.submit(self._post, "/update_weights", {"update_info": info})
+        posting = self._pool.submit(self._post, "/update_weights", self._owned({"update_info": info}))
         return [posting, self._pool.submit(self._broadcast_all, payload)] if payload else [posting]
 
     def _wait(self, in_flight: list[Future]) -> None:

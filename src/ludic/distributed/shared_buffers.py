@@ -3,6 +3,8 @@
 The server hands out one buffer per ``/update_weights`` call (``ludic.inference.shared_memory``), and a
 steady run alternates between the same two sets, so mappings are kept by ``(server pid, buffer id)``
 and dropped once two publishes in a row did not use them (the server has dropped them too by then).
+Before mapping anything of a server pid, it checks that this pid listens on the server's port, and each
+buffer is checked to be that server's sealed memfd (``map_peer_buffer``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from typing import Any
 
 from torch import Tensor
 
-from ludic.inference.shared_memory import map_peer_buffer
+from ludic.inference.shared_memory import check_serves_port, map_peer_buffer
 
 
 class PeerBuffers:
     """Mappings of one server's shared weight buffers, by ``(pid, buffer id)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
+        """``port``: where the server listens (the pid a reservation names must hold that socket)."""
+        self.port = port
+        self._checked: set[int] = set()
         self._maps: dict[tuple[int, int], Tensor] = {}
         self._used: set[tuple[int, int]] = set()
         self._used_before: set[tuple[int, int]] = set()
@@ -33,6 +38,9 @@ class PeerBuffers:
             raise RuntimeError(f"the server reserved {file_bytes} bytes for a call of {nbytes}")
         mapped = self._maps.get(key)
         if mapped is None or mapped.numel() != file_bytes:
+            if self.port is not None and key[0] not in self._checked:
+                check_serves_port(key[0], self.port)
+                self._checked.add(key[0])
             mapped = self._maps[key] = map_peer_buffer(key[0], fd, file_bytes)
         self._used.add(key)
         return mapped[:nbytes]

@@ -9,6 +9,10 @@ generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` tak
 (no collective needed), bounded by the model's own size. Ludic's same-host data plane (``init_info
 {"backend": "shm"}``, ``ludic.inference.shared_memory``) adds ``POST /ludic/reserve_weight_buffer
 {"update_info"}``: a shared buffer for the trainer to write that call's tensors into.
+
+``/start_weight_update`` answers an ``update_id``; the other calls of that update may send it (the
+shared-memory ones must), and ``POST /ludic/abort_weight_update {"update_id"}`` discards it. While one
+publisher's update is in progress, another's ``start`` or ``init`` is refused with 409.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from aiohttp import web
 from ludic.inference._origin_guard import require_content_type
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
 from ludic.inference._server_json import read_json
+from ludic.inference._update_owner import UpdateConflict
 from ludic.inference.pause import PAUSE_MODES
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.weight_receiver import InitInfo, WeightReceiver, parse_init_info
@@ -30,18 +35,30 @@ from ludic.inference.weights import weight_info as model_weight_info
 RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
 
 
-async def _json_field(request: web.Request, field: str) -> Any:
+async def _in_thread(fn: Any, *args: Any) -> Any:
+    """``fn`` on a worker thread; another publisher's update in progress is a 409 naming it."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except UpdateConflict as exc:
+        raise web.HTTPConflict(text=str(exc)) from exc
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
     if request.can_read_body:  # a page may send text/plain cross-origin with no preflight: JSON only
         require_content_type(request, "application/json")
     body = await read_json(request)  # bounded, finite, not too deep (else a 4xx)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
-    return body.get(field)
+    return body
+
+
+async def _json_field(request: web.Request, field: str) -> Any:
+    return (await _json_body(request)).get(field)
 
 
 async def init_weight_transfer_engine(request: web.Request) -> web.Response:
     info = parse_init_info(await _json_field(request, "init_info"))
-    await asyncio.to_thread(request.app[RECEIVER_KEY].init, info)
+    await _in_thread(request.app[RECEIVER_KEY].init, info)
     if not isinstance(info, InitInfo):
         return web.json_response({"status": "ok", "backend": SHARED_MEMORY_BACKEND})
     return web.json_response({"status": "ok", "rank": info.rank_offset, "world_size": info.world_size})
@@ -49,26 +66,32 @@ async def init_weight_transfer_engine(request: web.Request) -> web.Response:
 
 async def reserve_weight_buffer(request: web.Request) -> web.Response:
     """Ludic's shared-memory data plane: where the trainer writes this ``update_info``'s packed tensors."""
-    info = await _json_field(request, "update_info")
-    return web.json_response(await asyncio.to_thread(request.app[RECEIVER_KEY].reserve, info))
+    body = await _json_body(request)
+    receiver = request.app[RECEIVER_KEY]
+    return web.json_response(await _in_thread(receiver.reserve, body.get("update_info"), body.get("update_id")))
 
 
 async def start_weight_update(request: web.Request) -> web.Response:
-    request.app[RECEIVER_KEY].start()
-    return web.json_response({"status": "ok"})
+    update_id = await _in_thread(request.app[RECEIVER_KEY].start)
+    return web.json_response({"status": "ok", "update_id": update_id})
+
+
+async def abort_weight_update(request: web.Request) -> web.Response:
+    await _in_thread(request.app[RECEIVER_KEY].abort, await _json_field(request, "update_id"))
+    return web.json_response({"status": "aborted"})
 
 
 async def update_weights(request: web.Request) -> web.Response:
     """vLLM's meaning: receive the tensors named in ``update_info`` over the collective."""
-    info = await _json_field(request, "update_info")
-    count = await asyncio.to_thread(request.app[RECEIVER_KEY].receive, info)
+    body = await _json_body(request)
+    count = await _in_thread(request.app[RECEIVER_KEY].receive, body.get("update_info"), body.get("update_id"))
     return web.json_response({"status": "ok", "received": count})
 
 
 async def finish_weight_update(request: web.Request) -> web.Response:
-    version = await _json_field(request, "weight_version")
+    body = await _json_body(request)
     receiver = request.app[RECEIVER_KEY]
-    status = await asyncio.to_thread(receiver.finish, version)
+    status = await _in_thread(receiver.finish, body.get("weight_version"), body.get("update_id"))
     engine = request.app[ENGINE_KEY]  # timings: this update's stages on the server, in seconds
     return web.json_response({"status": status, "policy_version": engine.policy_version, "timings": receiver.timings})
 
@@ -157,6 +180,7 @@ def add_weight_routes(app: web.Application) -> None:
     app.router.add_get("/weight_info", weight_info)
     app.router.add_post("/ludic/update_weights_blob", update_weights_blob)
     app.router.add_post("/ludic/reserve_weight_buffer", reserve_weight_buffer)
+    app.router.add_post("/ludic/abort_weight_update", abort_weight_update)
     app.router.add_post("/pause", pause)
     app.router.add_post("/resume", resume)
     app.router.add_get("/is_paused", is_paused)

@@ -13,9 +13,14 @@ into the model), and the buffers the model used before are received into next ti
 steady stream of updates alternates between two sets of buffers without allocating.
 
 Shared memory (``init_info = {"backend": "shm"}``, Ludic's own, ``ludic.inference.shared_memory``):
-the same flow without a process group. The buffers are memfds; ``reserve`` hands the trainer one for
-an ``update_info`` (it packs the tensors straight into it), and ``receive`` of that ``update_info``
-with ``shm_buffer`` set stages what the trainer wrote.
+the same flow without a process group. The shared buffers are memfds; ``reserve`` hands the trainer one
+for an ``update_info`` (it packs the tensors straight into it), and ``receive`` of that ``update_info``
+with ``shm_buffer`` set copies what the trainer wrote into a private receive buffer and stages that: a
+shared buffer, still mapped writable by the trainer, never becomes the model's storage.
+
+One owner (``_update_owner``): ``start`` returns an ``update_id``; while that update is in progress
+another ``start`` or ``init`` is refused, and a call naming another update is refused (shared-memory
+calls must name it), so two publishers never mix into one update.
 """
 
 from __future__ import annotations
@@ -24,66 +29,19 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ludic.inference._transfer_init import InitInfo, SharedMemoryInit, TransferError, parse_init_info
+from ludic.inference._update_owner import UpdateOwner
 from ludic.inference.finite_check import FiniteCheck
-from ludic.inference.process_group import MAX_CHANNELS, broadcast_all, create_group
-from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND, SharedBuffer, allocate_shared
+from ludic.inference.process_group import broadcast_all, create_group
+from ludic.inference.shared_memory import SharedPool
 from ludic.inference.weight_packing import TensorMeta, metas_from_update_info, packed_size, unpack
 from ludic.inference.weights import next_version, non_finite_message, validate_metas, validate_state_dict
 
-
-class TransferError(RuntimeError):
-    """The data plane failed (e.g. a broadcast did not arrive in time); the update was discarded."""
-
-
-@dataclass(frozen=True)
-class InitInfo:
-    """vLLM's NCCL ``init_info``: where rank 0 listens and this server's place in the group; and Ludic's
-    own optional ``channels`` (gloo connections the broadcasts are spread over; default 1)."""
-
-    master_address: str
-    master_port: int
-    rank_offset: int
-    world_size: int
-    channels: int = 1
-
-    @classmethod
-    def parse(cls, info: Any) -> InitInfo:
-        if not isinstance(info, dict):
-            raise ValueError("init_info must be a JSON object")
-        try:
-            out = cls(str(info["master_address"]), int(info["master_port"]), int(info["rank_offset"]),
-                      int(info["world_size"]), int(info.get("channels", 1)))  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(
-                f"init_info needs master_address, master_port, rank_offset, world_size: {exc!r}"
-            ) from exc
-        if not (0 < out.rank_offset < out.world_size) or not (0 < out.master_port < 65536):
-            raise ValueError(f"init_info out of range: {out} (rank 0 is the trainer)")
-        if not 1 <= out.channels <= MAX_CHANNELS:
-            raise ValueError(f"init_info.channels must be from 1 to {MAX_CHANNELS}, got {out.channels}")
-        return out
-
-
-@dataclass(frozen=True)
-class SharedMemoryInit:
-    """``init_info = {"backend": "shm"}``: the trainer writes into the server's shared buffers (same host)."""
-
-
-def parse_init_info(info: Any) -> InitInfo | SharedMemoryInit:
-    """vLLM's NCCL-style ``init_info``, or Ludic's shared-memory one; ValueError names what is wrong."""
-    backend = info.get("backend") if isinstance(info, dict) else None
-    if backend is None:
-        return InitInfo.parse(info)
-    if backend != SHARED_MEMORY_BACKEND:
-        raise ValueError(f"init_info.backend {backend!r} is not known: omit it (a process group) or use 'shm'")
-    return SharedMemoryInit()
-
-
+__all__ = ["InitInfo", "SharedMemoryInit", "TransferError", "WeightReceiver", "parse_init_info"]
 _SHARED_MEMORY = object()  # stands in for the process group when the data plane is shared memory
 
 
@@ -98,9 +56,9 @@ class WeightReceiver:
         self._channels = 1
         self._staged: dict[str, torch.Tensor] | None = None
         self._pool: list[torch.Tensor] = []  # packed receive buffers: free unless the model lives in one
-        self._shared: dict[int, SharedBuffer] = {}  # the pool's shared-memory buffers, by storage pointer
+        self._shm = SharedPool()  # shared staging the trainer writes into (copied out on receive)
         self._reserved: dict[int, tuple[list[TensorMeta], torch.Tensor]] = {}  # buffer id -> its call, this update
-        self._buffer_ids = 0
+        self.owner = UpdateOwner(timeout_s)
         self._taken: set[int] = set()  # buffers (storage pointers) filled by this update
         self._live: set[int] = set()  # storages of the model's parameters when this update started
         # one OpenMP thread: the check runs beside the next call's transfer (FiniteCheck)
@@ -121,6 +79,7 @@ class WeightReceiver:
 
     def init(self, info: InitInfo | SharedMemoryInit) -> None:
         """Join rank 0's group (blocks until it is there, up to the timeout), or switch to shared memory."""
+        self.owner.refuse_if_busy("re-initialize the weight transfer")
         if isinstance(info, SharedMemoryInit):
             if self.device.type != "cpu":
                 raise ValueError("the shared-memory weight transfer serves CPU engines; a GPU engine takes NCCL")
@@ -137,17 +96,31 @@ class WeightReceiver:
                                     f"{info.master_address}:{info.master_port}: {exc}") from exc  # fmt: skip
             self._group, self._staged, self._channels = group, None, info.channels
 
-    def start(self) -> None:
+    def start(self) -> str:
+        """Open an update; returns its ``update_id`` (409 while another publisher's is in progress)."""
         if self._group is None:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
+        self.owner.refuse_if_busy("start a weight update")
+        if self.owner.update_id is not None:  # taken over: its publisher may still write where it was told to
+            self._shm.retire(set(self._shm.used))
         self._staged, self._taken, self._reserved = {}, set(), {}
         target = self.engine.model.state_dict()
         self._dtypes = {name: t.dtype for name, t in target.items()}
         self._check = FiniteCheck(self._checker, self._dtypes)  # as stored: after the cast to the model's dtype
         self._live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
         self.timings = {"receive_s": 0.0, "check_s": 0.0, "alloc_bytes": 0.0}
+        return self.owner.open()
 
-    def reserve(self, update_info: Any) -> dict[str, int]:
+    def abort(self, update_id: Any) -> None:
+        """Discard the update ``update_id`` (its publisher failed midway): the old weights keep serving."""
+        self.owner.check(update_id, required=True)
+        self._discard()
+
+    def _discard(self) -> None:
+        self._staged, self._reserved = None, {}
+        self.owner.close()
+
+    def reserve(self, update_info: Any, update_id: Any = None) -> dict[str, int]:
         """Shared memory: a free buffer for ``update_info``'s tensors, packed (``weight_packing``), named so the
         trainer can map it: ``{"buffer", "pid", "fd", "file_bytes"}``; it writes the first
         ``packed_size`` bytes and then sends the same ``update_info`` with ``shm_buffer`` set."""
@@ -155,19 +128,22 @@ class WeightReceiver:
         if not self.shared_memory or self._staged is None:
             raise ValueError("no shared-memory weight update in progress: POST /init_weight_transfer_engine with "
                              "init_info {\"backend\": \"shm\"}, then /start_weight_update")  # fmt: skip
+        self.owner.check(update_id, required=True)
         validate_metas(metas, self.engine.model.state_dict())
         with self._lock:
-            buffer = self._buffer(packed_size(metas))
-            shared = self._shared[self._ptr(buffer)]
-            self._reserved[shared.buffer_id] = (metas, buffer)
+            size = packed_size(metas)
+            shared, fresh = self._shm.take(size, busy=set(self._reserved))
+            self.timings["alloc_bytes"] += size if fresh else 0
+            self._reserved[shared.buffer_id] = (metas, shared.tensor[:size])
         self._check.start_background()  # the calls received so far, while the trainer writes this one
         return {"buffer": shared.buffer_id, "pid": os.getpid(), "fd": shared.fd, "file_bytes": shared.nbytes}
 
-    def receive(self, update_info: Any) -> int:
+    def receive(self, update_info: Any, update_id: Any = None) -> int:
         """Receive one ``update_info``'s tensors into staging; returns how many were staged."""
         metas = metas_from_update_info(update_info)
         if self._group is None or self._staged is None:
             raise ValueError("no weight update in progress: POST /start_weight_update first")
+        self.owner.check(update_id, required=self.shared_memory)
         if self.shared_memory or "shm_buffer" in update_info:
             return self._receive_shared(metas, update_info.get("shm_buffer"))
         validate_metas(metas, self.engine.model.state_dict())
@@ -177,7 +153,8 @@ class WeightReceiver:
             try:
                 received = self._receive_packed(metas) if packed else self._receive_each(metas)
             except Exception as exc:
-                self._staged, self._group = None, None  # a broken group cannot be reused
+                self._discard()
+                self._group = None  # a broken group cannot be reused
                 raise TransferError(
                     f"weight broadcast failed ({exc}); the update was discarded, the old weights "
                     "keep serving; POST /init_weight_transfer_engine again"
@@ -204,9 +181,13 @@ class WeightReceiver:
                 if reserved[0] != metas:
                     raise ValueError(f"shm_buffer {buffer_id}'s update_info differs from the one it was reserved for")
             except ValueError:
-                self._staged = None
+                self._discard()
                 raise
-            received = unpack(reserved[1], metas)
+            t0 = time.perf_counter()  # out of the shared buffer (the trainer may write it again) into our own
+            private = self._buffer(reserved[1].numel())
+            private.copy_(reserved[1])
+            self.timings["receive_s"] += time.perf_counter() - t0
+            received = unpack(private, metas)
             self._staged.update(received)
             self._check.add(received, background=False)  # checked while the next call is written, or at finish
         return len(received)
@@ -219,8 +200,7 @@ class WeightReceiver:
         free one that fits (best fit, so an update laid out like the last one reuses the other set exactly
         and a small call never takes the buffer a large one needs), else a new one (counted in
         ``alloc_bytes``: fresh pages fault in while the bytes arrive, which halves the receive speed)."""
-        usable = [b for b in self._pool if not self.shared_memory or self._ptr(b) in self._shared]
-        free = [b for b in usable if b.numel() >= size and self._ptr(b) not in self._taken | self._live]
+        free = [b for b in self._pool if b.numel() >= size and self._ptr(b) not in self._taken | self._live]
         if free:
             buffer = min(free, key=torch.Tensor.numel)
         else:
@@ -231,12 +211,7 @@ class WeightReceiver:
         return buffer[:size]
 
     def _allocate(self, size: int) -> torch.Tensor:
-        if not self.shared_memory:
-            return torch.empty(size, dtype=torch.uint8, device=self.device)
-        self._buffer_ids += 1
-        shared = allocate_shared(size, self._buffer_ids)
-        self._shared[self._ptr(shared.tensor)] = shared
-        return shared.tensor
+        return torch.empty(size, dtype=torch.uint8, device=self.device)
 
     @staticmethod
     def _ptr(buffer: torch.Tensor) -> int:
@@ -253,11 +228,13 @@ class WeightReceiver:
         self._broadcast(list(out.values()))
         return out
 
-    def finish(self, weight_version: Any) -> str:
+    def finish(self, weight_version: Any, update_id: Any = None) -> str:
         """Load everything staged in one step (validated first), as ``weight_version``."""
-        staged, self._staged = self._staged, None
-        if staged is None:
+        if self._staged is None:
             raise ValueError("no weight update in progress: POST /start_weight_update first")
+        self.owner.check(update_id, required=False)
+        staged = self._staged
+        self._discard()  # loaded or refused, the update ends here
         if not staged:
             raise ValueError("finish_weight_update with nothing received: POST /update_weights first")
         version = None if weight_version is None else next_version(weight_version, self.engine.policy_version)
@@ -281,6 +258,5 @@ class WeightReceiver:
         live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
         keep = self._taken | self._live | live
         self._pool = [b for b in self._pool if b.untyped_storage().data_ptr() in keep]
-        for ptr in [p for p in self._shared if p not in keep]:  # the model's views keep a dropped mapping alive
-            self._shared.pop(ptr).close()
+        self._shm.prune()
 
