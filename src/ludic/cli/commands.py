@@ -61,7 +61,31 @@ def add_train_parser(sub: Any) -> None:
         help="start over: remove this run's metrics, checkpoints, eval results and final model (listed "
         "first) instead of resuming from the latest checkpoint",
     )
+    _add_import_flag(p)
     p.set_defaults(run=_run_train)
+
+
+def _add_import_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (a dotted name or a .py path) first, so the envs, harnesses, protocols and "
+        "algorithms it registers can be named; repeatable, after the config's own imports",
+    )
+
+
+def _import_user_modules(names: list[str], base_dir: Any) -> None:
+    """The user's modules, imported before any registry lookup; a failure is a ConfigError naming it."""
+    from ludic.config import ConfigError
+    from ludic.registry.user_modules import UserImportError, import_user_modules
+
+    try:
+        import_user_modules(names, base_dir=base_dir)
+    except UserImportError as exc:
+        raise ConfigError([str(exc)]) from exc
 
 
 def add_eval_parser(sub: Any) -> None:
@@ -69,14 +93,19 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("config", help="path to a .toml/.yaml run config")
     p.add_argument("--model", default=None, help="override [model].path (e.g. a trained checkpoint)")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print it; start nothing")
+    _add_import_flag(p)
     p.set_defaults(run=_run_eval)
 
 
 def _load(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
     from ludic.cli.preflight import preflight
     from ludic.config import ConfigError, load_config
 
     cfg = load_config(args.config)  # raises ConfigError before anything starts
+    _import_user_modules(cfg.imports, Path(args.config).parent)  # config paths: next to the config
+    _import_user_modules(args.imports, Path.cwd())  # flag paths: from where ludic runs
     if getattr(args, "steps", None) is not None:
         if args.steps < 0:
             raise ConfigError([f"--steps: must be >= 0, got {args.steps}"])
@@ -116,11 +145,16 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 def add_list_parser(sub: Any) -> None:
     p = sub.add_parser("list", help="list registered envs, harnesses, protocols and algorithms")
+    _add_import_flag(p)
     p.set_defaults(run=_run_list)
 
 
 def _run_list(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
+
+    _import_user_modules(args.imports, Path.cwd())
 
     for reg in (ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY, ALGORITHM_REGISTRY):
         print(f"{reg.plural}: {', '.join(reg.names())}")

@@ -38,6 +38,8 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
         errors += _group_errors(cfg)
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
+    if not errors:
+        errors += _eval_env_errors(cfg, factories["env"])
     if errors:
         raise ConfigError([f"{cfg.source}: {line}" for line in errors])
 
@@ -54,6 +56,29 @@ def _lookup(cfg: RunConfig) -> tuple[dict[str, Callable[..., Any]], list[str]]:
         except ImportError as exc:
             errors.append(f"[{section}].name: {registry.kind} {name!r} cannot be imported: {exc}")
     return found, errors
+
+
+def eval_env_kwargs(cfg: RunConfig, env_factory: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """``[eval].env_kwargs``, with ``split = "eval"`` first for env kinds that take a ``split``
+    (``dataset_qa``, ``reasoning_gym``): evaluations play held-out rows unless the config says otherwise."""
+    factory = env_factory or ENV_REGISTRY.get(cfg.env.name)
+    held_out = {"split": "eval"} if "split" in _parameters(factory) else {}
+    return {**held_out, **cfg.eval.env_kwargs}
+
+
+def _eval_env_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> list[str]:
+    """The held-out env must build (e.g. a data set with no held-out rows fails here, not after training)."""
+    kwargs = eval_env_kwargs(cfg, env_factory)
+    if not kwargs:
+        return []  # the training env's kwargs: checked by the prompt-length check when training
+    try:
+        env_factory(**{**cfg.env.kwargs, **kwargs}).reset(seed=cfg.eval.seed_offset)
+    except Exception as exc:
+        return [
+            f"[eval].env_kwargs: building the held-out env {cfg.env.name!r} with {kwargs} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ]
+    return []
 
 
 def _call_errors(factory: Callable[..., Any], kwargs: Mapping[str, Any], passed: tuple[str, ...]) -> str | None:
@@ -74,7 +99,7 @@ def _kwarg_errors(cfg: RunConfig, section: str, factory: Callable[..., Any]) -> 
     name = getattr(cfg, section).name
     calls: list[tuple[str, dict[str, Any]]] = [(f"[{section}].kwargs", dict(getattr(cfg, section).kwargs))]
     if section == "env" and cfg.eval.env_kwargs:
-        calls.append(("[eval].env_kwargs", {**cfg.env.kwargs, **cfg.eval.env_kwargs}))
+        calls.append(("[eval].env_kwargs", {**cfg.env.kwargs, **eval_env_kwargs(cfg, factory)}))
     if section == "algorithm" and "group_size" in _parameters(factory):
         calls[0][1].setdefault("group_size", cfg.rollout.group_size)
     errors = []

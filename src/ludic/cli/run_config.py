@@ -8,6 +8,7 @@ The parts themselves (policy, client, engine, algorithm, evaluator, rollout sour
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,12 +234,30 @@ def train_from_config(
     async def _train() -> dict[str, float]:
         run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
         try:
+            before = await evaluate_before(run)
             await train_steps(run)
-            return (await finish_run(run)).eval_stats
+            after = (await finish_run(run)).eval_stats
         finally:
             await run.close()
+        report_before_after(before, after, run.out_dir / "eval")
+        return after
 
     return asyncio.run(_train())
+
+
+async def evaluate_before(run: TrainRun) -> dict[str, float] | None:
+    """The held-out evaluation at step 0 (``eval/eval_step_0_summary.json``); a resumed run reads it back."""
+    summary = run.out_dir / "eval" / "eval_step_0_summary.json"
+    if run.trainer.step == 0:
+        return await run.evaluator.evaluate(step=0)
+    return json.loads(summary.read_text()) if summary.is_file() else None
+
+
+def report_before_after(before: dict[str, float] | None, after: dict[str, float], eval_dir: Path) -> None:
+    key = "eval/avg_total_reward"
+    was = f"{before[key]:.3f}" if before and key in before else "not measured"
+    print(f"ludic train: held-out {key} before training {was}, after {after.get(key, float('nan')):.3f} "
+          f"({eval_dir}/eval_step_*_summary.json)", flush=True)  # fmt: skip
 
 
 def eval_from_config(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> dict[str, float]:

@@ -109,6 +109,7 @@ def make_algorithm(cfg: RunConfig) -> Any:
 
 def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[str, Any] | None = None) -> Any:
     """The held-out episodes of ``[eval]``, played on ``engine`` with ``[eval].sampling``."""
+    from ludic.cli.preflight import eval_env_kwargs
     from ludic.eval import Evaluator
 
     sampling = cfg.eval.sampling.to_sampling()
@@ -117,7 +118,7 @@ def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[st
         first_seed=cfg.eval.seed_offset,
         n=cfg.eval.num_episodes,
         sampling=sampling,
-        env_kwargs=cfg.eval.env_kwargs,
+        env_kwargs=eval_env_kwargs(cfg),
     )
     return Evaluator(
         engine=engine,

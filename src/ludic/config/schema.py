@@ -216,11 +216,17 @@ class RunConfig(Section):
     """Training steps for ``ludic train``."""
     seed: int = 0
     """Torch seed."""
+    imports: list[str] = Field(default_factory=list)
+    """The user's modules to import before names are looked up, so their envs, harnesses, protocols and
+    algorithms register themselves: dotted names (``my_envs``) or ``.py`` paths relative to this file."""
     _source: str = PrivateAttr(default="<config>")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         _at_least(self, 0, "steps")
+        blank = [i for i, name in enumerate(self.imports) if not name.strip()]
+        if blank:
+            raise ValueError(f"imports[{blank[0]}] is empty; give a module name or a .py path")
         return self
 
     @property
