@@ -1,0 +1,215 @@
+"""verifiers (>= 0.4, the ``verifiers.v1`` API) tasksets as Ludic envs, scored by the task's own rewards.
+
+Needs the ``verifiers`` extra (``pip install 'ludic[verifiers]'``); it is imported only when an env is built.
+
+Design: Ludic's own agent answers; verifiers scores. A verifiers ``Env`` reaches the model through an
+OpenAI-compatible client and records what comes back; Ludic's chat route re-renders the conversation as
+text, so a trainer fed from there could not rely on exact ids. Here the agent samples through Ludic's
+client (exact prompt ids, completion ids and sampling log-probs on the step's ``TokenTrace``) and the
+adapter hands verifiers a ``Trace`` holding the task's prompt and that reply, then runs the task's own
+``score`` (its ``@reward`` methods, plugged rewards and judges, weighted as verifiers weights them). The
+env object is run unchanged: its taskset, task data, system prompt and scoring are the env's.
+
+What is refused at build time, with the reason: tasks that need a container or a runtime to score
+(``NEEDS_CONTAINER``, rewards taking ``runtime``), an unbounded taskset without ``max_tasks``, and
+prompts of several messages. An empty reply is scored like any other (``info["empty_reply"]``), so an
+aborted answer is counted and never an empty rollout; a scorer that raises, or a reward that is not a
+finite number, is an episode failure naming the task (the rollout engine counts it; nothing trains on it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Literal
+
+from ludic.envs.dataset_rows import split_rows
+from ludic.envs.single_agent_env import SingleAgentEnv
+from ludic.types import Info, Obs, StepOutcome
+
+EXTRA = "verifiers"
+
+
+def _vf() -> Any:
+    try:
+        import verifiers.v1 as vf
+    except ImportError as exc:
+        raise ImportError(
+            f"the verifiers env needs the {EXTRA!r} extra (verifiers >= 0.4): pip install 'ludic[{EXTRA}]'"
+        ) from exc
+    return vf
+
+
+def load_tasks(source: Any, *, max_tasks: int | None = None) -> tuple[Any, ...]:
+    """The tasks of a verifiers ``Env`` (its seed taskset) or ``Taskset``; each checked to score offline."""
+    vf = _vf()
+    taskset = source.taskset if isinstance(source, vf.Env) else source
+    if not isinstance(taskset, vf.Taskset):
+        raise TypeError(
+            f"verifiers env: expected a verifiers.v1 Env or Taskset, got {type(source).__name__}"
+        )
+    if max_tasks is not None:
+        taskset = taskset.take(max_tasks)
+    elif getattr(taskset, "INFINITE", False):
+        raise ValueError(f"verifiers env: {type(taskset).__name__} is infinite; set max_tasks")
+    tasks = tuple(taskset)
+    if not tasks:
+        raise ValueError(f"verifiers env: {type(taskset).__name__} yielded no tasks")
+    _check_offline(tasks[0])
+    return tasks
+
+
+def _check_offline(task: Any) -> None:
+    """Ludic scores in-process with no sandbox: a task that needs one is refused, not silently unscored."""
+    name = type(task).__name__
+    if getattr(task, "NEEDS_CONTAINER", False):
+        raise ValueError(f"verifiers env: task {name} needs a container, which this adapter does not run")
+    for fn in (*task.hooks("reward"), *task.hooks("metric")):
+        param = inspect.signature(fn).parameters.get("runtime")
+        if param is not None and param.default is inspect.Parameter.empty:
+            raise ValueError(
+                f"verifiers env: {name}.{fn.__name__} needs a runtime to score, which this adapter does not run"
+            )
+
+
+@lru_cache(maxsize=8)
+def _tasks_by_id(taskset: str, config_json: str, max_tasks: int | None) -> tuple[Any, ...]:
+    vf = _vf()
+    config = vf.TasksetConfig(id=taskset, **json.loads(config_json))
+    return load_tasks(vf.load_taskset(config), max_tasks=max_tasks)
+
+
+def prompt_of(task: Any) -> tuple[str, str | None]:
+    """(user prompt text, system prompt) of a task; a prompt of several messages is refused."""
+    data = task.data
+    prompt, system = data.prompt, data.system_prompt
+    if prompt is None:
+        raise ValueError(f"verifiers env: task {data.idx} has no prompt")
+    if not isinstance(prompt, str):
+        users = [m for m in prompt if m.role == "user"]
+        systems = [m for m in prompt if m.role == "system"]
+        if len(users) != 1 or len(prompt) != len(users) + len(systems) or len(systems) > 1:
+            raise ValueError(
+                f"verifiers env: task {data.idx}'s prompt has roles {[m.role for m in prompt]}; "
+                "only one user message (with at most one system message) is supported"
+            )
+        from verifiers.v1.types import content_text
+
+        if systems:
+            system = system or content_text(systems[0].content)
+        prompt = content_text(users[0].content)
+    return prompt, system
+
+
+class VerifiersEnv(SingleAgentEnv):
+    """One verifiers task per episode (``reset(seed=s)`` asks task ``s % n`` of the split); reward = the
+    task's weighted verifiers reward.
+
+    env: a verifiers.v1 ``Env`` or ``Taskset`` object (Python), or
+    taskset / taskset_config: an installed taskset id and its ``TasksetConfig`` fields (configs).
+    max_tasks: take the first ``max_tasks`` tasks (needed for an infinite taskset).
+    split: "train" or "eval"; held_out_fraction (with split_seed): the seeded share of tasks held out.
+    Step info: ``rewards`` / ``metrics`` (verifiers' per-name values), ``task_idx``, ``task_key``,
+    ``empty_reply``.
+    """
+
+    def __init__(
+        self,
+        env: Any = None,
+        *,
+        taskset: str | None = None,
+        taskset_config: Mapping[str, Any] | None = None,
+        max_tasks: int | None = None,
+        split: Literal["train", "eval"] = "train",
+        held_out_fraction: float | None = None,
+        split_seed: int = 0,
+    ) -> None:
+        if (env is None) == (taskset is None):
+            raise ValueError("verifiers env: give exactly one of env (an object) or taskset (an id)")
+        if split not in ("train", "eval"):
+            raise ValueError(f"verifiers env: split must be 'train' or 'eval', got {split!r}")
+        if env is not None:
+            tasks = load_tasks(env, max_tasks=max_tasks)
+        else:
+            tasks = _tasks_by_id(taskset, json.dumps(dict(taskset_config or {}), sort_keys=True), max_tasks)
+        self.tasks = _split(tasks, split, held_out_fraction, split_seed)
+        systems = {prompt_of(t)[1] for t in self.tasks}
+        self._shared_system = systems.pop() if len(systems) == 1 else None
+        self.task: Any = self.tasks[0]
+        self._obs: Obs = ""
+        self._done = False
+
+    @property
+    def suggested_sysprompt(self) -> str | None:
+        return self._shared_system
+
+    def env_reset(self, *, seed: int | None = None) -> tuple[Obs, Info]:
+        self.task = self.tasks[(seed or 0) % len(self.tasks)]
+        prompt, system = prompt_of(self.task)
+        # A per-task system prompt that differs between tasks cannot be the agent's system prompt
+        # (the protocol reads it before reset), so it leads the observation instead.
+        self._obs = prompt if system == self._shared_system or not system else f"{system}\n\n{prompt}"
+        self._done = False
+        return self._obs, {"task_idx": self.task.data.idx, "task_key": self.task.key}
+
+    def env_current_obs(self) -> Obs:
+        return self._obs
+
+    def env_step(self, action: str) -> StepOutcome:
+        raise RuntimeError("VerifiersEnv scores asynchronously: the protocols call astep")
+
+    async def env_astep(self, action: str) -> StepOutcome:
+        if self._done:
+            raise RuntimeError("VerifiersEnv: the task was already answered; call reset()")
+        self._done = True
+        trace = await self._scored_trace(action)
+        reward = trace.reward
+        if not math.isfinite(reward):
+            raise RuntimeError(f"verifiers env: task {self.task.data.idx} scored a non-finite reward {reward}")
+        info = {
+            "rewards": {k: (r.score if r is not None else None) for k, r in trace.rewards.items()},
+            "metrics": dict(trace.metrics),
+            "task_idx": self.task.data.idx,
+            "task_key": self.task.key,
+            "empty_reply": not action.strip(),
+        }
+        return StepOutcome(obs=None, reward=float(reward), truncated=False, terminated=True, info=info)
+
+    async def _scored_trace(self, action: str) -> Any:
+        """A verifiers Trace of this episode (prompt + the agent's reply), scored by the task itself."""
+        vf = _vf()
+        from verifiers.v1.graph import MessageNode
+
+        task, (prompt, system) = self.task, prompt_of(self.task)
+        trace = vf.Trace(
+            task=vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
+            agent=vf.AgentInfo(config=vf.AgentConfig(), name="ludic"),
+        )
+        messages = ([vf.SystemMessage(content=system)] if system else []) + [vf.UserMessage(content=prompt)]
+        for i, message in enumerate(messages):
+            trace.nodes.append(MessageNode(parent=i - 1 if i else None, message=message))
+        reply = vf.AssistantMessage(content=action)
+        trace.nodes.append(MessageNode(parent=len(messages) - 1, message=reply, sampled=True))
+        trace.is_completed = trace.ok = True
+        try:
+            await task.score(trace)
+        except Exception as exc:  # a crashed verifier is a named failure, never a silent 0
+            raise RuntimeError(
+                f"verifiers env: scoring task {task.data.idx} ({type(task).__name__}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return trace
+
+
+def _split(tasks: Sequence[Any], split: str, fraction: float | None, seed: int) -> tuple[Any, ...]:
+    if fraction is None:
+        if split == "eval":
+            raise ValueError(
+                "verifiers env: split 'eval' needs held-out tasks: set held_out_fraction (e.g. 0.1)"
+            )
+        return tuple(tasks)
+    train, held = split_rows(tasks, fraction, seed)
+    return tuple(train if split == "train" else held)
