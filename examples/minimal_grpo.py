@@ -5,6 +5,8 @@ The task: reply with the letter the prompt names; reward 1 for an exact match.
 
 A wiring demo: it runs 5 GRPO steps on an untrained ~0.8M-parameter model, which does not learn
 the task in that time (a from-scratch model rarely says the right letter, so most groups tie).
+It prints one short line per step (step, reward, loss, seconds), writes every stat to
+``runs/minimal_grpo/metrics.jsonl`` and ends with the training reward of the first and last step.
 For runs that learn on a CPU see ``docs/tutorial.md`` (SFT warm start, then GRPO) and the quickstart.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import tempfile
+from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
@@ -34,6 +37,7 @@ from ludic.training import (
     TrainerConfig,
     make_grpo,
 )
+from ludic.training.loggers import ProgressLogger, before_after, progress_and_metrics
 from ludic.types import StepOutcome
 
 
@@ -52,7 +56,7 @@ class SayLetterEnv(SingleAgentEnv):
         return f"Say {self.letter}"
 
 
-async def main(steps: int = 5) -> dict[str, float]:
+async def main(steps: int = 5, metrics_path: Path | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="ludic-minimal-grpo-") as tmp:  # removed once loaded
         model_dir = build_tiny_model(tmp)
         client = TransformersChatClient(model_dir)  # the embedded inference engine
@@ -82,11 +86,16 @@ async def main(steps: int = 5) -> dict[str, float]:
         batch_source=batch_source,
         publisher=ClientPublisher(client),  # push weights to the engine every step
         cfg=TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=4096),  # pads with the model's pad id
+        train_logger=(  # one short line per step on screen; every stat in the metrics file
+            progress_and_metrics(metrics_path, "[minimal_grpo]", total_steps=steps)
+            if metrics_path else ProgressLogger("[minimal_grpo]", total_steps=steps)
+        ),
     )
     history = await trainer.train(num_steps=steps)  # one stats dict per step
+    first, last = (h["train/avg_total_reward"] for h in (history[0], history[-1]))
+    print(before_after(f"train reward, step 1 -> step {steps}:", first, last, prefix="[minimal_grpo]"))
     return history[-1]
 
 
 if __name__ == "__main__":
-    stats = asyncio.run(main())
-    print({k: round(v, 4) for k, v in stats.items() if k.startswith("train/")})
+    asyncio.run(main(metrics_path=Path("runs/minimal_grpo/metrics.jsonl")))

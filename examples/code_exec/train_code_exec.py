@@ -9,6 +9,8 @@ Run: ``.venv/bin/python examples/code_exec/train_code_exec.py --steps 20`` (tiny
 offline, every reply is cut off at the token limit or fails to compile, every group ties and GRPO has
 no signal: on a CPU this is a smoke test of the loop (sandbox in the loop, reducers, weight sync), not a demonstration of
 learning. A model that can already write some Python is needed for the pass rate to move.
+It prints one short line per step (reward, pass rate, loss, seconds), writes every stat to
+``--output-dir``/metrics.jsonl and ends with the training pass rate of the first and last step.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import random
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoModelForCausalLM
 
@@ -41,6 +44,7 @@ from ludic.training import (
     TrainerConfig,
     make_grpo,
 )
+from ludic.training.loggers import ProgressLogger, before_after, progress_and_metrics
 from ludic.training.stats import Reducer, default_reducers
 
 PROBLEMS = Path(__file__).with_name("problems.jsonl")
@@ -64,6 +68,7 @@ async def main(
     max_tokens: int = 64,
     model_dir: str | None = None,
     pool_size: int = 4,
+    metrics_path: Path | None = None,
 ) -> dict[str, float]:
     problems = load_problems()
     model_dir = model_dir or str(build_tiny_model(tempfile.mkdtemp()))
@@ -100,9 +105,20 @@ async def main(
         publisher=ClientPublisher(client),
         cfg=TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=8192, pad_token_id=0),
         reducers=REDUCERS,
+        train_logger=progress_logger(steps, metrics_path),
     )
     history = await trainer.train(num_steps=steps)
+    first, last = (h["train/avg_pass_rate"] for h in (history[0], history[-1]))
+    print(before_after(f"train pass rate, step 1 -> step {steps}:", first, last, prefix="[code_exec]"))
     return history[-1]  # the last step's stats
+
+
+def progress_logger(steps: int, metrics_path: Path | None) -> ProgressLogger | Any:
+    """One short line per step on screen; every stat in ``metrics_path`` when given."""
+    keys = {"reward": "train/avg_total_reward", "pass": "train/avg_pass_rate", "loss": "train/loss"}
+    if metrics_path is None:
+        return ProgressLogger("[code_exec]", total_steps=steps, keys=keys)
+    return progress_and_metrics(metrics_path, "[code_exec]", total_steps=steps, keys=keys)
 
 
 if __name__ == "__main__":
@@ -110,6 +126,8 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--model-dir", default=None)
+    parser.add_argument("--output-dir", type=Path, default=Path("runs/code_exec"))
     args = parser.parse_args()
-    stats = asyncio.run(main(args.steps, group_size=args.group_size, model_dir=args.model_dir))
-    print({k: round(v, 4) for k, v in stats.items()})
+    metrics = args.output_dir / "metrics.jsonl"
+    asyncio.run(main(args.steps, group_size=args.group_size, model_dir=args.model_dir, metrics_path=metrics))
+    print(f"[code_exec] every stat per step: {metrics}")

@@ -8,6 +8,9 @@ Run: ``.venv/bin/python examples/distillation/distill_letter_repeat.py`` (a few 
    (``make_distill``). No environment reward is read: ``reward_coeff=0``.
 3. The run itself is ``ludic train`` on ``examples/configs/distill_letter_repeat.toml``; the held-out
    reward it reports before and after shows what the teacher's scores alone taught the student.
+
+``ludic train`` prints a short line every 10 steps (reward, loss) and writes every stat to
+``<work>/out/metrics.jsonl``; the run ends with the held-out reward before -> after distillation.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ludic.cli import main as ludic_main
 from ludic.quickstart.demonstrations import demonstration_items
 from ludic.testing import build_tiny_model
 from ludic.training import OfflineBatchSource, Trainer, TrainerConfig, make_sft
+from ludic.training.loggers import before_after
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "distill_letter_repeat.toml"
 SFT_SEEDS = 500_000  # demonstrations use env seeds far from the rollout and eval seeds
@@ -104,4 +108,8 @@ if __name__ == "__main__":
     parser.add_argument("--work", type=Path, default=Path("runs/distill"))
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
-    print(json.dumps(run(args.work, steps=args.steps), indent=2))
+    result = run(args.work, steps=args.steps)
+    print(f"[distill] teacher's held-out reward {result['teacher']:.3f}")
+    print(before_after(f"student's held-out reward over {args.steps} distillation steps:",
+                       result["student_before"], result["student_after"], prefix="[distill]"))  # fmt: skip
+    print(f"[distill] every stat per step: {args.work / 'out' / 'metrics.jsonl'}")

@@ -8,12 +8,14 @@ The same run as a config file: see ``examples/configs/``; ``ludic train`` reads 
 
 On the default tiny model this is a wiring demo: a ~0.8M-parameter model does not learn grade-school
 arithmetic, so the reward stays near 0. It needs a real model (``--model``) to show learning.
+
+It prints a short line every 10 steps (reward, loss), writes every stat to ``<output-dir>/metrics.jsonl``
+and ends with the held-out reward (greedy) of the starting model and of the trained one.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from make_data import write_dataset
 
 from ludic.cli.run_config import eval_from_config, train_from_config
 from ludic.config import parse_config
+from ludic.training.loggers import before_after
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -88,8 +91,10 @@ def main() -> None:
     )
     cfg.rollout.group_size = args.group_size
     cfg.rollout.prompts_per_step = args.prompts_per_step
-    print(json.dumps(train_from_config(cfg), indent=2))
-    print(json.dumps(eval_from_config(cfg), indent=2))
+    after = train_from_config(cfg)["eval/avg_total_reward"]  # the trained policy, evaluated at the end
+    before = eval_from_config(cfg)["eval/avg_total_reward"]  # [model].path: the model training started from
+    print(before_after(f"held-out reward over {args.steps} GRPO steps:", before, after, prefix="[gsm8k]"))
+    print(f"[gsm8k] every stat per step: {Path(args.output_dir) / 'metrics.jsonl'}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 Checkpoints (every ``--checkpoint-every`` steps) hold the stream cursor; ``--resume`` restarts from
 the latest one and reads on from there: no item is trained twice and none is skipped. With
 ``--trained-log PATH`` every step appends the stream entry ids it trained on (an audit trail).
+It prints one short line per step (``step 3: reward 0.250 loss -0.012 staleness 0.50 0.4 s``), writes
+every stat to ``<output-dir>/metrics.jsonl`` and ends with the training reward of the first and last step.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from transformers import AutoModelForCausalLM
 from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
 from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher
+from ludic.training.loggers import JsonlLogger, before_after
 from ludic.training.types import SAWBatch
 
 PUBLISH_MODES = ("blob", "gloo", "shm")
@@ -98,6 +101,7 @@ def build_trainer(args: argparse.Namespace) -> Trainer:
             pad_token_id=int(model.config.pad_token_id or 0), sync_every_steps=1,
         ),
         checkpoint_config=CheckpointConfig(output_dir=args.output_dir, every_n_steps=args.checkpoint_every),
+        train_logger=JsonlLogger(Path(args.output_dir) / "metrics.jsonl"),  # every stat of every step
     )  # fmt: skip
     if args.trained_log:
         trainer.batch_source = AuditedSource(source, args.trained_log, trainer)
@@ -112,17 +116,24 @@ async def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.resume and (Path(args.output_dir) / "latest.json").is_file():
         trainer.load_checkpoint()
         print(f"resumed at step {trainer.step}", flush=True)
-    stats: dict[str, float] = {}
-    timed: list[tuple[float, float]] = []  # (seconds in next_batch, seconds in the step) per step
+    history: list[dict[str, float]] = []
     while trainer.step < args.steps:
-        stats = await trainer.train_step()
-        reward = stats.get("train/avg_total_reward", float("nan"))
-        timed.append((stats.get("train/pipeline/wait_seconds", 0.0), stats["perf/step_seconds"]))
-        print(f"step {trainer.step}: reward {reward:.3f} "
-              f"staleness {stats.get('train/pipeline/mean_staleness', 0):.2f}", flush=True)  # fmt: skip
+        history.append(await trainer.train_step())
+        print(step_line(trainer.step, history[-1]), flush=True)
     trainer.save_checkpoint()
-    print_idle(timed[WARMUP_STEPS:])
-    return stats
+    trainer.train_logger.close()
+    print_idle([(h.get("train/pipeline/wait_seconds", 0.0), h["perf/step_seconds"]) for h in history][WARMUP_STEPS:])
+    if history:
+        first, last = (h.get("train/avg_total_reward", float("nan")) for h in (history[0], history[-1]))
+        print(before_after(f"train reward over {len(history)} steps:", first, last), flush=True)
+    return history[-1] if history else {}
+
+
+def step_line(step: int, stats: dict[str, float]) -> str:
+    """``step 3: reward 0.250 loss -0.012 staleness 0.50 0.4 s`` (every stat is in metrics.jsonl)."""
+    return (f"step {step}: reward {stats.get('train/avg_total_reward', float('nan')):.3f} "
+            f"loss {stats.get('train/loss', float('nan')):.3f} "
+            f"staleness {stats.get('train/pipeline/mean_staleness', 0):.2f} {stats['perf/step_seconds']:.1f} s")  # fmt: skip
 
 
 WARMUP_STEPS = 3

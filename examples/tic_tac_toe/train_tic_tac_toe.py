@@ -38,19 +38,18 @@ from ludic.inference import InferenceSpec, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.training import (
     EnvSpec,
-    JsonlLogger,
     OfflineBatchSource,
     PerTurnReturn,
     ProtocolSpec,
     RolloutBatchSource,
     RolloutEngine,
     RolloutRequest,
-    TeeLogger,
     Trainer,
     TrainerConfig,
     make_grpo,
     make_sft,
 )
+from ludic.training.loggers import before_after, progress_and_metrics
 
 EVAL_SEEDS = 1_000_000  # held-out games; demonstrations and RL use seeds far below
 SFT_SEEDS = 500_000
@@ -173,20 +172,6 @@ def summarise(rollouts: list[Any]) -> dict[str, Any]:
     }
 
 
-class ProgressLine:
-    """One short line per logged step (a ``TrainingLogger``: ``log(step, stats)``)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-
-    def log(self, step: int, stats: dict[str, float]) -> None:
-        print(
-            f"[tic_tac_toe] step {step}/{self.total}  reward {stats.get('train/avg_total_reward', float('nan')):+.2f}"
-            f"  loss {stats.get('train/loss', float('nan')):+.4f}  {stats.get('perf/step_seconds', 0.0):.1f} s/step",
-            flush=True,
-        )
-
-
 async def evaluate(evaluator: Evaluator, step: int) -> dict[str, float]:
     await evaluator.evaluate(step=step)
     return summarise(evaluator.last_rollouts)
@@ -231,6 +216,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=sft_cfg
         )
         await sft.train(args.sft_steps)
+        client.restart_versions(0)  # the RL trainer publishes version = its step, counting from 1 again
     report["start_of_rl"] = await evaluate(evaluator, 0)
 
     sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
@@ -244,7 +230,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         model_device=args.device, lr=args.lr, lr_schedule="linear", warmup_steps=min(args.warmup_steps, args.steps),
         total_steps=args.steps, max_seq_len=256, micro_token_budget=8192, log_every=args.log_every,
     )  # fmt: skip
-    logger = TeeLogger(JsonlLogger(out / "metrics.jsonl"), ProgressLine(args.steps))
+    logger = progress_and_metrics(out / "metrics.jsonl", "[tic_tac_toe]", total_steps=args.steps)
     trainer = Trainer(model=model, algo=algo, batch_source=source, publisher=ClientPublisher(client), cfg=cfg,
                       train_logger=logger)  # fmt: skip
     history = await trainer.train(args.steps)
@@ -266,6 +252,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[tic_tac_toe] {phase:12s} win {r['win_rate']:.2f} [{win[0]:.2f}, {win[1]:.2f}]  draw {r['draw_rate']:.2f}  "
               f"bad moves {r['bad_move_rate']:.2f} [{bad[0]:.2f}, {bad[1]:.2f}]  parse errors {r['parse_error_rate']:.2f}"
               f"  ({r['games']} games)")  # fmt: skip
+    print(before_after("win rate, start of RL -> end:", report["start_of_rl"]["win_rate"], report["end"]["win_rate"],
+                       prefix="[tic_tac_toe]", precision=2))  # fmt: skip
     print(f"[tic_tac_toe] {report['seconds']:.0f} s, {report['cpu_seconds']:.0f} s of CPU (warm start + RL + evals)")
     return report
 

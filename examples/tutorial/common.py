@@ -14,7 +14,6 @@ from ludic.distributed import ClientPublisher
 from ludic.eval import Evaluator
 from ludic.inference import TransformersChatClient
 from ludic.training import (
-    JsonlLogger,
     OfflineBatchSource,
     RolloutBatchSource,
     RolloutEngine,
@@ -25,6 +24,7 @@ from ludic.training import (
     make_grpo,
     make_sft,
 )
+from ludic.training.loggers import ProgressLogger, before_after, progress_and_metrics
 
 
 def tiny_policy(out: Path, seed: int) -> tuple[Any, Any, TransformersChatClient]:
@@ -50,6 +50,7 @@ async def warm_start(
         model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=cfg
     )
     await trainer.train(steps)
+    client.restart_versions(0)  # the RL trainer publishes version = its step, counting from 1 again
 
 
 async def grpo(
@@ -63,8 +64,13 @@ async def grpo(
     lr: float = 5e-4,
     max_turns: int = 1,
     log_path: Path | None = None,
+    prefix: str = "[tutorial]",
 ) -> list[dict[str, float]]:
-    """GRPO with warm-up + linear decay; returns the per-step stats (``Trainer.train``'s history)."""
+    """GRPO with warm-up + linear decay; returns the per-step stats (``Trainer.train``'s history).
+
+    Prints one short line per step (``prefix step 3/150  reward 0.250  loss -0.012  0.4 s``); every
+    stat goes to ``log_path`` (a metrics JSONL) when given.
+    """
     algo = make_grpo(group_size=group_size)  # the batch source forms groups of this size
     source = RolloutBatchSource(
         engine=engine, request_fn=request_fn, algorithm=algo, max_steps=max_turns, concurrency=64
@@ -77,7 +83,11 @@ async def grpo(
         max_seq_len=512,
         micro_token_budget=8192,
     )
-    logger = JsonlLogger(log_path) if log_path is not None else None
+    logger = (
+        progress_and_metrics(log_path, prefix, total_steps=steps)
+        if log_path is not None
+        else ProgressLogger(prefix, total_steps=steps)
+    )
     trainer = Trainer(
         model=model,
         algo=algo,
@@ -106,6 +116,22 @@ async def held_out(evaluator: Evaluator) -> dict[str, float]:
     """``mean_interval`` of the total reward over the evaluator's episodes."""
     await evaluator.evaluate()
     return mean_interval([r.total_reward for r in evaluator.last_rollouts])
+
+
+def print_report(report: dict[str, Any], prefix: str, out: Path) -> None:
+    """The before/after lines a run ends with; the whole report goes to ``out/summary.json``."""
+    import json
+
+    def mean(value: Any) -> float:
+        return value["mean"] if isinstance(value, dict) else value
+
+    if "initial" in report:
+        print(before_after("held-out reward, initial -> start of RL:", mean(report["initial"]),
+                           mean(report["start_of_rl"]), prefix=prefix))  # fmt: skip
+    print(before_after("held-out reward, start of RL -> end:", mean(report["start_of_rl"]),
+                       mean(report["end"]), prefix=prefix))  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{prefix} every stat per step: {out / 'metrics.jsonl'}; report: {out / 'summary.json'}")
 
 
 def plot(history: list[dict[str, float]], path: Path, title: str) -> Path:

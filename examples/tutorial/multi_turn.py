@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out, plot, tiny_policy, warm_start
+from common import grpo, held_out, plot, print_report, tiny_policy, warm_start
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
@@ -103,6 +102,7 @@ async def main(
         steps=steps,
         max_turns=6,
         log_path=out / "metrics.jsonl",
+        prefix="[multi_turn]",
     )
     report["end"] = await held_out(evaluator)
     plot(history, out / "training_curve.png", "count down: GRPO after SFT warm start")
@@ -116,4 +116,4 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/multi_turn"))
     a = p.parse_args()
-    print(json.dumps(asyncio.run(main(a.steps, a.sft_steps, a.seed, a.output_dir)), indent=2))
+    print_report(asyncio.run(main(a.steps, a.sft_steps, a.seed, a.output_dir)), "[multi_turn]", a.output_dir)

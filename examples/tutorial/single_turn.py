@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import string
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out_reward, plot, tiny_policy, warm_start
+from common import grpo, held_out_reward, plot, print_report, tiny_policy, warm_start
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
@@ -99,6 +98,7 @@ async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: 
         lambda: [episode(next(seeds)) for _ in range(4)],
         steps=steps,
         log_path=out / "metrics.jsonl",
+        prefix="[single_turn]",
     )
     report["end"] = await held_out_reward(evaluator)
     plot(history, out / "training_curve.png", "next letter: GRPO after SFT warm start")
@@ -112,4 +112,4 @@ if __name__ == "__main__":
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/single_turn"))
     a = p.parse_args()
-    print(json.dumps(asyncio.run(main(a.steps, a.sft_steps, a.seed, a.output_dir)), indent=2))
+    print_report(asyncio.run(main(a.steps, a.sft_steps, a.seed, a.output_dir)), "[single_turn]", a.output_dir)

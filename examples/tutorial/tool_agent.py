@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out_reward, plot, tiny_policy
+from common import grpo, held_out_reward, plot, print_report, tiny_policy
 
 from ludic.agents import ToolAgent
 from ludic.context import FullDialog
@@ -100,6 +99,7 @@ async def main(steps: int, seed: int, out: Path, model_name: str | None, eval_ep
         lambda: [episode(next(seeds)) for _ in range(2)],
         steps=steps,
         log_path=out / "metrics.jsonl",
+        prefix="[tool_agent]",
     )
     report["end"] = await held_out_reward(evaluator)
     report["tool_calls_in_last_eval"] = float(
@@ -116,4 +116,4 @@ if __name__ == "__main__":
     p.add_argument("--model", default=None, help="a real instruction-tuned model (default: the tiny model)")
     p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/tool_agent"))
     a = p.parse_args()
-    print(json.dumps(asyncio.run(main(a.steps, a.seed, a.output_dir, a.model)), indent=2))
+    print_report(asyncio.run(main(a.steps, a.seed, a.output_dir, a.model)), "[tool_agent]", a.output_dir)
