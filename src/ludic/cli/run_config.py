@@ -246,7 +246,8 @@ def train_from_config(
 
 
 async def evaluate_before(run: TrainRun) -> dict[str, float] | None:
-    """The held-out evaluation at step 0 (``eval/eval_step_0_summary.json``); a resumed run reads it back."""
+    """The held-out evaluation at step 0 (``eval_step_0_summary.json`` in the eval folder); a resumed
+    run reads it back."""
     summary = run.out_dir / "eval" / "eval_step_0_summary.json"
     if run.trainer.step == 0:
         return await run.evaluator.evaluate(step=0)
