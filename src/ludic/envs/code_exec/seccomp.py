@@ -14,6 +14,7 @@ whole, since its numbers differ.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import socket
@@ -125,6 +126,12 @@ def build_filter(arch: Arch | None = None) -> bytes:
     emit(RET_K, RET_ALLOW)
     return b"".join(struct.pack("=HBBI", code, _jump(labels, jt, i), _jump(labels, jf, i), k)
                     for i, (code, k, jt, jf) in enumerate(prog))  # fmt: skip
+
+
+@functools.cache
+def native_filter() -> bytes:
+    """``build_filter()`` for this machine, built once per process (every runner shares the bytes)."""
+    return build_filter()
 
 
 def _jump(labels: dict[str, int], label: str | None, at: int) -> int:
