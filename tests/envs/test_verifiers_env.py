@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("verifiers.v1")
 
-import verifiers.v1 as vf  # noqa: E402
+import verifiers.v1 as vf
 
-from ludic.envs.verifiers_env import VerifiersEnv  # noqa: E402
-from ludic.registry import ENV_REGISTRY  # noqa: E402
+from ludic.envs.verifiers_env import VerifiersEnv
+from ludic.registry import ENV_REGISTRY
 
 WORDS = ["ab", "cd", "ef", "gh"]
 
@@ -36,7 +36,9 @@ class EchoTask(vf.Task[EchoData, vf.State]):
 class EchoTaskset(vf.Taskset[EchoTask]):
     def load(self):
         for w in WORDS:
-            yield EchoTask(EchoData(prompt=f"repeat {w}", answer=w, system_prompt="Be brief."), self.config.task)
+            yield EchoTask(
+                EchoData(prompt=f"repeat {w}", answer=w, system_prompt="Be brief."), self.config.task
+            )
 
 
 class CrashTask(EchoTask):
@@ -157,7 +159,9 @@ def test_the_agents_exact_tokens_reach_the_step() -> None:
         sampling=SamplingConfig(temperature=1.0, max_tokens=6),
     )  # fmt: skip
     env = VerifiersEnv(_taskset())
-    (rollout,) = asyncio.run(SingleAgentProtocol(agent).run(env=env, max_steps=1, env_seed=2, sampling_seed=0))
+    (rollout,) = asyncio.run(
+        SingleAgentProtocol(agent).run(env=env, max_steps=1, env_seed=2, sampling_seed=0)
+    )
     (step,) = rollout.steps
     assert step.trace is not None and len(step.trace.completion_token_ids) >= 1
     assert len(step.trace.completion_logprobs) == len(step.trace.completion_token_ids)

@@ -48,9 +48,7 @@ def load_tasks(source: Any, *, max_tasks: int | None = None) -> tuple[Any, ...]:
     vf = _vf()
     taskset = source.taskset if isinstance(source, vf.Env) else source
     if not isinstance(taskset, vf.Taskset):
-        raise TypeError(
-            f"verifiers env: expected a verifiers.v1 Env or Taskset, got {type(source).__name__}"
-        )
+        raise TypeError(f"verifiers env: expected a verifiers.v1 Env or Taskset, got {type(source).__name__}")
     if max_tasks is not None:
         taskset = taskset.take(max_tasks)
     elif getattr(taskset, "INFINITE", False):
@@ -168,7 +166,9 @@ class VerifiersEnv(SingleAgentEnv):
         trace = await self._scored_trace(action)
         reward = trace.reward
         if not math.isfinite(reward):
-            raise RuntimeError(f"verifiers env: task {self.task.data.idx} scored a non-finite reward {reward}")
+            raise RuntimeError(
+                f"verifiers env: task {self.task.data.idx} scored a non-finite reward {reward}"
+            )
         info = {
             "rewards": {k: (r.score if r is not None else None) for k, r in trace.rewards.items()},
             "metrics": dict(trace.metrics),

@@ -72,6 +72,8 @@ ENV_REGISTRY.register_lazy("letter_repeat", "ludic.envs.letter_repeat:LetterRepe
 ENV_REGISTRY.register_lazy("tic_tac_toe", "ludic.envs.tic_tac_toe:TicTacToeEnv")
 ENV_REGISTRY.register_lazy("dataset_qa", "ludic.envs.dataset_rows:dataset_qa_env")
 ENV_REGISTRY.register_lazy("reasoning_gym", "ludic.envs.reasoning_gym_env:ReasoningGymEnv")
+ENV_REGISTRY.register_lazy("verifiers", "ludic.envs.verifiers_env:VerifiersEnv")
+ENV_REGISTRY.register_lazy("textarena", "ludic.envs.textarena_env:TextArenaEnv")
 HARNESS_REGISTRY.register_lazy("plain", "ludic.registry.builtins:plain_harness")
 HARNESS_REGISTRY.register_lazy("xml_move", "ludic.registry.builtins:xml_move_harness")
 PROTOCOL_REGISTRY.register_lazy("single_agent", "ludic.registry.builtins:single_agent_protocol")

@@ -1,0 +1,197 @@
+"""TextArena games as Ludic multi-agent envs: the policy plays one or more seats, bots play the rest.
+
+Needs the ``textarena`` extra (``pip install 'ludic[textarena]'``); it is imported only when an env is
+built. Any game id works (``textarena.make``); the game is made without TextArena's default wrappers
+(``-raw``), because the default one resends the whole history every turn. The observation is built
+here from the game's own messages, per seat:
+
+- ``"board"``: the seat's first prompt and the latest game board (the last message when the game
+  shows no board): bounded, the right view for board games;
+- ``"first_last"`` (default): the first prompt and the latest message: bounded, any game;
+- ``"full"``: every message so far, joined: grows with the game; only when asked.
+
+Seats the policy plays are agents ``player_<i>`` (several seats: self-play through
+``MultiAgentProtocol``, one agent per seat); the other seats are played inside the env by an
+``opponent``: ``"random"`` (a uniform choice among the ``[...]`` moves the game lists after
+"Available Moves"), a callable ``obs -> action``, or a ``"module:attr"`` naming one. Rewards are
+the game's own at the end (``close()``), per seat; step info carries the game's info for that seat.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from ludic.envs.env import LudicEnv
+from ludic.types import Info, StepOutcome
+
+EXTRA = "textarena"
+View = Literal["board", "first_last", "full"]
+Bot = Callable[[str], str]
+_MOVES = re.compile(r"'(\[[^\]]+\])'")
+
+
+def _textarena() -> Any:
+    try:
+        import textarena
+    except ImportError as exc:
+        raise ImportError(
+            f"the textarena env needs the {EXTRA!r} extra: pip install 'ludic[{EXTRA}]'"
+        ) from exc
+    return textarena
+
+
+class RandomMoveBot:
+    """Plays a uniformly random move among those listed after "Available Moves" (e.g. TicTacToe's)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self, obs: str) -> str:
+        listed = obs.rsplit("Available Moves", 1)
+        moves = _MOVES.findall(listed[-1]) if len(listed) == 2 else []
+        if not moves:
+            raise ValueError(
+                "textarena env: the 'random' opponent found no \"Available Moves: '[..]'\" list in the "
+                "observation; pass opponent as a callable obs -> action for this game"
+            )
+        return self.rng.choice(moves)
+
+
+def _bot(opponent: str | Bot, seed: int | None) -> Bot:
+    if callable(opponent):
+        return opponent
+    if opponent == "random":
+        return RandomMoveBot(seed)
+    if isinstance(opponent, str) and ":" in opponent:
+        module, attr = opponent.split(":", 1)
+        return getattr(importlib.import_module(module), attr)
+    raise ValueError(
+        f"textarena env: opponent must be 'random', 'module:attr' or a callable, got {opponent!r}"
+    )
+
+
+def render(messages: Sequence[tuple[int, str, Any]], view: View) -> str:
+    """One seat's observation from the game's messages to it (see the module docstring)."""
+    if not messages:
+        return ""
+    texts = [m[1] for m in messages]
+    if view == "full":
+        return "\n\n".join(texts)
+    kinds = [getattr(m[2], "name", "") for m in messages]
+    first = next((t for t, k in zip(texts, kinds) if k == "PROMPT"), texts[0])
+    boards = [t for t, k in zip(texts, kinds) if k == "GAME_BOARD"]
+    latest = boards[-1] if view == "board" and boards else texts[-1]
+    return first if latest is first else f"{first}\n\n{latest}"
+
+
+class TextArenaEnv(LudicEnv[str, str, str]):
+    """A TextArena game; ``reset(seed=s)`` resets the game with seed ``s``.
+
+    game: a TextArena id ("TicTacToe-v0"); num_players: seats in the game (default 2).
+    players: the seats the policy plays (default ``[0]``; ``[0, 1]`` is self-play).
+    opponent: who plays the other seats (see the module docstring); observation: "board",
+    "first_last" or "full"; game_kwargs: the game's own constructor arguments.
+    """
+
+    def __init__(
+        self,
+        game: str,
+        *,
+        num_players: int = 2,
+        players: Sequence[int] = (0,),
+        opponent: str | Bot = "random",
+        observation: View = "first_last",
+        game_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if observation not in ("board", "first_last", "full"):
+            raise ValueError(
+                f"textarena env: observation must be 'board', 'first_last' or 'full', got {observation!r}"
+            )
+        bad = [p for p in players if not 0 <= p < num_players]
+        if not players or bad or len(set(players)) != len(players):
+            raise ValueError(
+                f"textarena env: players {list(players)} must be distinct seats in 0..{num_players - 1}"
+            )
+        self.game, self.num_players, self.view = game, num_players, observation
+        self.players, self.opponent = list(players), opponent
+        self.game_kwargs = dict(game_kwargs or {})
+        self._make()  # an unknown game fails here, not at the first episode
+        self._seen: dict[int, list] = {}
+        self._done = True
+
+    def _make(self) -> Any:
+        ta = _textarena()
+        base = self.game.removesuffix("-raw")
+        try:
+            return ta.make(f"{base}-raw", **self.game_kwargs)
+        except ValueError:
+            return ta.make(base, **self.game_kwargs)  # a game registered without versions
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return [f"player_{p}" for p in self.players]
+
+    @property
+    def active_agents(self) -> list[str]:
+        if self._done:
+            return []
+        return [f"player_{self._env.state.current_player_id}"]
+
+    def reset(self, seed: int | None = None) -> dict[str, tuple[str, Info]]:
+        self._env = self._make()
+        self._env.reset(num_players=self.num_players, seed=seed)
+        self._bot = _bot(self.opponent, seed)
+        self._seen = {p: [] for p in range(self.num_players)}
+        self._done = False
+        self._advance_bots()
+        return {f"player_{p}": (self._view(p), {"seat": p, "game": self.game}) for p in self.players}
+
+    def step(self, actions: dict[str, str]) -> dict[str, StepOutcome]:
+        if self._done:
+            raise RuntimeError("TextArenaEnv: the game is over; call reset()")
+        mover = f"player_{self._env.state.current_player_id}"
+        if set(actions) != {mover}:
+            raise KeyError(f"TextArenaEnv: expected exactly the action of {mover!r}, got {sorted(actions)}")
+        self._take_turn()
+        self._done, _ = self._env.step(actions[mover])
+        if not self._done:
+            self._advance_bots()
+        if self._done:
+            return self._final()
+        return {
+            aid: StepOutcome(obs=self._view(p), reward=0.0, truncated=False, terminated=False, info={})
+            for p, aid in zip(self.players, self.agent_ids)
+        }
+
+    def _take_turn(self) -> int:
+        """Move the current seat's pending messages into what it has seen; returns the seat."""
+        pid, messages = self._env.get_observation()
+        self._seen[pid].extend(messages)
+        return pid
+
+    def _advance_bots(self) -> None:
+        """Bots play until a policy seat is to move or the game ends."""
+        while not self._done and self._env.state.current_player_id not in self.players:
+            pid = self._take_turn()
+            self._done, _ = self._env.step(self._bot(render(self._seen[pid], self.view)))
+
+    def _view(self, seat: int) -> str:
+        pending = list(self._env.state.observations.get(seat, []))
+        return render(self._seen[seat] + pending, self.view)
+
+    def _final(self) -> dict[str, StepOutcome]:
+        rewards, game_info = self._env.close()
+        out = {}
+        for p, aid in zip(self.players, self.agent_ids):
+            reward = float(rewards[p])
+            others = [float(r) for q, r in rewards.items() if q != p]
+            result = (
+                "draw" if not others or reward == max(others) else ("win" if reward > max(others) else "loss")
+            )
+            info = {**dict(game_info.get(p, {})), "result": result, "game_rewards": dict(rewards)}
+            out[aid] = StepOutcome(obs=None, reward=reward, truncated=False, terminated=True, info=info)
+        return out

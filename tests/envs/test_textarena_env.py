@@ -1,0 +1,115 @@
+"""TextArena games as multi-agent envs, with the real package on TicTacToe-v0: whole games through
+Ludic's multi-agent kernel (vs a bot and in self-play), rewards per seat, bounded observations."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("textarena")
+
+from ludic.envs.textarena_env import RandomMoveBot, TextArenaEnv
+from ludic.interaction import MultiAgentProtocol, SingleAgentProtocol
+from ludic.parsers import ParseResult
+from ludic.registry import ENV_REGISTRY
+
+
+class LegalMoveAgent:
+    """A scripted agent: plays the first move the game lists as available (records what it saw)."""
+
+    def __init__(self) -> None:
+        self.ctx = SimpleNamespace(system_prompt=None)
+        self.sampling = None
+        self.seen: list[str] = []
+
+    def reset(self, system_prompt: str | None = None) -> None:
+        self.seen = []
+
+    def on_env_reset(self, obs: str, info: dict) -> None:
+        self.seen.append(obs)
+
+    def on_after_step(self, obs: str, info: dict) -> None:
+        self.seen.append(obs)
+
+    async def act(self, sampling=None):
+        move = _first_move(self.seen[-1])
+        return ParseResult(action=move, reward=0.0, obs=None), {"raw_text": move}
+
+
+def _first_move(obs: str) -> str:
+    tail = obs.rsplit("Available Moves", 1)[-1]
+    return tail.split("'")[1]
+
+
+def _play(env: TextArenaEnv, agents: dict[str, LegalMoveAgent], seed: int = 0):
+    return asyncio.run(MultiAgentProtocol(agents).run(env=env, max_steps=20, env_seed=seed))
+
+
+def test_policy_against_the_random_bot_ends_with_the_games_rewards() -> None:
+    agent = LegalMoveAgent()
+    (rollout,) = _play(TextArenaEnv("TicTacToe-v0", observation="board"), {"player_0": agent}, seed=1)
+    last = rollout.steps[-1]
+    assert last.terminated and last.info["result"] in ("win", "loss", "draw")
+    assert last.reward == {"win": 1.0, "loss": -1.0, "draw": 0.0}[last.info["result"]]
+    assert last.info["invalid_move"] is False  # only legal moves were played
+    assert sorted(last.info["game_rewards"]) == [0, 1]
+
+
+def test_self_play_gives_each_seat_its_own_reward() -> None:
+    agents = {"player_0": LegalMoveAgent(), "player_1": LegalMoveAgent()}
+    r0, r1 = _play(TextArenaEnv("TicTacToe-v0", players=[0, 1]), agents)
+    # first-listed moves: O takes 0, X 1, O 2, X 3, O 4, X 5, O 6 -> O wins on the 2-4-6 diagonal
+    assert [s.info.get("parsed_action") for s in r0.steps] == ["[0]", "[2]", "[4]", "[6]"]
+    assert (r0.steps[-1].reward, r1.steps[-1].reward) == (1.0, -1.0)
+    assert (r0.steps[-1].info["result"], r1.steps[-1].info["result"]) == ("win", "loss")
+    assert "X" in agents["player_0"].seen[1]  # seat 0 saw seat 1's move before its second turn
+
+
+def test_observation_does_not_grow_unless_asked() -> None:
+    lengths = {}
+    for view in ("board", "first_last", "full"):
+        agent = LegalMoveAgent()
+        _play(
+            TextArenaEnv("TicTacToe-v0", players=[0, 1], observation=view),
+            {"player_0": agent, "player_1": LegalMoveAgent()},
+        )
+        lengths[view] = [len(o) for o in agent.seen]
+    assert max(lengths["board"]) <= lengths["board"][0] + 20
+    assert max(lengths["first_last"]) <= lengths["first_last"][0] + 20
+    assert lengths["full"][-1] > 2 * lengths["full"][0]  # the whole history, only when asked
+
+
+def test_policy_as_second_seat_through_the_single_agent_protocol() -> None:
+    env = ENV_REGISTRY.build("textarena", game="TicTacToe-v0", players=[1], observation="board")
+    (rollout,) = asyncio.run(SingleAgentProtocol(LegalMoveAgent()).run(env=env, max_steps=9, env_seed=2))
+    assert rollout.steps[0].prev_obs.count("O") >= 2  # the bot (seat 0) moved before the policy's turn
+    assert rollout.steps[-1].terminated and rollout.steps[-1].info["result"] in ("win", "loss", "draw")
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="observation must be"):
+        TextArenaEnv("TicTacToe-v0", observation="history")
+    with pytest.raises(ValueError, match=r"distinct seats in 0\.\.1"):
+        TextArenaEnv("TicTacToe-v0", players=[2])
+    with pytest.raises(ValueError, match="NoSuchGame-v0"):
+        TextArenaEnv("NoSuchGame-v0")
+    with pytest.raises(ValueError, match='no "Available Moves'):
+        RandomMoveBot(0)("say something")
+
+
+def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_textarena(name: str, *args: object, **kwargs: object) -> object:
+        if name.startswith("textarena"):
+            raise ImportError("No module named 'textarena'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "textarena", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_textarena)
+    with pytest.raises(ImportError, match=r"pip install 'ludic\[textarena\]'"):
+        TextArenaEnv("TicTacToe-v0")
