@@ -34,9 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ludic.envs.code_exec.cgroup import CgroupHost, RunGroup, detect
+from ludic.envs.code_exec.group_pool import pool_for
 from ludic.envs.code_exec.isolation import ChildSetup
 from ludic.envs.code_exec.sandbox import RunOutcome, SandboxLimits, SandboxUnavailableError, run_limited
-from ludic.envs.code_exec.seccomp import SeccompUnsupportedError, build_filter, filter_fd
+from ludic.envs.code_exec.seccomp import SeccompUnsupportedError, filter_fd, native_filter
 from ludic.envs.code_exec.uids import claimed_uid, kill_sandbox_init, kill_uid, private_dir_fd, task_count
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class BubblewrapRunner:
         self.is_root = os.geteuid() == 0
         self.cgroups = _run_limits(cgroup_root, require_run_limits)
         try:
-            self.seccomp = build_filter()
+            self.seccomp = native_filter()
         except SeccompUnsupportedError as exc:
             raise SandboxUnavailableError(str(exc)) from None
         self.scratch_dir = _scratch_mountpoint()
@@ -142,8 +143,9 @@ class BubblewrapRunner:
         )
 
     async def run(self, code_dir: Path, stdin: bytes, limits: SandboxLimits, *, slot: int) -> RunOutcome:
-        group = RunGroup(self.cgroups, memory_bytes=limits.memory_mb << 20, max_processes=limits.max_processes) if (
-            self.cgroups) else None  # fmt: skip
+        groups = pool_for(self.cgroups) if self.cgroups else None
+        group = groups.acquire(memory_bytes=limits.memory_mb << 20, max_processes=limits.max_processes) if (
+            groups) else None  # fmt: skip
         fd = filter_fd(self.seccomp)
         try:
             if self.is_root:
@@ -156,21 +158,22 @@ class BubblewrapRunner:
             )  # fmt: skip
         finally:
             os.close(fd)
-            if group is not None:
-                group.remove()
+            if groups is not None and group is not None:
+                groups.release(group)  # kept for a later run only if empty
 
     async def _run_as_root(
         self, code_dir: Path, stdin: bytes, limits: SandboxLimits, slot: int, group: RunGroup | None, fd: int
     ) -> RunOutcome:
         with claimed_uid(self.base_uid, slot, self.lock_dir) as uid:
-            try:
+            try:  # the uid is this run's alone: nothing of it may outlive the run
                 outcome = await run_limited(
                     self.argv(code_dir, limits, fd), stdin, limits, env={},
                     setup=self._setup(limits, group, uid, limits.max_processes), group=group, pass_fds=(fd,),
                     kill_first=kill_sandbox_init, kill_rest=lambda: kill_uid(uid),
                 )  # fmt: skip
-            finally:  # the uid is this run's alone: nothing of it may outlive the run
+            except BaseException:  # returned normally, run_limited's kill_rest swept the uid until none was left
                 await kill_uid(uid)
+                raise
             return dataclasses.replace(outcome, uid=uid)
 
 

@@ -110,6 +110,8 @@ class RunGroup:
 
     def __init__(self, host: CgroupHost, *, memory_bytes: int, max_processes: int) -> None:
         self.host = host
+        self.limits = (memory_bytes, max_processes)
+        self._base_cpu, self._base_oom = (0.0, 0.0), 0
         name = f"run-{os.getpid()}-{next(_names)}"
         self.dirs = {controller: base / name for controller, base in host.dirs.items()}
         for path in self.dirs.values():
@@ -139,20 +141,32 @@ class RunGroup:
         name = "cgroup.procs" if self.host.version == "v2" else "tasks"
         return tuple(str(d / name) for d in self.dirs.values())
 
+    def start(self) -> None:
+        """Count from now: a group reused for another run (``GroupPool``) reports that run's CPU time
+        and OOM kills only (the kernel's counters are cumulative: read as differences)."""
+        self._base_cpu, self._base_oom = self._cpu_totals(), self._oom_total()
+
     def cpu_seconds(self) -> float:
         """CPU time used by every process of the run so far: the larger of the scheduler's runtime
         and the tick-sampled user+system time (what RLIMIT_CPU counts; on a busy host it runs ahead)."""
+        usage_s, ticks_s = self._cpu_totals()
+        return max(usage_s - self._base_cpu[0], ticks_s - self._base_cpu[1])
+
+    def _cpu_totals(self) -> tuple[float, float]:
         if self.host.version == "v2":
             stat = dict(line.split() for line in (self.dirs["unified"] / "cpu.stat").read_text().splitlines())
             ticks_s = (int(stat.get("user_usec", 0)) + int(stat.get("system_usec", 0))) / 1e6
-            return max(int(stat["usage_usec"]) / 1e6, ticks_s)
+            return int(stat["usage_usec"]) / 1e6, ticks_s
         acct = self.dirs["cpuacct"]
         stat = dict(line.split() for line in (acct / "cpuacct.stat").read_text().splitlines())
         ticks_s = (int(stat["user"]) + int(stat["system"])) / _CLOCK_TICKS
-        return max(int((acct / "cpuacct.usage").read_text()) / 1e9, ticks_s)
+        return int((acct / "cpuacct.usage").read_text()) / 1e9, ticks_s
 
     def oom_kills(self) -> int:
         """Processes of the run the kernel killed for passing the memory limit."""
+        return self._oom_total() - self._base_oom
+
+    def _oom_total(self) -> int:
         if self.host.version == "v2":
             counters = (self.dirs["unified"] / "memory.events").read_text()
         else:
