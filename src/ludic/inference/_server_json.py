@@ -9,6 +9,7 @@ never a 500.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from typing import Any
@@ -18,6 +19,8 @@ from aiohttp import web
 MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays/objects a request body may have (tool JSON schemas stay well inside it)."""
+OFF_LOOP_BYTES = 256 << 10
+"""Bodies larger than this are parsed on a worker thread."""
 
 
 class BadRequest(ValueError):
@@ -39,6 +42,8 @@ async def read_json(request: web.Request) -> Any:
     raw = await request.read()  # aiohttp stops a chunked body at client_max_size (413)
     if len(raw) > limit:
         raise body_too_large(len(raw), limit)
+    if len(raw) > OFF_LOOP_BYTES:  # megabytes take tens of milliseconds to parse: not on the event loop
+        return await asyncio.to_thread(parse_json, raw)
     return parse_json(raw)
 
 
