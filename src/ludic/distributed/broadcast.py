@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ludic.distributed._server_meta import check_against_server, server_weight_info
+from ludic.distributed.adapter_payload import check_lora_mode
 from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.distributed.weight_buckets import WeightSource, buckets, named_tensors
 from ludic.inference.pause import check_mode
@@ -69,7 +70,8 @@ class BroadcastPolicyPublisher:
     which ``bench/bench_publish.py`` uses to time each stage alone).
     channels: gloo connections each large tensor is split across (``ludic.inference.process_group``);
     above 1 it is sent in ``init_info`` as Ludic's own ``channels`` field, which vLLM does not document:
-    keep 1 (the default) for a vLLM server. ``last_stats`` holds the
+    keep 1 (the default) for a vLLM server. lora: what a LoRA run publishes, "merged" weights or its
+    "adapter" alone (``ludic.distributed.adapter_payload``; Ludic's server). ``last_stats`` holds the
     stages' seconds: ``publish_pack_s``, ``publish_wait_s`` (waiting for the wire), ``publish_control_s``
     (the control calls), and the server's own (``server_receive_s``, ``server_check_s``, ``server_load_s``...).
     """
@@ -88,6 +90,7 @@ class BroadcastPolicyPublisher:
         pause_mode: str | None = "keep",
         overlap: bool = True,
         channels: int = 1,
+        lora: str = "merged",
     ) -> None:
         if pause_mode is not None:
             check_mode(pause_mode)
@@ -102,10 +105,12 @@ class BroadcastPolicyPublisher:
         self.bucket_bytes, self.packed, self.timeout_s = bucket_bytes, packed, timeout_s
         self.pack_below_bytes = pack_below_bytes
         self.pause_mode, self.overlap = pause_mode, overlap
+        self.lora_publish = check_lora_mode(lora)  # a peft model's trainer sends its adapter alone, or merged
         self.channels = check_channels(channels, "nccl" if self.backend == SHARED_MEMORY_BACKEND else self.backend)
         self._group: Any = None
         self._update_id: str | None = None
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
+        self._checked = self._expected
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
         self._packer = single_threaded_executor("ludic-pack")
         self._buffers: list[Tensor | None] = [None, None]  # packed buckets, reused from publish to publish
@@ -137,7 +142,9 @@ class BroadcastPolicyPublisher:
     def _update(self, state_dict: WeightSource, version: int | None) -> None:
         count = nbytes = 0
         try:
-            started = self._control("/start_weight_update")
+            adapter = getattr(state_dict, "config", None)  # an AdapterPayload: Ludic's server serves it on the base
+            started = self._control("/start_weight_update", None if adapter is None else {"adapter": adapter.to_json()})
+            self._checked = None if adapter is not None else self._expected  # adapter names: the server checks
             self._update_id = started.get("update_id")  # Ludic's server: every call of this update names it
             in_flight: list[Future] | None = None
             calls = (c for b in buckets(named_tensors(state_dict), self.bucket_bytes) for c in self._split(b))
@@ -244,7 +251,7 @@ class BroadcastPolicyPublisher:
         t0 = perf_counter()
         metas = [TensorMeta.of(name, t) for name, t in bucket]
         try:
-            check_against_server(metas, self._expected)
+            check_against_server(metas, self._checked)
         except ValueError as exc:
             raise PublishError(f"{exc}; nothing of this update was applied") from exc
         info = update_info(metas, packed=packed)

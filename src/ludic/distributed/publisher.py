@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
+from ludic.distributed.adapter_payload import check_lora_mode
 from ludic.distributed.interfaces import PolicyPublisher
 
 
@@ -18,7 +19,7 @@ class ClientPublisher:
     client owns the transport, this class only adapts the trainer's call.
     """
 
-    def __init__(self, client: Any, *, timeout_s: float = 600.0) -> None:
+    def __init__(self, client: Any, *, timeout_s: float = 600.0, lora: str = "merged") -> None:
         if not callable(getattr(client, "sync_weights", None)):
             raise TypeError(
                 f"ClientPublisher needs a client with sync_weights(params, *, timeout_s, version); "
@@ -26,11 +27,13 @@ class ClientPublisher:
             )
         self.client = client
         self.timeout_s = timeout_s
+        self.lora_publish = check_lora_mode(lora)  # "adapter": a peft model's adapter alone (the client serves it)
         self.last_status: str | None = None
 
     def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
+        payload = state_dict if getattr(state_dict, "config", None) is not None else dict(state_dict)
         self.last_status = self.client.sync_weights(
-            dict(state_dict), timeout_s=self.timeout_s, version=version
+            payload, timeout_s=self.timeout_s, version=version
         )
 
 
@@ -51,9 +54,10 @@ class Rank0OnlyPublisher:
     ranks never open connections (or NCCL groups) to the server.
     """
 
-    def __init__(self, make_inner: Callable[[], PolicyPublisher]) -> None:
+    def __init__(self, make_inner: Callable[[], PolicyPublisher], *, lora: str = "merged") -> None:
         if not callable(make_inner):
             raise TypeError(f"Rank0OnlyPublisher takes a zero-argument factory, got {make_inner!r}")
+        self.lora_publish = check_lora_mode(lora)  # the inner publisher is built later: say it here
         self._make_inner = make_inner
         self.rank: int | None = None
         self.inner: PolicyPublisher | None = None

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import torch
 
+from ludic.inference.adapter_config import AdapterPayload
+from ludic.inference.adapters import AdapterState
 from ludic.inference.weights import assign_weights, next_version, parse_version, validate_state_dict
 
 
@@ -22,6 +24,14 @@ class EngineWeightsMixin:
     policy_version: int
     _weights_lock: threading.Lock
     weights_epoch: int = 0  # counts loads: a frozen batch whose epoch moved prefills its rows again
+    _adapter: AdapterState | None = None
+
+    @property
+    def adapter(self) -> AdapterState:
+        """The LoRA adapter folded into the served weights, if any (``ludic.inference.adapters``)."""
+        if self._adapter is None:
+            self._adapter = AdapterState()
+        return self._adapter
 
     def sync_weights(
         self,
@@ -36,7 +46,10 @@ class EngineWeightsMixin:
         batch being generated to finish (weights swap between batches, never mid-forward), so
         call it off the event loop (e.g. ``asyncio.to_thread``) when requests are in flight.
         Floating-point tensors are cast to the model's dtype (a bf16 trainer can publish to fp32).
+        An ``AdapterPayload`` (LoRA tensors + config) is served as an adapter (``sync_adapter``).
         """
+        if isinstance(params, AdapterPayload):
+            return self.sync_adapter(params, timeout_s=timeout_s, version=version)
         validate_state_dict(params, self.model.state_dict())
         return self.load_validated(params, timeout_s=timeout_s, version=version)
 
@@ -52,12 +65,31 @@ class EngineWeightsMixin:
         try:
             new_version = next_version(version, self.policy_version)  # refused before anything is copied
             with torch.no_grad():
+                self.adapter.restore_base(self.model)  # a full update replaces the base; the adapter goes
                 assign_weights(self.model, params, adopt=adopt)
             self.policy_version = new_version
             self.weights_epoch += 1
         finally:
             self._weights_lock.release()
         return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
+
+    def sync_adapter(
+        self, payload: AdapterPayload, *, timeout_s: float = 600.0, version: int | None = None
+    ) -> str:
+        """Serve a LoRA adapter (``W_base + scaling * B @ A`` on its layers), all or nothing, as a new version.
+        Refused (``AdapterRefused``, a ValueError) when its names, shapes, values or base do not fit; the old
+        weights then keep serving at the old version."""
+        if not self._weights_lock.acquire(timeout=timeout_s):
+            raise TimeoutError(f"sync_adapter could not acquire the engine within {timeout_s}s")
+        try:
+            new_version = next_version(version, self.policy_version)
+            self.adapter.validate(self.model, payload, payload.config)
+            self.adapter.apply(self.model, payload, payload.config)
+            self.policy_version = new_version
+            self.weights_epoch += 1
+        finally:
+            self._weights_lock.release()
+        return f"applied adapter {payload.config.name!r} ({len(payload)} tensors), policy_version={self.policy_version}"
 
     def restart_versions(self, version: int = 0) -> None:
         """Set the policy version without loading weights: the in-process owner starting a new count (the

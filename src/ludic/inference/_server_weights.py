@@ -26,6 +26,7 @@ from ludic.inference._origin_guard import require_content_type
 from ludic.inference._server_generate import ENGINE_KEY, BadRequest
 from ludic.inference._server_json import read_json
 from ludic.inference._update_owner import UpdateConflict
+from ludic.inference.adapter_config import AdapterPayload, blob_adapter_config
 from ludic.inference.pause import PAUSE_MODES
 from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
 from ludic.inference.weight_receiver import InitInfo, WeightReceiver, parse_init_info
@@ -72,7 +73,9 @@ async def reserve_weight_buffer(request: web.Request) -> web.Response:
 
 
 async def start_weight_update(request: web.Request) -> web.Response:
-    update_id = await _in_thread(request.app[RECEIVER_KEY].start)
+    """vLLM's route; Ludic's optional ``{"adapter": config}`` makes the update a LoRA adapter's."""
+    adapter = (await _json_body(request)).get("adapter") if request.can_read_body else None
+    update_id = await _in_thread(request.app[RECEIVER_KEY].start, adapter)
     return web.json_response({"status": "ok", "update_id": update_id})
 
 
@@ -162,8 +165,11 @@ async def update_weights_blob(request: web.Request) -> web.Response:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(blob))
     try:
         params = load(bytes(blob))
+        adapter = blob_adapter_config(blob)
     except Exception as exc:  # safetensors refuses a malformed blob; it never runs code
         raise BadRequest(f"weights rejected: {exc}") from exc
+    if adapter is not None:
+        params = AdapterPayload(params, adapter)  # served on top of the base (``sync_adapter``)
     try:
         status = await asyncio.to_thread(engine.sync_weights, params, version=version_int)
     except (KeyError, TypeError, ValueError) as exc:

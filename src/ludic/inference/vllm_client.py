@@ -28,6 +28,7 @@ import httpx
 import torch
 
 from ludic.inference._http import RequestRefused, RetryPolicy, ServerError
+from ludic.inference.adapter_config import ADAPTER_METADATA_KEY
 from ludic.inference.request import ChatCompletionRequest
 from ludic.types import ChatResponse
 
@@ -212,12 +213,15 @@ class VLLMChatClient:
     def sync_weights(
         self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None
     ) -> str:
-        """POST the weights as one safetensors blob; blocking (the Trainer publishes from sync code)."""
+        """POST the weights as one safetensors blob; blocking (the Trainer publishes from sync code). An
+        ``AdapterPayload`` (LoRA tensors) goes with its config in the blob's metadata (Ludic's server)."""
         from safetensors.torch import save
 
         if not self.enable_weight_updates:
             raise RuntimeError("VLLMChatClient(enable_weight_updates=False) cannot sync weights")
-        blob = save(_unshared_cpu(params))
+        config = getattr(params, "config", None)  # an AdapterPayload: its config rides in the metadata
+        metadata = None if config is None else {ADAPTER_METADATA_KEY: json.dumps(config.to_json())}
+        blob = save(_unshared_cpu(params), metadata=metadata)
         path = "/ludic/update_weights_blob" + (f"?version={int(version)}" if version is not None else "")
         headers = {**self._headers, "Content-Type": "application/octet-stream"}
         payload = self.retry.call(

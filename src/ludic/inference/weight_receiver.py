@@ -18,6 +18,11 @@ for an ``update_info`` (it packs the tensors straight into it), and ``receive`` 
 with ``shm_buffer`` set copies what the trainer wrote into a private receive buffer and stages that: a
 shared buffer, still mapped writable by the trainer, never becomes the model's storage.
 
+An adapter update (Ludic's own ``{"adapter": config}`` in the ``/start_weight_update`` body,
+``ludic.inference.adapter_config``) travels the same way; its calls carry lora_A/lora_B tensors checked
+against the shapes the config gives on this model, and ``finish`` serves it on top of the base
+(``ludic.inference.adapters``) instead of loading it as weights.
+
 One owner (``_update_owner``): ``start`` returns an ``update_id``; while that update is in progress
 another ``start`` or ``init`` is refused, and a call naming another update is refused (shared-memory
 calls must name it), so two publishers never mix into one update.
@@ -35,6 +40,7 @@ import torch
 
 from ludic.inference._transfer_init import InitInfo, SharedMemoryInit, TransferError, parse_init_info
 from ludic.inference._update_owner import UpdateOwner
+from ludic.inference.adapter_config import AdapterConfig, AdapterPayload
 from ludic.inference.finite_check import FiniteCheck
 from ludic.inference.process_group import broadcast_all, create_group
 from ludic.inference.shared_memory import SharedPool
@@ -65,6 +71,8 @@ class WeightReceiver:
         self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-weight-check",
                                            initializer=torch.set_num_threads, initargs=(1,))  # fmt: skip
         self._dtypes: dict[str, torch.dtype] = {}
+        self._adapter: AdapterConfig | None = None  # this update carries an adapter, not weights
+        self._targets: dict[str, torch.Tensor] = {}  # what this update's tensors must fit (meta tensors for adapters)
         self._check = FiniteCheck(self._checker)
         self._lock = threading.Lock()  # one transfer at a time
         self.timings: dict[str, float] = {}
@@ -96,15 +104,22 @@ class WeightReceiver:
                                     f"{info.master_address}:{info.master_port}: {exc}") from exc  # fmt: skip
             self._group, self._staged, self._channels = group, None, info.channels
 
-    def start(self) -> str:
-        """Open an update; returns its ``update_id`` (409 while another publisher's is in progress)."""
+    def start(self, adapter: Any = None) -> str:
+        """Open an update (``adapter``: the JSON config of a LoRA adapter update); returns its ``update_id``
+        (409 while another publisher's is in progress)."""
         if self._group is None:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
         self.owner.refuse_if_busy("start a weight update")
+        config = None if adapter is None else AdapterConfig.from_json(adapter)
         if self.owner.update_id is not None:  # taken over: its publisher may still write where it was told to
             self._shm.retire(set(self._shm.used))
         self._staged, self._taken, self._reserved = {}, set(), {}
         target = self.engine.model.state_dict()
+        if config is not None:  # refused here (400) before any byte: a layer it names that is not there
+            metas = self.engine.adapter.expected_metas(self.engine.model, config)
+            self.engine.adapter.check_base(self.engine.model, config)
+            target = {m.name: torch.empty(m.shape, dtype=m.dtype, device="meta") for m in metas}
+        self._adapter, self._targets = config, target
         self._dtypes = {name: t.dtype for name, t in target.items()}
         self._check = FiniteCheck(self._checker, self._dtypes)  # as stored: after the cast to the model's dtype
         self._live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
@@ -129,7 +144,7 @@ class WeightReceiver:
             raise ValueError("no shared-memory weight update in progress: POST /init_weight_transfer_engine with "
                              "init_info {\"backend\": \"shm\"}, then /start_weight_update")  # fmt: skip
         self.owner.check(update_id, required=True)
-        validate_metas(metas, self.engine.model.state_dict())
+        validate_metas(metas, self._targets)
         with self._lock:
             size = packed_size(metas)
             shared, fresh = self._shm.take(size, busy=set(self._reserved))
@@ -146,7 +161,7 @@ class WeightReceiver:
         self.owner.check(update_id, required=self.shared_memory)
         if self.shared_memory or "shm_buffer" in update_info:
             return self._receive_shared(metas, update_info.get("shm_buffer"))
-        validate_metas(metas, self.engine.model.state_dict())
+        validate_metas(metas, self._targets)
         packed = bool(update_info.get("packed", False))
         with self._lock:
             t0 = time.perf_counter()
@@ -243,12 +258,16 @@ class WeightReceiver:
         self.timings["check_s"] = self._check.seconds
         if bad is not None:
             raise ValueError(non_finite_message(bad, staged[bad].dtype, self._dtypes[bad]))
-        validate_state_dict(staged, self.engine.model.state_dict(), check_finite=False)
+        validate_state_dict(staged, self._targets, check_finite=False)
         t1 = time.perf_counter()
         if self.drop_updates:
             self.engine.policy_version = next_version(version, self.engine.policy_version)
             return "dropped (fault injection): version bumped, weights unchanged"
-        status = self.engine.load_validated(staged, timeout_s=self.timeout_s, version=version, adopt=True)
+        if self._adapter is not None:  # checked again against the base, then folded in (never adopted)
+            payload = AdapterPayload(staged, self._adapter)
+            status = self.engine.sync_adapter(payload, timeout_s=self.timeout_s, version=version)
+        else:
+            status = self.engine.load_validated(staged, timeout_s=self.timeout_s, version=version, adopt=True)
         self.timings.update(check_wait_s=t1 - t0, load_s=time.perf_counter() - t1)
         self._prune_pool()
         return status

@@ -13,6 +13,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from ludic.distributed.adapter_payload import lora_publish_mode
 from ludic.training.distributed_publish import gather_publishable
 from ludic.training.loggers.prefix import GROUPS
 from ludic.training.stats import staleness_stats
@@ -46,7 +47,8 @@ def publish_if_due(trainer: Trainer) -> dict[str, float]:
     if trainer.publisher is None or every <= 0 or trainer.step % every != 0:
         return {}
     t0 = perf_counter()
-    state = gather_publishable(trainer.model, trainer.param_filter)  # sharded: layer by layer, {} off rank 0
+    mode = lora_publish_mode(trainer.publisher)  # a peft model: its adapter alone, or merged weights
+    state = gather_publishable(trainer.model, trainer.param_filter, publish=mode)  # sharded: {} off rank 0
     stats = {}
     if trainer.ranks.is_main:
         trainer.publisher.publish(state, version=trainer.step)

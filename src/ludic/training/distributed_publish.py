@@ -99,14 +99,19 @@ def _merge_lora(chunk: dict[str, torch.Tensor], lora: dict[str, Any]) -> dict[st
     return out
 
 
-def gather_publishable(model: nn.Module, param_filter: ParamFilter | None = None) -> dict[str, torch.Tensor]:
+def gather_publishable(
+    model: nn.Module, param_filter: ParamFilter | None = None, *, publish: str = "merged"
+) -> dict[str, torch.Tensor]:
     """The weights to publish: rank 0 gets the merged full state dict (on the CPU), other ranks ``{}``.
 
-    Not sharded: exactly ``publishable_state_dict(model, param_filter)``. Sharded: must be called on
-    every rank; gathers layer by layer (see the module docstring).
+    Not sharded: exactly ``publishable_state_dict(model, param_filter, publish=)`` (``publish="adapter"``:
+    a peft model's adapter alone). Sharded: must be called on every rank; gathers layer by layer (see
+    the module docstring), merged only.
     """
     if not is_fsdp_model(model):
-        return publishable_state_dict(model, param_filter)
+        return publishable_state_dict(model, param_filter, publish=publish)
+    if publish == "adapter" and is_peft_model(model):
+        raise ValueError("adapter publishing from an FSDP-sharded model is not supported: use lora='merged'")
     main = dist.get_rank() == 0
     lora = _lora_modules(model) if is_peft_model(model) else {}
     out: dict[str, torch.Tensor] = {}

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ludic.distributed.adapter_payload import lora_publish_mode
 from ludic.training._lora import publishable_state_dict
 
 
@@ -24,7 +25,8 @@ def resume_latest(trainer: Any, *, fallback: bool = True) -> int:
     """Load the latest checkpoint into ``trainer`` and publish its weights; returns the step."""
     trainer.load_checkpoint(fallback=fallback)
     if trainer.publisher is not None:  # inference still holds the initial weights
-        weights = publishable_state_dict(trainer.model, trainer.param_filter)
+        mode = lora_publish_mode(trainer.publisher)  # a LoRA run publishing adapters sends the restored ones
+        weights = publishable_state_dict(trainer.model, trainer.param_filter, publish=mode)
         trainer.publisher.publish(weights, version=trainer.step)
     return trainer.step
 

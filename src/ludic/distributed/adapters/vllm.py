@@ -17,6 +17,7 @@ def create_vllm_publisher(
     transport: str = "broadcast",
     timeout_s: float = 120.0,
     probe: Any = None,
+    lora: str = "merged",
     **broadcast_kwargs: Any,
 ) -> PolicyPublisher:
     """A publisher for a weight-update-enabled ``VLLMChatClient``; by default only rank 0 publishes.
@@ -27,6 +28,8 @@ def create_vllm_publisher(
     ``BroadcastPolicyPublisher`` (master_address, master_port, backend: "gloo", "nccl", or "shm" for Ludic's
     server on the same host; bucket_bytes, packed, pause_mode).
     probe: a ``SyncProbe`` checked after every publish (``ProbeCheckedPublisher``).
+    lora: what a peft (LoRA) model publishes: "merged" weights (any server) or its "adapter" alone (Ludic's
+    server, any transport; for ``vllm serve --enable-lora`` use ``VLLMLoraPublisher``).
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
@@ -40,9 +43,9 @@ def create_vllm_publisher(
         from ludic.distributed.sync_probe import ProbeCheckedPublisher
 
         if transport == "blob":
-            inner: PolicyPublisher = ClientPublisher(client, timeout_s=timeout_s)
+            inner: PolicyPublisher = ClientPublisher(client, timeout_s=timeout_s, lora=lora)
         else:
-            inner = BroadcastPolicyPublisher(client, timeout_s=timeout_s, **broadcast_kwargs)
+            inner = BroadcastPolicyPublisher(client, timeout_s=timeout_s, lora=lora, **broadcast_kwargs)
         return ProbeCheckedPublisher(inner, probe) if probe is not None else inner
 
-    return Rank0OnlyPublisher(make) if rank0_only else make()
+    return Rank0OnlyPublisher(make, lora=lora) if rank0_only else make()
