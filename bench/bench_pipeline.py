@@ -45,6 +45,7 @@ from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.saw_builder import prompt_completion_item
 
 BATCH = 64  # entries per MULTI/EXEC push and per trainer read
+VOCAB = 256  # the items' token ids are below 250
 
 
 def saw_item(tokens: int) -> Any:
@@ -86,7 +87,7 @@ async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[
     push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
     rates = []
     for collate in (False, True):
-        source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, version_fn=lambda: 0)
+        source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, vocab_size=VOCAB, version_fn=lambda: 0)
         # connected before timing, as redis-benchmark is
         await source.stream.read("$", count=1, block_ms=None)
         t0 = time.perf_counter()
@@ -183,7 +184,8 @@ def modules_at(rev: str) -> Any:
     (pkg / "__init__.py").write_text("")
     names = ("pipeline_codec", "pipeline_stream", "pipeline_batch_source")
     texts = {}
-    for name in (*names, "pipeline_item"):  # pipeline_item where the revision has one, else this checkout's
+    # the rest where the revision has them (resp_connection: its own RESP client), else this checkout's
+    for name in (*names, "pipeline_item", "pipeline_checks", "resp_connection"):
         shown = subprocess.run(["git", "-C", str(root), "show", f"{rev}:src/ludic/training/batching/{name}.py"],
                                capture_output=True, text=True, check=name in names)  # fmt: skip
         if shown.returncode == 0:

@@ -23,8 +23,8 @@ that raises ``StreamResetError`` with the counts; ``on_stream_reset="warn"`` log
 
 Read-ahead: as soon as a reply arrives, the next XREAD (after the last entry fetched, without BLOCK) is
 sent before the entries just received are decoded, so Redis finds and sends the next entries while this
-process checks these; at most one read is in flight. The same write SETs the consumed count actors read,
-as it will be once those entries are consumed. Entries fetched but not yet consumed are held in memory
+process checks these; at most one read is in flight. The same write (one redis-py pipeline) SETs the
+consumed count actors read, as it will be once those entries are consumed. Entries fetched but not yet consumed are held in memory
 only: the cursor (and so every checkpoint) covers consumed entries alone, and a resumed trainer reads the
 rest again.
 """
@@ -132,10 +132,13 @@ class PipelineBatchSource:
         if not self._fetched and self._ahead is not None:
             ahead, self._ahead = self._ahead, None
             self._fetched = await self._same_epoch(await ahead)
-        if not self._fetched:
-            await self._publish_consumed()  # before waiting: see _publish_consumed
-            read = self._read(self.last_id, count=max(count, self.batch_size), block_ms=self.block_ms)
-            self._fetched = await self._same_epoch(await read)
+        if not self._fetched:  # a blocking read, carrying the consumed count where Redis lacks it
+            sent = self.consumed
+            consumed = sent if sent != self._consumed_published else None  # see _publish_consumed
+            reply = await self._read(self.last_id, count=max(count, self.batch_size), block_ms=self.block_ms,
+                                     consumed=consumed)  # fmt: skip
+            self._consumed_published = sent
+            self._fetched = await self._same_epoch(reply)
         entries, self._fetched = self._fetched[:count], self._fetched[count:]
         if entries and not self._fetched and self._ahead is None:
             after = entries[-1][0].decode()
@@ -178,14 +181,14 @@ class PipelineBatchSource:
     async def _publish_consumed(self) -> None:
         """Tell actors how many entries this source has consumed (their admission counts the rest as queued).
 
-        Sent after each batch and before each blocking read: a trainer one batch short (its stale items
-        dropped) that waited without saying what it had read would leave actors counting those entries as
-        queued and holding back, each side waiting for the other. The SET's reply is read with the next
-        command. The read-ahead carries the count as it will be once the entries just handed out are
-        consumed (``next_batch`` consumes every entry it takes), so after a batch there is usually
-        nothing left to send."""
+        Sent after each batch and with each blocking read (in the read's own write, ``_entries``): a trainer
+        one batch short (its stale items dropped) that waited without saying what it had read would leave
+        actors counting those entries as queued and holding back, each side waiting for the other. The
+        read-ahead carries the count as it will be once the entries just handed out are consumed
+        (``next_batch`` consumes every entry it takes), so after a batch there is usually nothing left to
+        send."""
         if self.consumed != self._consumed_published:
-            await self.stream.set_consumed(self.consumed, wait=False)
+            await self.stream.set_consumed(self.consumed)
             self._consumed_published = self.consumed
 
     async def _drop_read_ahead(self) -> None:

@@ -13,11 +13,19 @@ Keys (``run_id`` names the run)::
 Every call retries through a lost connection (a Redis restart, a network blip) for up to
 ``reconnect_timeout_s`` seconds, logging each retry, and then raises.
 
-The two hot calls, ``push`` (a MULTI/EXEC of XADDs) and ``read`` (XREAD), skip redis-py's per-command
-layer: the commands are written as one RESP buffer on a connection of their own (``RespConnection``:
-replies parsed as the bytes arrive) and the raw replies are read back (redis-py's argument packing, reply
-callbacks and stream reader cost more per entry than Redis's own work; ``bench/bench_pipeline.py
-stream``). The rest goes through the ordinary redis-py client.
+Redis is spoken through redis-py's asyncio client, hiredis parsing the replies. The two hot calls are one
+write each: ``push`` a MULTI/EXEC transaction (redis-py's ``pipeline(transaction=True)``: the XADDs and
+the INCRBY), ``read_checked`` the consumed count's SET, the epoch's SET NX and GET and the XREAD, packed by
+redis-py and sent on one redis-py connection the stream keeps for reading. That read path skips redis-py's
+``Pipeline`` object, whose per-call work (a connection taken from the pool and handed back through a task
+of its own, observability hooks, reply callbacks) cost about 80 us of CPU per read, 40% of a 64-entry read of
+512-token items (``bench/bench_pipeline.py stream``); XREAD's reply is kept as Redis sends it (per entry
+``[id, [name, value, ...]]``, no dict) and the codec decodes from those field lists.
+
+Timeouts: the connections have no socket timeout of their own (under one, redis-py writes through
+``asyncio.wait_for``, a task of its own on Python 3.11, which would hold a read-ahead's XREAD back until
+the caller next yields); each call runs under one deadline instead: the URL's ``socket_timeout`` (else
+30 s), plus XREAD's BLOCK. redis-py's own retries are off: ``_call`` retries, counts and logs them.
 """
 
 from __future__ import annotations
@@ -29,21 +37,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ludic.distributed.redis_server import REDIS_EXTRA_HINT
-from ludic.training.batching.resp_connection import (
-    RawConnection,
-    RedisPyConnection,
-    RespConnection,
-    append_command,
-    supports,
-)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _READ_SIZE = 1 << 20
-"""Bytes redis-py asks of the socket per read (its default: 64 KiB) on the ordinary client and on the raw
-connection of a ``rediss://`` URL (a 64-entry XREAD of 4,096-token items is ~2.4 MB)."""
+"""Bytes redis-py asks of the socket per read (its default: 64 KiB; a 64-entry XREAD of 4,096-token items is
+~2.4 MB)."""
 _REPLY_TIMEOUT_S = 30.0
-"""How long a write, or a reply, may take where the URL sets no socket timeout (redis-py 8 sets 5 s)."""
+"""How long a call may take (beyond XREAD's BLOCK) where the URL sets no socket timeout."""
 
 
 def _redis_asyncio() -> Any:
@@ -73,30 +74,44 @@ class PipelineStream:
         self.epoch_key = f"{prefix}:epoch"
         self.reconnects = 0
         self._client: Any = None
-        self._raw: RawConnection | None = None  # the connection push/read/counters use, opened on first use
-        self._unread = 0  # replies to commands sent with wait=False, read by the next exchange
-        self._unconfirmed: list[tuple[bytes, int]] = []  # those commands, sent again on a new connection
-        self._raw_lock = asyncio.Lock()
-        self._raw_timeout_s = _REPLY_TIMEOUT_S
+        self._timeout_s = _REPLY_TIMEOUT_S
+        self._reader: Any = None  # the redis-py connection reads go on (one at a time), opened on first use
+        self._reader_lock = asyncio.Lock()
 
     def _redis(self) -> Any:
         if self._client is None:
-            self._client = _redis_asyncio().Redis.from_url(
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
+            client = _redis_asyncio().Redis.from_url(
                 self.redis_url,
                 socket_connect_timeout=2.0,
                 health_check_interval=0,
                 socket_read_size=_READ_SIZE,
+                retry=Retry(NoBackoff(), 0),
             )
+            kwargs = client.connection_pool.connection_kwargs  # the URL's options included
+            self._timeout_s = kwargs.get("socket_timeout") or _REPLY_TIMEOUT_S
+            kwargs["socket_timeout"] = None  # see the module docstring: the deadline is _call's
+            self._client = client
         return self._client
 
-    async def _call(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def _call(self, what: str, fn: Callable[[Any], Awaitable[T]], *, blocks_s: float = 0.0) -> T:
+        """``fn(client)`` under one deadline, retried on a new connection while Redis is unreachable.
+
+        ``blocks_s``: how long the server may hold the reply back (XREAD's BLOCK). A timed-out call is
+        retried too (``TimeoutError`` is an ``OSError``)."""
         import redis
 
         deadline = time.monotonic() + self.reconnect_timeout_s
         delay = 0.05
         while True:
             try:
-                return await fn(self._redis())
+                client = self._redis()
+                async with asyncio.timeout(self._timeout_s + blocks_s):
+                    return await fn(client)
+            except redis.AuthenticationError:  # a wrong password stays wrong: say so now
+                raise
             except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError) as exc:
                 if time.monotonic() > deadline:
                     raise ConnectionError(
@@ -112,65 +127,30 @@ class PipelineStream:
     def _safe_url(self) -> str:
         return self.redis_url.split("@")[-1]
 
-    async def _exchange(
-        self, payload: bytes, n_replies: int, *, wait: bool = True, blocks_s: float = 0.0
-    ) -> list[Any]:
-        """Send RESP-encoded commands on the raw connection and read ``n_replies`` replies back.
-
-        ``wait=False`` (idempotent commands only) returns once the commands are written; their replies are
-        read by the next exchange, which comes after them on the same connection, so Redis has run them
-        by then. Until then they count as unconfirmed and are sent again first on a new connection (the
-        server may have died before running them). ``blocks_s``: how long the server may hold the reply back
-        (XREAD's BLOCK), beyond the connection's socket timeout. Any failure (an error reply mid-way included) closes
-        the connection: the replies still unread would otherwise answer the next call, and an unfinished
-        MULTI is discarded by the server.
-        """
-        async with self._raw_lock:
-            if self._raw is None:
-                await self._open_raw()
-            conn = self._raw
+    async def _send_on_reader(self, client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands`` in one write on the read connection and read their replies, in order, as Redis sent
+        them. The write leaves before the first suspension (a read-ahead is on its way at once). Any failure
+        (an error reply included) closes the connection: replies still unread would answer the next call."""
+        async with self._reader_lock:
+            pool = client.connection_pool
+            conn = self._reader if self._reader is not None else await pool.get_connection()
+            self._reader = conn
             try:
-                await conn.send(payload)  # written before this returns: a read-ahead is on its way at once
-                if not wait:
-                    self._unconfirmed.append((payload, n_replies))
-                    self._unread += n_replies
-                    return []
-                # one deadline for all replies (a push reads 67 of them); TimeoutError is an OSError: _call
-                # reconnects
-                async with asyncio.timeout(self._raw_timeout_s + blocks_s):
-                    while self._unread:
-                        await conn.read_response()  # an error reply raises: dropped below
-                        self._unread -= 1
-                    self._unconfirmed.clear()
-                    return [await conn.read_response() for _ in range(n_replies)]
+                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                return [await conn.read_response() for _ in commands]
             except BaseException:
-                self._raw = None
-                await conn.aclose()
+                self._reader = None
+                if asyncio._get_running_loop() is None:
+                    # a read left pending when its event loop closed, now collected (a source never closed):
+                    # nothing can be awaited; the socket closes with its transport. GeneratorExit ends the
+                    # collection quietly (redis-py raised "no running event loop" on the way out)
+                    raise GeneratorExit from None
+                await conn.disconnect(nowait=True)
+                await pool.release(conn)
                 raise
 
-    async def _open_raw(self) -> None:
-        """Open the raw connection (``RespConnection``; redis-py's for ``rediss://``) and send again what an
-        earlier connection may have lost."""
-        pool = self._redis().connection_pool
-        self._raw_timeout_s = pool.connection_kwargs.get("socket_timeout") or _REPLY_TIMEOUT_S
-        if supports(self.redis_url):
-            conn = await RespConnection.open(self.redis_url, timeout_s=self._raw_timeout_s)
-        else:
-            conn = await RedisPyConnection.open(pool, timeout_s=self._raw_timeout_s)
-        self._raw, self._unread = conn, 0
-        try:
-            for sent, replies in self._unconfirmed:
-                await conn.send(sent)
-                self._unread += replies
-        except BaseException:
-            self._raw = None
-            await conn.aclose()
-            raise
-
     async def _drop_connection(self) -> None:
-        raw, self._raw = self._raw, None
-        if raw is not None:
-            await raw.aclose()
+        self._reader = None  # closed with the client's pool
         client, self._client = self._client, None
         if client is not None:
             try:
@@ -181,23 +161,22 @@ class PipelineStream:
     # ---- writing (actors) ---------------------------------------------------------------------
     async def push(self, entries: Sequence[dict[str, bytes]]) -> list[bytes]:
         """XADD all ``entries`` and count them in one MULTI/EXEC: all land or none do."""
-        key = self.items_key.encode()
-        xadd = b"$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n" % (len(key), key)
-        parts: list[bytes] = []
-        append_command(parts, b"MULTI")
-        for fields in entries:  # XADD key * name value ...: append_command written out, the fixed part once
-            parts += (b"*%d\r\n" % (3 + 2 * len(fields)), xadd)
-            for name, value in fields.items():
-                name_b = name.encode() if isinstance(name, str) else name
-                parts += (b"$%d\r\n%s\r\n$%d\r\n" % (len(name_b), name_b, len(value)), value, b"\r\n")
-        append_command(parts, b"INCRBY", self.pushed_key.encode(), b"%d" % len(entries))
-        append_command(parts, b"EXEC")
-        payload = b"".join(parts)
-        replies = await self._call("XADD", lambda _: self._exchange(payload, len(entries) + 3))
-        results = replies[-1]  # EXEC: one reply per queued command
-        failed = [r for r in results or [] if isinstance(r, Exception)]
-        if results is None or failed:
-            raise RuntimeError(f"Redis refused the XADD transaction: {failed[0] if failed else 'aborted'}")
+        import redis
+
+        def transaction(r: Any) -> Awaitable[list[Any]]:
+            pipe = r.pipeline(transaction=True)
+            for fields in entries:
+                pipe.execute_command("XADD", self.items_key, "*", *[x for kv in fields.items() for x in kv])
+            pipe.execute_command("INCRBY", self.pushed_key, len(entries))
+            return pipe.execute(raise_on_error=False)
+
+        try:
+            results = await self._call("XADD", transaction)
+        except redis.ResponseError as exc:  # refused while queueing (EXECABORT): nothing ran
+            raise RuntimeError(f"Redis refused the XADD transaction: {exc}") from exc
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:  # refused when run (e.g. WRONGTYPE): MULTI/EXEC ran the rest, so say so
+            raise RuntimeError(f"Redis refused the XADD transaction: {failed[0]}")
         return list(results[:-1])
 
     async def push_raw(self, fields: dict[str, bytes]) -> bytes:
@@ -217,7 +196,7 @@ class PipelineStream:
         self, after: str, *, count: int, block_ms: int | None, consumed: int | None = None
     ) -> list[Any]:
         """``read``'s entries as Redis sends them, ``[id, [name, value, ...]]`` in bytes (no dict built per
-        entry). ``consumed``: SET the consumed count first, in the same write (one system call, not two)."""
+        entry). ``consumed``: SET the consumed count first, in the same write."""
         return (await self.read_checked(after, count=count, block_ms=block_ms, consumed=consumed))[1]
 
     async def read_checked(
@@ -225,26 +204,25 @@ class PipelineStream:
         read_epoch: bool = False, set_epoch: bytes | None = None,
     ) -> tuple[bytes | None, list[Any]]:  # fmt: skip
         """``(epoch, entries)``: ``read_entries`` (the batch source's path) with the run's epoch read in the same
-        exchange (``read_epoch``; else None), first set to ``set_epoch`` where Redis has none. The entries
+        write (``read_epoch``; else None), first set to ``set_epoch`` where Redis has none. The entries
         come from the Redis that epoch names: a changed or vanished epoch means Redis lost the run's keys."""
-        parts: list[bytes] = []
+        block = () if block_ms is None else ("BLOCK", block_ms)
+
+        commands: list[tuple[Any, ...]] = []
         if consumed is not None:
-            append_command(parts, b"SET", self.consumed_key.encode(), b"%d" % consumed)
+            commands.append(("SET", self.consumed_key, consumed))
         if set_epoch is not None:
-            append_command(parts, b"SET", self.epoch_key.encode(), set_epoch, b"NX")
+            commands.append(("SET", self.epoch_key, set_epoch, "NX"))
         if read_epoch:
-            append_command(parts, b"GET", self.epoch_key.encode())
-        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
-        key = self.items_key.encode()
-        append_command(parts, b"XREAD", b"COUNT", b"%d" % count, *block, b"STREAMS", key, after.encode())
-        payload = b"".join(parts)
-        blocks_s = (block_ms or 0) / 1000
-        n_replies = 1 + (consumed is not None) + (set_epoch is not None) + read_epoch
-        replies = await self._call("XREAD", lambda _: self._exchange(payload, n_replies, blocks_s=blocks_s))
+            commands.append(("GET", self.epoch_key))
+        commands.append(("XREAD", "COUNT", count, *block, "STREAMS", self.items_key, after))
+
+        replies = await self._call(
+            "XREAD", lambda r: self._send_on_reader(r, commands), blocks_s=(block_ms or 0) / 1000
+        )
         epoch, reply = (replies[-2] if read_epoch else None), replies[-1]
         if not reply:  # nil: nothing arrived within block_ms
             return epoch, []
-        # [[key, entries]] in RESP2; some parser versions give {key: entries}
         return epoch, next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
 
     async def trim_before(self, entry_id: str) -> int:
@@ -258,32 +236,32 @@ class PipelineStream:
         return int(await self._call("XLEN", lambda r: r.xlen(self.items_key)))
 
     async def _get_int(self, key: str) -> int:
-        (value,) = await self._raw_call("GET", b"GET", key.encode())
+        value = await self._call("GET", lambda r: r.get(key))
         return int(value) if value is not None else 0
 
     async def pending(self) -> int:
         """Entries pushed but not yet consumed by the trainer."""
-        return await self._get_int(self.pushed_key) - await self._get_int(self.consumed_key)
+        pushed, consumed = await self._call("MGET", lambda r: r.mget(self.pushed_key, self.consumed_key))
+        return int(pushed or 0) - int(consumed or 0)
 
-    async def set_consumed(self, n: int, *, wait: bool = True) -> None:
-        """SET the consumed count. ``wait=False`` (the trainer, after each batch) does not wait for the reply:
-        the count only steers actors' admission, and a SET lost with a dropped connection is made good by
-        the next one; this stream's own reads (``pending``) still come after it."""
-        await self._raw_call("SET", b"SET", self.consumed_key.encode(), b"%d" % int(n), wait=wait)
-
-    async def _raw_call(self, what: str, *args: bytes, wait: bool = True) -> list[Any]:
-        parts: list[bytes] = []
-        append_command(parts, *args)
-        payload = b"".join(parts)
-        return await self._call(what, lambda _: self._exchange(payload, 1, wait=wait))
+    async def set_consumed(self, n: int) -> None:
+        """SET the consumed count (the batch source sends it with its reads where it can: ``read_checked``)."""
+        await self._call("SET", lambda r: r.set(self.consumed_key, int(n)))
 
     async def counts(self) -> dict[str, int]:
         """What Redis holds for the run now: ``pushed``, ``consumed`` and the stream's ``length``."""
-        return {
-            "pushed": await self._get_int(self.pushed_key),
-            "consumed": await self._get_int(self.consumed_key),
-            "length": await self.length(),
-        }
+
+        def pipeline(r: Any) -> Awaitable[list[Any]]:
+            return (
+                r.pipeline(transaction=True)
+                .get(self.pushed_key)
+                .get(self.consumed_key)
+                .xlen(self.items_key)
+                .execute()
+            )
+
+        pushed, consumed, length = await self._call("GET", pipeline)
+        return {"pushed": int(pushed or 0), "consumed": int(consumed or 0), "length": int(length)}
 
     async def version(self) -> int:
         return await self._get_int(self.version_key)
