@@ -33,26 +33,26 @@ class GroupPool:
         with self._lock:
             idle = self._idle.get((memory_bytes, max_processes), [])
             group = idle.pop() if idle else None
-        if group is not None:
+        if group is not None:  # kept only empty (``release``); only root could have put a process in since
             try:
-                if not group.pids():  # kept groups are empty; one that is not is never reused
-                    group.start()
-                    return group
+                group.start()
+                return group
             except OSError:  # removed meanwhile (e.g. by hand): make a new one
-                group = None
-        if group is not None:
-            group.remove()
+                pass
         group = RunGroup(self.host, memory_bytes=memory_bytes, max_processes=max_processes)
         group.start()
         return group
 
     def release(self, group: RunGroup) -> None:
-        """After the run: kill what is left; keep the group only if it is then empty, else remove it
+        """After the run: keep the group only if it is empty, else kill what is left and remove it
         (``remove`` waits for the kernel to empty it and raises if it cannot)."""
-        group.kill()
+        if group.pids():  # the run's end killed everything; what is still exiting goes with the group
+            group.kill()
+            group.remove()
+            return
         with self._lock:
             idle = self._idle.setdefault(group.limits, [])
-            if not group.pids() and len(idle) < KEEP_PER_LIMITS:
+            if len(idle) < KEEP_PER_LIMITS:
                 idle.append(group)
                 return
         group.remove()
