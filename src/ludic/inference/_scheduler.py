@@ -159,6 +159,9 @@ class EngineSchedulerMixin:
         if self.gate.hold(self._weights_lock):
             version = self.policy_version
             for cohort in live:
+                if cohort.generated == 0:  # not stepped yet (a row rerun alone): all its tokens are the new weights'
+                    cohort.spans = [(0, version)]
+                    continue
                 if cohort.spans[-1][1] != version:
                     cohort.spans.append((cohort.generated, version))
                 cohort.reload = cohort.reload or self.weights_epoch != epoch  # old K/V: prefill again
