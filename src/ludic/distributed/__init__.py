@@ -1,8 +1,10 @@
 """Getting trained weights from the trainer to the inference side."""
 
+from ludic.distributed.adapter_payload import adapter_payload
 from ludic.distributed.adapters.vllm import create_vllm_publisher
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, PublishError
 from ludic.distributed.interfaces import PolicyPublisher
+from ludic.distributed.lora_vllm import VLLMLoraPublisher
 from ludic.distributed.publisher import ClientPublisher, Rank0OnlyPublisher, current_rank
 from ludic.distributed.sync_probe import ProbeCheckedPublisher, SyncCheckError, SyncProbe
 
@@ -15,6 +17,8 @@ __all__ = [
     "Rank0OnlyPublisher",
     "SyncCheckError",
     "SyncProbe",
+    "VLLMLoraPublisher",
+    "adapter_payload",
     "create_vllm_publisher",
     "current_rank",
 ]

@@ -29,12 +29,15 @@ class ClientPublisher:
         self.timeout_s = timeout_s
         self.lora_publish = check_lora_mode(lora)  # "adapter": a peft model's adapter alone (the client serves it)
         self.last_status: str | None = None
+        self.last_stats: dict[str, float] = {}
 
     def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
         payload = state_dict if getattr(state_dict, "config", None) is not None else dict(state_dict)
         self.last_status = self.client.sync_weights(
             payload, timeout_s=self.timeout_s, version=version
         )
+        nbytes = sum(t.numel() * t.element_size() for t in payload.values())
+        self.last_stats = {"publish_tensors": float(len(payload)), "publish_bytes": float(nbytes)}
 
 
 def current_rank() -> int:

@@ -91,6 +91,16 @@ class EngineWeightsMixin:
             self._weights_lock.release()
         return f"applied adapter {payload.config.name!r} ({len(payload)} tensors), policy_version={self.policy_version}"
 
+    def unload_adapter(self, timeout_s: float = 600.0) -> None:
+        """Serve the base again (vLLM's unload route); the version stays as it is."""
+        if not self._weights_lock.acquire(timeout=timeout_s):
+            raise TimeoutError(f"unload_adapter could not acquire the engine within {timeout_s}s")
+        try:
+            self.adapter.restore_base(self.model)
+            self.weights_epoch += 1
+        finally:
+            self._weights_lock.release()
+
     def restart_versions(self, version: int = 0) -> None:
         """Set the policy version without loading weights: the in-process owner starting a new count (the
         quickstart's RL after its SFT warm start). Updates are refused below the served version, so this

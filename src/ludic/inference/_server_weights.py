@@ -18,6 +18,7 @@ publisher's update is in progress, another's ``start`` or ``init`` is refused wi
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -177,7 +178,39 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     return web.json_response({"status": status, "policy_version": engine.policy_version})
 
 
+async def load_lora_adapter(request: web.Request) -> web.Response:
+    """vLLM's ``/v1/load_lora_adapter {lora_name, lora_path, load_inplace}``: serve the adapter folder at
+    ``lora_path`` (``ludic.inference.adapter_files``; the weight version is the one written in it). One
+    adapter at a time, applied to every request whatever its ``model``; a refused one changes nothing."""
+    from ludic.inference.adapter_files import read_adapter_folder
+
+    body = await _json_body(request)
+    name, path = body.get("lora_name"), body.get("lora_path")
+    if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+        raise BadRequest("load_lora_adapter needs string fields lora_name and lora_path")
+    engine = request.app[ENGINE_KEY]
+    try:
+        payload, version = await asyncio.to_thread(partial(read_adapter_folder, path, max_bytes=max_blob_bytes(engine)))
+    except Exception as exc:  # a missing or malformed folder: the caller's mistake, named
+        raise BadRequest(f"lora_path {path!r} refused: {exc}") from exc
+    await asyncio.to_thread(engine.sync_adapter, payload, version=version)
+    return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+
+async def unload_lora_adapter(request: web.Request) -> web.Response:
+    """vLLM's ``/v1/unload_lora_adapter {lora_name}``: the base serves again (the version is kept)."""
+    name = await _json_field(request, "lora_name")
+    engine = request.app[ENGINE_KEY]
+    current = engine.adapter.config
+    if current is None or not isinstance(name, str):
+        raise web.HTTPNotFound(text=f"no LoRA adapter named {name!r} is loaded")
+    await asyncio.to_thread(engine.unload_adapter)
+    return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+
 def add_weight_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
+    app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
     app.router.add_post("/init_weight_transfer_engine", init_weight_transfer_engine)
     app.router.add_post("/start_weight_update", start_weight_update)
     app.router.add_post("/update_weights", update_weights)

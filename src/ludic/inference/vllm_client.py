@@ -21,14 +21,12 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
-import torch
 
 from ludic.inference._http import RequestRefused, RetryPolicy, ServerError
-from ludic.inference.adapter_config import ADAPTER_METADATA_KEY
+from ludic.inference._vllm_weights import VLLMWeightsMixin
 from ludic.inference.request import ChatCompletionRequest
 from ludic.types import ChatResponse
 
@@ -36,7 +34,7 @@ ROUTES = ("completions", "generate")
 __all__ = ["RequestRefused", "ServerError", "VLLMChatClient"]
 
 
-class VLLMChatClient:
+class VLLMChatClient(VLLMWeightsMixin):
     """ChatClient (and VersionedClient) for a vLLM-style server at ``base_url`` or ``host:port``.
 
     api_key: bearer token (default ``$LUDIC_API_KEY``); route: ``"completions"`` or ``"generate"``
@@ -209,27 +207,6 @@ class VLLMChatClient:
     def is_paused_sync(self, *, timeout_s: float | None = None) -> bool:
         return bool(self.get_json_sync("/is_paused", timeout_s=timeout_s)["is_paused"])
 
-    # ---- weights (Ludic's blob route) ---------------------------------------------------------
-    def sync_weights(
-        self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None
-    ) -> str:
-        """POST the weights as one safetensors blob; blocking (the Trainer publishes from sync code). An
-        ``AdapterPayload`` (LoRA tensors) goes with its config in the blob's metadata (Ludic's server)."""
-        from safetensors.torch import save
-
-        if not self.enable_weight_updates:
-            raise RuntimeError("VLLMChatClient(enable_weight_updates=False) cannot sync weights")
-        config = getattr(params, "config", None)  # an AdapterPayload: its config rides in the metadata
-        metadata = None if config is None else {ADAPTER_METADATA_KEY: json.dumps(config.to_json())}
-        blob = save(_unshared_cpu(params), metadata=metadata)
-        path = "/ludic/update_weights_blob" + (f"?version={int(version)}" if version is not None else "")
-        headers = {**self._headers, "Content-Type": "application/octet-stream"}
-        payload = self.retry.call(
-            lambda: self.sync_client().post(self.base_url + path, content=blob, headers=headers, timeout=timeout_s),
-            path, retry=False,
-        )  # fmt: skip
-        return str(payload.get("status"))
-
     # ---- HTTP -------------------------------------------------------------------------------
     def sync_client(self) -> httpx.Client:
         if self._sync is None:
@@ -274,17 +251,6 @@ class VLLMChatClient:
         if self._sync is not None:
             self._sync.close()
             self._sync = None
-
-
-def _unshared_cpu(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """CPU tensors safetensors can write: tied weights (embeddings = lm_head) get their own copy."""
-    out, seen = {}, set()
-    for name, tensor in params.items():
-        t = tensor.detach().contiguous().cpu()
-        ptr = t.untyped_storage().data_ptr()
-        out[name] = t.clone() if ptr in seen else t
-        seen.add(ptr)
-    return out
 
 
 def wire_messages(messages: list[Any]) -> list[Any]:
