@@ -127,3 +127,16 @@ async def test_a_failure_outside_any_row_fails_the_waiting_requests_and_the_engi
         await asyncio.wait_for(engine.complete_ids([5, 6], SamplingConfig(max_tokens=2)), timeout=30)
     response, _ = await engine.complete_ids([5, 6], SamplingConfig(max_tokens=2))
     assert len(response.completion_token_ids) >= 1
+
+
+def test_a_chat_of_too_many_messages_is_refused_before_templating_and_a_long_render_before_tokenising(engine):
+    def chat(n: int) -> ChatCompletionRequest:
+        return ChatCompletionRequest(model="t", messages=[{"role": "user", "content": ""}] * n,
+                                     sampling=SamplingConfig(max_tokens=4))  # fmt: skip
+
+    began = time.perf_counter()
+    with pytest.raises(ValueError, match="chat has 200000 messages: at most MAX_CHAT_MESSAGES=16384"):
+        asyncio.run(engine.complete(chat(200_000)))  # rendering and tokenising them took 16 s here
+    assert time.perf_counter() - began < 1.0
+    with pytest.raises(ValueError, match=r"the rendered chat hold \d+ characters, at least \d+ tokens"):
+        asyncio.run(engine.complete(chat(16_000)))  # empty messages: only the template's text is long

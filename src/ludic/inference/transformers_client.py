@@ -30,6 +30,10 @@ from ludic.types import ChatResponse
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+MAX_CHAT_MESSAGES = 16384
+"""Most messages one chat may hold (the template renders every one before the prompt can be measured)."""
+
+
 class EngineOverloaded(RuntimeError):
     """More requests are pending than ``max_pending`` allows (the server answers 503)."""
 
@@ -149,15 +153,13 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
                 f"tokenizer of {self.model_name!r} has no chat_template: set tokenizer.chat_template or "
                 "send prompt_token_ids"
             )
-        return list(
-            self.tokenizer.apply_chat_template(
-                request.messages,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-                **({} if request.tools is None else {"tools": request.tools}),
-            )
-        )
+        text = self.tokenizer.apply_chat_template(
+            request.messages, add_generation_prompt=True, tokenize=False,
+            **({} if request.tools is None else {"tools": request.tools}),
+        )  # fmt: skip
+        self._check_chars_fit(len(text), request.sampling.max_tokens, "the rendered chat")  # before tokenising it
+        # what apply_chat_template(tokenize=True) does: encode the rendered text, no special tokens added
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
         if request.extras:
@@ -179,20 +181,26 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
             )
 
     def check_chat_fits(self, request: ChatCompletionRequest) -> None:
-        """ValueError, before any templating, for messages that cannot fit the context: a text of C
-        characters is at least C / (the longest token's characters) tokens. Tokenising a chat of
-        megabytes takes seconds; this takes microseconds. Assistant turns are not counted (a template
-        may drop their reasoning), nor is text a tokenizer's normaliser could remove."""
+        """ValueError, before any templating, for a chat that cannot fit the context: more than
+        ``MAX_CHAT_MESSAGES`` messages (rendering costs ~25 us a message), or messages whose text alone is
+        too long (see ``_check_chars_fit``). Tokenising a chat of megabytes takes seconds; this takes
+        microseconds. Assistant turns are not counted (a template may drop their reasoning)."""
         if request.prompt_token_ids is not None:
             return
+        if len(request.messages) > MAX_CHAT_MESSAGES:
+            raise ValueError(f"chat has {len(request.messages)} messages: at most MAX_CHAT_MESSAGES={MAX_CHAT_MESSAGES}")
+        chars = sum(len(m.get("content") or "") for m in request.messages if m.get("role") != "assistant")
+        self._check_chars_fit(chars, request.sampling.max_tokens, "messages")
+
+    def _check_chars_fit(self, chars: int, max_tokens: int, what: str) -> None:
+        """A text of C characters is at least C / (the longest token's characters) tokens."""
         if self._max_token_chars is None:
             self._max_token_chars = max(map(len, self.tokenizer.get_vocab()), default=1)
-        chars = sum(len(m.get("content") or "") for m in request.messages if m.get("role") != "assistant")
         least = -(-chars // self._max_token_chars)
-        if least + request.sampling.max_tokens > self.max_positions:
+        if least + max_tokens > self.max_positions:
             raise ValueError(
-                f"messages hold {chars} characters, at least {least} tokens (at most {self._max_token_chars} "
-                f"characters a token), + max_tokens {request.sampling.max_tokens} exceeds the model's "
+                f"{what} hold {chars} characters, at least {least} tokens (at most {self._max_token_chars} "
+                f"characters a token), + max_tokens {max_tokens} exceeds the model's "
                 f"max_position_embeddings {self.max_positions}"
             )
 
