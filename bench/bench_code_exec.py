@@ -54,6 +54,19 @@ async def sandbox_runs(runner: BubblewrapRunner, code_dir: Path, n: int, limits:
     return (time.perf_counter() - started) / n
 
 
+async def paired_runs(now: BubblewrapRunner, rev: object, code_dir: Path, n: int,
+                      rev_limits: object) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Seconds per run of ``now`` and ``rev`` (with its own default limits), alternating run by run."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(n):
+        for runner, limits, out_times in ((now, SandboxLimits(), times[0]), (rev, rev_limits, times[1])):
+            started = time.perf_counter()
+            out = await runner.run(code_dir, f"{i}\n".encode(), limits, slot=0)
+            out_times.append(time.perf_counter() - started)
+            assert out.stdout.strip() == str(i + 1).encode(), out
+    return times
+
+
 async def pooled_runs(runner: BubblewrapRunner, pool: int, n: int, offset: int) -> float:
     executor = CodeExecutor(runner, pool_size=pool)
     tests = [TestCase(f"{offset + i}\n", str(offset + i + 1)) for i in range(n)]
@@ -98,7 +111,8 @@ async def main(rounds: int, runs: int, against: str | None) -> None:
     runner = BubblewrapRunner()
     rev_mods = code_exec_at(against) if against else None
     rev_runner = rev_mods[0].BubblewrapRunner() if rev_mods else None
-    rev_boxed: list[float] = []
+    paired_now: list[float] = []
+    paired_rev: list[float] = []
     rev_pooled: list[float] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -112,8 +126,10 @@ async def main(rounds: int, runs: int, against: str | None) -> None:
         for r in range(rounds):
             bare.append(await bare_runs(Path(tmp), runs, limits))
             boxed.append(await sandbox_runs(runner, Path(tmp), runs, limits))
-            if rev_mods is not None:  # right after this checkout's, so both see the same load
-                rev_boxed.append(await sandbox_runs(rev_runner, Path(tmp), runs, limits))
+            if rev_mods is not None:  # run by run, alternating, so both see the same load
+                now_times, rev_times = await paired_runs(runner, rev_runner, Path(tmp), runs, rev_mods[0].SandboxLimits())
+                paired_now.extend(now_times)
+                paired_rev.extend(rev_times)
             unbounded.append(await sandbox_runs(no_cgroup, Path(tmp), runs, limits))
             for pool in pooled:
                 pooled[pool].append(await pooled_runs(runner, pool, runs, offset=r * 1000 + pool * 100))
@@ -129,11 +145,12 @@ async def main(rounds: int, runs: int, against: str | None) -> None:
     for pool, values in pooled.items():
         print(f"executor pool {pool}: {statistics.median(values):7.1f} runs/s")
     if against:
-        o, p_now, p_rev = statistics.median(rev_boxed), statistics.median(default_pool), statistics.median(rev_pooled)
-        one = statistics.median(old / new for old, new in zip(rev_boxed, boxed, strict=True))
+        n, o = statistics.median(paired_now), statistics.median(paired_rev)
+        p_now, p_rev = statistics.median(default_pool), statistics.median(rev_pooled)
+        one = statistics.median(old / new for old, new in zip(paired_rev, paired_now, strict=True))
         pool = statistics.median(new / old for new, old in zip(default_pool, rev_pooled, strict=True))
-        print(f"{against} bubblewrap: {1 / o:7.1f} runs/s ({o * 1e3:6.1f} ms/run); now / {against}: {o / s:.2f}x "
-              f"(median of per-round ratios {one:.2f}x)")  # fmt: skip
+        print(f"one at a time, alternating run by run, now vs {against}: {1 / n:7.1f} vs {1 / o:7.1f} runs/s "
+              f"({n * 1e3:.1f} vs {o * 1e3:.1f} ms/run): {o / n:.2f}x (median of paired ratios {one:.2f}x)")  # fmt: skip
         print(f"default pool, now vs {against}: {p_now:7.1f} vs {p_rev:7.1f} runs/s: {p_now / p_rev:.2f}x "
               f"(median of per-round ratios {pool:.2f}x)")  # fmt: skip
 
