@@ -109,13 +109,14 @@ class DatasetQAEnv(SingleAgentEnv):
         self.sample = dict(sample)
         self.question = str(sample[self.question_key])
         self.question_id = _question_id(sample, self.question)
+        self.target_answer: str | None = self.target_of(sample)
+
+    def target_of(self, sample: Mapping[str, Any]) -> str | None:
+        """The target answer of a row (``target_parser`` applied); None when its answer is missing."""
         raw = sample[self.answer_key]
         if raw is None:  # a missing answer stays missing: it must never match a reply "None"
-            self.target_answer: str | None = None
-        elif self.target_parser is not None:
-            self.target_answer = self.target_parser(str(raw))
-        else:
-            self.target_answer = str(raw).strip()
+            return None
+        return self.target_parser(str(raw)) if self.target_parser is not None else str(raw).strip()
 
     @property
     def suggested_sysprompt(self) -> str | None:

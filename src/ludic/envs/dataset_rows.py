@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ludic.envs.dataset_qa_env import DatasetQAEnv, gsm8k_target_parser
+from ludic.envs.demonstrations import Demonstration
 from ludic.types import Info, Obs
 
 Split = Literal["train", "eval"]
@@ -36,6 +37,19 @@ class DatasetRowsEnv(DatasetQAEnv):
     def env_reset(self, *, seed: int | None = None) -> tuple[Obs, Info]:
         self._load_sample(self.rows[(seed or 0) % len(self.rows)])
         return super().env_reset(seed=seed)
+
+    def demonstrations(self, n: int, seed: int) -> list[Demonstration]:
+        """``n`` correct answers to this env's rows (an SFT warm start; build the env with its training
+        split): a seeded shuffle of the rows with an answer, cycled; the answer is the row's target."""
+        if n < 1:
+            raise ValueError(f"{type(self).__name__}.demonstrations: n must be >= 1, got {n}")
+        answered = [(row, t) for row in self.rows if (t := self.target_of(row))]
+        if not answered:
+            raise ValueError(f"{type(self).__name__}: no row has an answer to demonstrate")
+        order = list(range(len(answered)))
+        random.Random(seed).shuffle(order)
+        picks = (answered[order[i % len(order)]] for i in range(n))
+        return [Demonstration(str(row[self.question_key]), target) for row, target in picks]
 
 
 def split_rows(
