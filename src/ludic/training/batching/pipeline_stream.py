@@ -14,13 +14,14 @@ Every call retries through a lost connection (a Redis restart, a network blip) f
 ``reconnect_timeout_s`` seconds, logging each retry, and then raises.
 
 Redis is spoken through redis-py's asyncio client, hiredis parsing the replies. The two hot calls are one
-write each: ``push`` a MULTI/EXEC transaction (redis-py's ``pipeline(transaction=True)``: the XADDs and
-the INCRBY), ``read_checked`` the consumed count's SET, the epoch's SET NX and GET and the XREAD, packed by
-redis-py and sent on one redis-py connection the stream keeps for reading. That read path skips redis-py's
-``Pipeline`` object, whose per-call work (a connection taken from the pool and handed back through a task
-of its own, observability hooks, reply callbacks) cost about 80 us of CPU per read, 40% of a 64-entry read of
-512-token items (``bench/bench_pipeline.py stream``); XREAD's reply is kept as Redis sends it (per entry
-``[id, [name, value, ...]]``, no dict) and the codec decodes from those field lists.
+write each, packed by redis-py and sent on one redis-py connection the stream keeps for them: ``push`` a
+MULTI/EXEC transaction (the XADDs and the INCRBY), ``read_checked`` the consumed count's SET, the epoch's
+SET NX and GET and the XREAD. They skip redis-py's ``Pipeline`` object, whose per-call work (a connection
+taken from the pool and handed back through a task of its own, observability hooks, reply callbacks) cost
+about 80 us of CPU per read, 40% of a 64-entry read of 512-token items, and a fifth more CPU per push
+(``bench/bench_pipeline.py stream``); XREAD's reply is kept as Redis sends it (per entry
+``[id, [name, value, ...]]``, no dict) and the codec decodes from those field lists. The rest goes through
+the client's commands.
 
 Timeouts: the connections have no socket timeout of their own (under one, redis-py writes through
 ``asyncio.wait_for``, a task of its own on Python 3.11, which would hold a read-ahead's XREAD back until
@@ -75,8 +76,10 @@ class PipelineStream:
         self.reconnects = 0
         self._client: Any = None
         self._timeout_s = _REPLY_TIMEOUT_S
-        self._reader: Any = None  # the redis-py connection reads go on (one at a time), opened on first use
-        self._reader_lock = asyncio.Lock()
+        self._conn: Any = (
+            None  # the redis-py connection push and read go on (one at a time), opened on first use
+        )
+        self._conn_lock = asyncio.Lock()
 
     def _redis(self) -> Any:
         if self._client is None:
@@ -127,19 +130,19 @@ class PipelineStream:
     def _safe_url(self) -> str:
         return self.redis_url.split("@")[-1]
 
-    async def _send_on_reader(self, client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Send ``commands`` in one write on the read connection and read their replies, in order, as Redis sent
-        them. The write leaves before the first suspension (a read-ahead is on its way at once). Any failure
+    async def _send(self, client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands`` in one write on the stream's own connection and read their replies, in order, as
+        Redis sent them (under ``_call``'s one deadline, not redis-py's timer per reply: a push reads 67). The write leaves before the first suspension (a read-ahead is on its way at once). Any failure
         (an error reply included) closes the connection: replies still unread would answer the next call."""
-        async with self._reader_lock:
+        async with self._conn_lock:
             pool = client.connection_pool
-            conn = self._reader if self._reader is not None else await pool.get_connection()
-            self._reader = conn
+            conn = self._conn if self._conn is not None else await pool.get_connection()
+            self._conn = conn
             try:
                 await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
                 return [await conn.read_response() for _ in commands]
             except BaseException:
-                self._reader = None
+                self._conn = None
                 if asyncio._get_running_loop() is None:
                     # a read left pending when its event loop closed, now collected (a source never closed):
                     # nothing can be awaited; the socket closes with its transport. GeneratorExit ends the
@@ -150,7 +153,7 @@ class PipelineStream:
                 raise
 
     async def _drop_connection(self) -> None:
-        self._reader = None  # closed with the client's pool
+        self._conn = None  # closed with the client's pool
         client, self._client = self._client, None
         if client is not None:
             try:
@@ -163,20 +166,20 @@ class PipelineStream:
         """XADD all ``entries`` and count them in one MULTI/EXEC: all land or none do."""
         import redis
 
-        def transaction(r: Any) -> Awaitable[list[Any]]:
-            pipe = r.pipeline(transaction=True)
-            for fields in entries:
-                pipe.execute_command("XADD", self.items_key, "*", *[x for kv in fields.items() for x in kv])
-            pipe.execute_command("INCRBY", self.pushed_key, len(entries))
-            return pipe.execute(raise_on_error=False)
-
+        items_key = self.items_key
+        commands: list[tuple[Any, ...]] = [("MULTI",)]
+        commands += [
+            ("XADD", items_key, "*", *[x for kv in fields.items() for x in kv]) for fields in entries
+        ]
+        commands += [("INCRBY", self.pushed_key, len(entries)), ("EXEC",)]
         try:
-            results = await self._call("XADD", transaction)
+            replies = await self._call("XADD", lambda r: self._send(r, commands))
         except redis.ResponseError as exc:  # refused while queueing (EXECABORT): nothing ran
             raise RuntimeError(f"Redis refused the XADD transaction: {exc}") from exc
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:  # refused when run (e.g. WRONGTYPE): MULTI/EXEC ran the rest, so say so
-            raise RuntimeError(f"Redis refused the XADD transaction: {failed[0]}")
+        results = replies[-1]  # EXEC: one reply per queued command
+        failed = [r for r in results or [] if isinstance(r, Exception)]
+        if results is None or failed:  # refused when run (e.g. WRONGTYPE)
+            raise RuntimeError(f"Redis refused the XADD transaction: {failed[0] if failed else 'aborted'}")
         return list(results[:-1])
 
     async def push_raw(self, fields: dict[str, bytes]) -> bytes:
@@ -218,7 +221,7 @@ class PipelineStream:
         commands.append(("XREAD", "COUNT", count, *block, "STREAMS", self.items_key, after))
 
         replies = await self._call(
-            "XREAD", lambda r: self._send_on_reader(r, commands), blocks_s=(block_ms or 0) / 1000
+            "XREAD", lambda r: self._send(r, commands), blocks_s=(block_ms or 0) / 1000
         )
         epoch, reply = (replies[-2] if read_epoch else None), replies[-1]
         if not reply:  # nil: nothing arrived within block_ms
