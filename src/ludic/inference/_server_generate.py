@@ -3,7 +3,8 @@
 Request bodies are parsed into (prompt ids, SamplingConfig) and refused with ``BadRequest`` naming
 the field; responses add vLLM's ``token_ids``/``prompt_token_ids`` (``return_token_ids``) and
 ``weight_versions`` spans (``[{"version": "3", "start": 0, "end": n}]``: which weights produced
-which output tokens), plus Ludic's ``policy_version``.
+which output tokens), plus Ludic's ``policy_version``. A chat's assistant messages may carry the
+``token_ids`` returned for them, which the prompt then holds verbatim (``_server_exact_ids.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ludic.inference._server_exact_ids import spliced_prompt_ids, split_reply_ids
 from ludic.inference._server_json import BadRequest, read_json
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
@@ -107,10 +109,14 @@ async def _checked_complete(
 async def chat_completions(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     body = await read_json(request)
-    chat = parse_chat_request(body, engine.model_name)
+    messages, reply_ids = split_reply_ids(body.get("messages") if isinstance(body, dict) else None)
+    chat = parse_chat_request({**body, "messages": messages} if reply_ids else body, engine.model_name)
     engine.check_chat_fits(chat)  # microseconds; refuses a chat too long for the context before templating it
     # rendering a long chat template is CPU work: keep it off the event loop
-    ids = await asyncio.to_thread(engine.prompt_ids_for, chat)
+    ids, why = None, ""
+    if reply_ids and chat.prompt_token_ids is None:  # replies sent back with their ids: keep them verbatim
+        ids, why = await asyncio.to_thread(spliced_prompt_ids, engine.tokenizer, chat.messages, reply_ids, chat.tools)
+    ids = ids or await asyncio.to_thread(engine.prompt_ids_for, chat)
     response, info = await _checked_complete(engine, ids, chat.sampling)
     choice: dict[str, Any] = {
         "index": 0,
@@ -121,7 +127,10 @@ async def chat_completions(request: web.Request) -> web.Response:
     }
     if body.get("logprobs"):
         choice["logprobs"] = {"content": _token_logprobs(response)}
-    return web.json_response(_envelope("chat.completion", engine.model_name, choice, response))
+    envelope = _envelope("chat.completion", engine.model_name, choice, response)
+    if why:
+        envelope["sequence_break"] = why
+    return web.json_response(envelope)
 
 
 async def completions(request: web.Request) -> web.Response:
