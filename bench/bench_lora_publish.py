@@ -1,0 +1,131 @@
+"""Publishing a LoRA run's policy: the adapter alone vs merged weights, in time and bytes, and the RL step.
+
+A ~100M-parameter Qwen2 (hidden 768, 14 layers, fp32) is served by a real ``python -m ludic.inference.server``
+subprocess per transport; the trainer holds the same model wrapped by peft with rank-16 adapters (on the
+attention projections q/k/v/o by default, ``--targets``). Per repeat, interleaved, for each transport
+(``shm``: same-host shared memory; ``gloo``: the collective over loopback):
+- "merged": ``merged_state_dict`` (W + B A on every adapted layer, the whole model) + ``publish`` end to end;
+- "adapter": ``adapter_payload`` (the lora_A / lora_B tensors + config) + ``publish`` end to end; the server
+  checks it and folds it into its weights (``W_base + scaling * B A``) under the same lock and versioning.
+- "step merged" / "step adapter": one whole RL step of the LoRA run (``Trainer.train_step``: a batch of 2 x 32
+  tokens, backward, AdamW over the adapters, publish) with that publisher over shm.
+Medians are reported. Goal (issue 28): adapter bytes <= 2% and time <= 0.1x of the merged publish.
+Run: ``OMP_NUM_THREADS=2 .venv/bin/python bench/bench_lora_publish.py [--repeats 3 --targets q_proj k_proj v_proj o_proj]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+from ludic.distributed import BroadcastPolicyPublisher, adapter_payload
+from ludic.inference import VLLMChatClient
+from ludic.testing import build_tiny_model
+from ludic.testing.server_process import start_server, stop_server
+from ludic.training._lora import merged_state_dict
+from ludic.training.algorithm import RLAlgorithm
+from ludic.training.config import TrainerConfig
+from ludic.training.loss import ReinforceLoss
+from ludic.training.trainer import Trainer
+from ludic.training.types import SAWBatch, SAWItem
+
+
+class NoCredit:
+    def compute(self, rollouts: list) -> dict:
+        raise AssertionError("credit comes with the batch")
+
+
+class FixedBatch:
+    async def next_batch(self) -> SAWBatch:
+        items = [SAWItem(list(range(5 + j, 37 + j)), [1] * 32, [0] * 8 + [1] * 24, 1.0 - j) for j in range(2)]
+        return SAWBatch(items=items, meta={})
+
+
+def nbytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def timed_publish(publisher: BroadcastPolicyPublisher, model: torch.nn.Module, mode: str, version: int) -> float:
+    t0 = time.perf_counter()
+    payload = adapter_payload(model) if mode == "adapter" else merged_state_dict(model)
+    publisher.publish(payload, version=version)
+    return time.perf_counter() - t0
+
+
+def trainer_for(model: torch.nn.Module, publisher: BroadcastPolicyPublisher) -> Trainer:
+    algo = RLAlgorithm(name="reinforce", credit_assigner=NoCredit(), loss=ReinforceLoss(old_logp_key=None))
+    cfg = TrainerConfig(lr=1e-4, max_seq_len=64, micro_token_budget=64, sync_every_steps=1)
+    return Trainer(model=model, algo=algo, batch_source=FixedBatch(), publisher=publisher, cfg=cfg)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--targets", nargs="+", default=["q_proj", "k_proj", "v_proj", "o_proj"])
+    parser.add_argument("--transports", nargs="+", default=["shm", "gloo"])
+    parser.add_argument("--steps", action=argparse.BooleanOptionalAction, default=True, help="also time RL steps")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-lora-"))
+    model_dir = build_tiny_model(root / "m", hidden_size=768, num_layers=14, num_heads=12, num_kv_heads=12,
+                                 intermediate_size=2048)  # fmt: skip
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    cfg = LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0, target_modules=args.targets)
+    model = get_peft_model(base, cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 1e-3)
+    full, adapter = nbytes(merged_state_dict(model)), nbytes(adapter_payload(model))
+    print(f"model {full / 4e6:.1f}M params ({full / 1e6:.0f} MB); adapter rank {args.rank} on {args.targets}: "
+          f"{adapter / 1e6:.2f} MB = {adapter / full:.2%} of the merged bytes")  # fmt: skip
+    servers = {t: start_server(model_dir, "--transfer-timeout", "60") for t in args.transports}
+    times: dict[str, list[float]] = {}
+    try:
+        pubs = {t: BroadcastPolicyPublisher(VLLMChatClient(base_url=servers[t][1], enable_weight_updates=True),
+                                            backend=t, timeout_s=120) for t in args.transports}  # fmt: skip
+        version = 0
+        for rep in range(args.repeats + 1):  # the first round warms the buffers up and is not counted
+            for t, pub in pubs.items():
+                for mode in ("merged", "adapter"):
+                    version += 1
+                    seconds = timed_publish(pub, model, mode, version)
+                    if rep:
+                        times.setdefault(f"{t} {mode}", []).append(seconds)
+        if args.steps:
+            pub = pubs[args.transports[0]]
+            for rep in range(args.repeats + 1):
+                for mode in ("merged", "adapter"):
+                    pub.lora_publish = mode
+                    trainer = trainer_for(model, pub)
+                    trainer.step = version = version + 1  # versions never go backwards on the server
+                    t0 = time.perf_counter()
+                    stats = trainer.train_step_sync()
+                    if rep:
+                        times.setdefault(f"step {mode}", []).append(time.perf_counter() - t0)
+                        times.setdefault(f"step {mode} publish", []).append(stats["perf/publish_seconds"])
+                    trainer.close()
+    finally:
+        for proc, _ in servers.values():
+            stop_server(proc)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for t in args.transports:
+        m, a = med[f"{t} merged"], med[f"{t} adapter"]
+        print(f"{t:5s} publish: merged {m * 1e3:8.1f} ms, adapter {a * 1e3:7.1f} ms -> {a / m:.3f}x the time")
+    if args.steps:
+        sm, sa = med["step merged"], med["step adapter"]
+        pm, pa = med["step merged publish"], med["step adapter publish"]
+        print(f"RL step ({args.transports[0]}): merged {sm:.3f} s (publish {pm:.3f}), adapter {sa:.3f} s (publish "
+              f"{pa:.3f}): saved {sm - sa:.3f} s a step, publish saved {pm - pa:.3f} s")  # fmt: skip
+    print({k: [round(x, 4) for x in v] for k, v in times.items()})
+
+
+if __name__ == "__main__":
+    main()
