@@ -119,7 +119,7 @@ async def held_out(evaluator: Evaluator) -> dict[str, float]:
 
 
 def print_report(report: dict[str, Any], prefix: str, out: Path) -> None:
-    """The before/after lines a run ends with; the whole report goes to ``out/summary.json``."""
+    """The before/after lines a run ends with; the whole report goes to the run folder's ``summary.json``."""
     import json
 
     def mean(value: Any) -> float:
