@@ -59,7 +59,7 @@ def test_dtype_reaches_the_embedded_engine(tiny_model: Path) -> None:
 def test_dtype_reaches_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ludic.cli.run_config import sft_to_dir
+    from ludic.cli.warm_start import sft_to_dir
     from ludic.training.batching.saw_builder import prompt_completion_item
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)

@@ -241,7 +241,7 @@ def test_small_yaml_aliases_still_work(tmp_path: Path) -> None:
     text += "rollout: {sampling: *s}\neval: {sampling: *s}\n"
     errors = _errors(tmp_path, "run.yaml", text)
     assert errors == ["run.yaml: sampling: unknown key; known keys: algorithm, checkpoint, env, eval, harness, "
-                      "imports, inference, logging, model, pipeline, protocol, rollout, seed, steps, trainer"]  # fmt: skip
+                      "imports, inference, logging, model, pipeline, protocol, rollout, seed, sft, steps, trainer"]  # fmt: skip
 
 
 def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ludic.cli.demonstrations import sft_errors
 from ludic.config import ConfigError, RunConfig
 from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
 
@@ -40,6 +41,8 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
             errors += _prompt_length_errors(cfg, factories["env"])
     if not errors:
         errors += _eval_env_errors(cfg, factories["env"])
+    if not errors and train:
+        errors += sft_errors(cfg)  # the demonstrations file's every line, or the env's demonstrations()
     if errors:
         raise ConfigError([f"{cfg.source}: {line}" for line in errors])
 

@@ -8,7 +8,6 @@ The parts themselves (policy, client, engine, algorithm, evaluator, rollout sour
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from ludic.cli.runtime import (
     make_evaluator,
     make_rollout_source,
 )
+from ludic.cli.warm_start import report_start_and_end, start_of_run
 from ludic.config import RunConfig
 
 
@@ -227,38 +227,23 @@ def train_from_config(
 ) -> dict[str, float]:
     """``ludic train``: train up to ``cfg.steps`` steps, evaluate, plot; returns the final eval stats.
 
-    Resumes from the latest checkpoint unless ``fresh`` (see :func:`plan_start`).
+    Resumes from the latest checkpoint unless ``fresh`` (see :func:`plan_start`); ``[sft]`` warm-starts
+    a fresh run before RL (``ludic.cli.warm_start``).
     reducers: extra ``eval/`` statistics (``{name: Reducer}``) for the evaluations.
     """
 
     async def _train() -> dict[str, float]:
         run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
         try:
-            before = await evaluate_before(run)
+            start = await start_of_run(run)  # eval, [sft] warm start, eval (read back when resuming)
             await train_steps(run)
             after = (await finish_run(run)).eval_stats
         finally:
             await run.close()
-        report_before_after(before, after, run.out_dir / "eval")
+        report_start_and_end(start, after, run.out_dir / "eval")
         return after
 
     return asyncio.run(_train())
-
-
-async def evaluate_before(run: TrainRun) -> dict[str, float] | None:
-    """The held-out evaluation at step 0 (``eval_step_0_summary.json`` in the eval folder); a resumed
-    run reads it back."""
-    summary = run.out_dir / "eval" / "eval_step_0_summary.json"
-    if run.trainer.step == 0:
-        return await run.evaluator.evaluate(step=0)
-    return json.loads(summary.read_text()) if summary.is_file() else None
-
-
-def report_before_after(before: dict[str, float] | None, after: dict[str, float], eval_dir: Path) -> None:
-    key = "eval/avg_total_reward"
-    was = f"{before[key]:.3f}" if before and key in before else "not measured"
-    print(f"ludic train: held-out {key} before training {was}, after {after.get(key, float('nan')):.3f} "
-          f"({eval_dir}/eval_step_*_summary.json)", flush=True)  # fmt: skip
 
 
 def eval_from_config(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> dict[str, float]:
@@ -271,28 +256,3 @@ def eval_from_config(cfg: RunConfig, reducers: dict[str, Any] | None = None) -> 
         return await make_evaluator(cfg, engine, out, reducers).evaluate()
 
     return asyncio.run(_eval())
-
-
-def sft_to_dir(
-    cfg: RunConfig, items: list[Any], *, steps: int, batch_size: int, lr: float, out_dir: Path
-) -> Path:
-    """SFT warm start: train ``cfg.model.path`` on SAW ``items`` (``make_sft``), save to ``out_dir``."""
-    import dataclasses
-
-    import torch
-
-    from ludic.training.batching import OfflineBatchSource
-    from ludic.training.presets import make_sft
-    from ludic.training.trainer import Trainer
-
-    torch.manual_seed(cfg.seed)
-    model = load_policy(cfg)  # the warm start trains in [model].dtype, as ludic train does
-    tokenizer = load_tokenizer(cfg)
-    trainer_cfg = dataclasses.replace(
-        cfg.trainer, lr=lr, learning_rate=None, sync_every_steps=0, eval_every_n_steps=None
-    )
-    source = OfflineBatchSource(items, batch_size=batch_size, shuffle=True, seed=cfg.seed)
-    asyncio.run(Trainer(model=model, algo=make_sft(), batch_source=source, cfg=trainer_cfg).train(steps))
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir

@@ -176,6 +176,32 @@ class EvalSection(Section):
         return self
 
 
+class SftSection(Section):
+    steps: int
+    """SFT steps before RL (one batch each)."""
+    lr: float = 1e-3
+    """SFT learning rate (constant; the run's other ``[trainer]`` settings apply)."""
+    batch_size: int = 16
+    """Demonstrations per SFT step."""
+    demonstrations: str | None = None
+    """A JSONL file of demonstrations (relative to the current folder, as ``[env]`` paths are): one
+    ``{"prompt": "...", "answer": "..."}`` or ``{"messages": [..., {"role": "assistant", ...}]}`` per line."""
+    from_env: bool = False
+    """Take demonstrations from the training env (env kinds with a ``demonstrations(n, seed)`` method:
+    ``dataset_qa`` with a ``path``, ``reasoning_gym``); steps x batch_size of them, each seen once."""
+    seed: int | None = None
+    """Which demonstrations and in what order (default: the run's seed)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SftSection:
+        _at_least(self, 1, "steps", "batch_size")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if (self.demonstrations is None) == (not self.from_env):
+            raise ValueError("give demonstrations = 'file.jsonl' or from_env = true (exactly one)")
+        return self
+
+
 class LoggingSection(Section):
     output_dir: str = "runs/ludic"
     """Where metrics.jsonl, the plot, eval results and checkpoints go."""
@@ -210,6 +236,8 @@ class RunConfig(Section):
     """Outputs."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """Keyword arguments of ``TrainerConfig`` (checked against it)."""
+    sft: SftSection | None = None
+    """An SFT warm start before RL (``ludic train`` only; a resumed run does not redo it)."""
     checkpoint: CheckpointConfig | None = None
     """Keyword arguments of ``CheckpointConfig``; ``output_dir`` defaults to ``<logging.output_dir>/checkpoints``."""
     steps: int = 100

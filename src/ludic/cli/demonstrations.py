@@ -1,0 +1,124 @@
+"""The demonstrations of a run config's ``[sft]`` table, read, checked and turned into SFT items.
+
+From a JSONL file (``demonstrations = "demos.jsonl"``: per line ``{"prompt": str | messages, "answer": str}``
+or ``{"messages": [..., {"role": "assistant", "content": str}]}``), or from the training env
+(``from_env = true``: env kinds implementing ``ludic.envs.demonstrations.ProvidesDemonstrations``).
+A string prompt gets the system prompt the agent will have (the harness's ``system_prompt``, else the
+env's ``suggested_sysprompt``), so the SFT item's prompt ids are the ids the agent sends; a message-list
+prompt is used as written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ludic.config import RunConfig
+from ludic.envs.demonstrations import Demonstration, ProvidesDemonstrations
+from ludic.registry import ENV_REGISTRY
+from ludic.training.types import SAWItem
+
+
+def read_demonstrations(path: str | Path) -> list[Demonstration]:
+    """Every demonstration in a JSONL file; a bad line is a ValueError naming the file and line."""
+    from ludic.training.batching.jsonl import iter_jsonl_numbered
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no such demonstrations file {str(path)!r}")
+    demos = []
+    for lineno, record in iter_jsonl_numbered(p):
+        try:
+            demos.append(_demonstration(record))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{lineno}: {exc}") from exc
+    if not demos:
+        raise ValueError(f"{path}: holds no demonstrations")
+    return demos
+
+
+def _demonstration(record: dict[str, Any]) -> Demonstration:
+    if "messages" in record:
+        if "prompt" in record or "answer" in record:
+            raise ValueError("give either messages or prompt + answer, not both")
+        messages = record["messages"]
+        if not isinstance(messages, list) or len(messages) < 2:
+            raise ValueError("messages must be a list of at least 2 messages (the prompt, then the answer)")
+        last = messages[-1]
+        if not isinstance(last, dict) or last.get("role") != "assistant":
+            raise ValueError("the last message must be the assistant's answer ({'role': 'assistant', ...})")
+        return Demonstration(messages[:-1], last.get("content"))  # type: ignore[arg-type]
+    missing = [k for k in ("prompt", "answer") if k not in record]
+    if missing:
+        raise ValueError(f"no {' or '.join(missing)} field (nor messages); fields: {sorted(record)}")
+    return Demonstration(record["prompt"], record["answer"])
+
+
+def training_env(cfg: RunConfig) -> Any:
+    """The training env of ``[env]`` (reset at the first training seed)."""
+    env = ENV_REGISTRY.get(cfg.env.name)(**cfg.env.kwargs)
+    env.reset(seed=cfg.rollout.seed)
+    return env
+
+
+def env_demonstrations(cfg: RunConfig, env: Any, n: int) -> list[Demonstration]:
+    """``n`` demonstrations from the training env, chosen by ``[sft].seed`` (default: the run's seed)."""
+    if not isinstance(env, ProvidesDemonstrations):
+        raise ValueError(
+            f"env {cfg.env.name!r} ({type(env).__name__}) provides no demonstrations (no demonstrations(n, "
+            "seed) method); give [sft].demonstrations = 'file.jsonl' instead"
+        )
+    sft = cfg.sft
+    assert sft is not None
+    demos = env.demonstrations(n, cfg.seed if sft.seed is None else sft.seed)
+    if not demos or not all(isinstance(d, Demonstration) for d in demos):
+        raise ValueError(f"env {cfg.env.name!r}: demonstrations() must return a non-empty list of Demonstration")
+    return list(demos)
+
+
+def config_demonstrations(cfg: RunConfig, env: Any) -> list[Demonstration]:
+    """What ``[sft]`` names: the file's demonstrations, or steps x batch_size from the env."""
+    sft = cfg.sft
+    if sft is None:
+        raise ValueError("the config has no [sft] table")
+    if sft.demonstrations is not None:
+        return read_demonstrations(sft.demonstrations)
+    return env_demonstrations(cfg, env, sft.steps * sft.batch_size)
+
+
+def agent_system_prompt(cfg: RunConfig, env: Any) -> str | None:
+    """The system prompt the agent starts with: the harness's own, else the env's suggestion (as the
+    single-agent protocol gives it unless ``use_env_sysprompt = false``)."""
+    if cfg.harness.kwargs.get("system_prompt") is not None:
+        return str(cfg.harness.kwargs["system_prompt"])
+    if cfg.protocol.kwargs.get("use_env_sysprompt", True) is False:
+        return None
+    return getattr(env, "suggested_sysprompt", None)
+
+
+def demonstration_items(cfg: RunConfig, tokenizer: Any) -> list[SAWItem]:
+    """``[sft]``'s demonstrations as SFT items, prompts tokenised as the agent will send them."""
+    from ludic.training.batching.sft_items import sft_item
+
+    env = training_env(cfg)
+    system_prompt = agent_system_prompt(cfg, env)
+    return [
+        sft_item(
+            tokenizer, d.prompt, d.answer,
+            system_prompt=system_prompt if isinstance(d.prompt, str) else None,
+            meta={"rollout_id": f"sft-{i}", "step_index": 0},
+        )
+        for i, d in enumerate(config_demonstrations(cfg, env))
+    ]  # fmt: skip
+
+
+def sft_errors(cfg: RunConfig) -> list[str]:
+    """Problems with ``[sft]`` found without a model (the file's every line, the env's method)."""
+    if cfg.sft is None:
+        return []
+    key = "[sft].demonstrations" if cfg.sft.demonstrations is not None else "[sft].from_env"
+    try:
+        config_demonstrations(cfg, None if cfg.sft.demonstrations is not None else training_env(cfg))
+    except Exception as exc:
+        return [f"{key}: {type(exc).__name__}: {exc}"]
+    return []

@@ -1,0 +1,129 @@
+"""SFT warm starts and the evaluations around them: ``[sft]`` in ``ludic train`` and ``ludic quickstart``.
+
+:func:`sft_in_place` is the one SFT pass both use: it trains the run's policy in place (the model
+``build_train_run`` loaded) with the run's trainer settings at the SFT learning rate and a constant
+schedule, publishes to the run's engine, then restarts the engine's policy versions at 0 so that RL
+versions count RL steps. :func:`start_of_run` is ``ludic train``'s opening: a held-out evaluation
+before SFT (step -1), the SFT, and one at the start of RL (step 0); a resumed run reads both back
+instead of redoing them (the checkpoint's weights already hold the SFT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ludic.config import RunConfig
+from ludic.training.types import SAWItem
+
+BEFORE_SFT_STEP = -1
+"""The evaluation step of the held-out evaluation before the SFT warm start (``eval_step_-1_*``)."""
+REWARD = "eval/avg_total_reward"
+
+
+async def sft_in_place(
+    run: Any, items: list[SAWItem], *, steps: int, batch_size: int, lr: float, shuffle: bool = False, seed: int = 0
+) -> None:
+    """SFT ``run.trainer.model`` on ``items`` for ``steps`` batches; ``run`` is a ``TrainRun``."""
+    from ludic.distributed import ClientPublisher
+    from ludic.training.batching import OfflineBatchSource
+    from ludic.training.presets import make_sft
+    from ludic.training.trainer import Trainer
+
+    source = OfflineBatchSource(items, batch_size=batch_size, shuffle=shuffle, seed=seed)
+    sft_cfg = dataclasses.replace(  # the run's trainer settings at the SFT learning rate, no schedule
+        run.cfg.trainer, lr=lr, learning_rate=None, eval_every_n_steps=None,
+        lr_schedule="constant", warmup_steps=0, total_steps=None, step_in_thread=False,
+    )  # fmt: skip
+    trainer = Trainer(
+        model=run.trainer.model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(run.client), cfg=sft_cfg
+    )
+    await trainer.train(steps)
+    reset_policy_version(run.client)
+
+
+def reset_policy_version(client: Any) -> None:
+    """The trainer publishes ``version=step``; the SFT publishes left the engine ahead of RL step 0,
+    which would tag the first RL items as newer than the trainer (pipeline mode drops by that)."""
+    client.restart_versions(0)
+
+
+async def warm_start_from_config(run: Any) -> None:
+    """``[sft]``: its demonstrations as SFT items, then :func:`sft_in_place` (shuffled by ``[sft].seed``)."""
+    from ludic.cli.demonstrations import demonstration_items
+    from ludic.cli.runtime import load_tokenizer
+
+    cfg: RunConfig = run.cfg
+    sft = cfg.sft
+    assert sft is not None
+    tokenizer = getattr(run.client, "tokenizer", None) or load_tokenizer(cfg)
+    seed = cfg.seed if sft.seed is None else sft.seed
+    items = demonstration_items(cfg, tokenizer)
+    print(f"ludic train: SFT warm start, {sft.steps} steps of {sft.batch_size} from {len(items)} demonstrations "
+          f"at lr {sft.lr}", flush=True)  # fmt: skip
+    await sft_in_place(run, items, steps=sft.steps, batch_size=sft.batch_size, lr=sft.lr, shuffle=True, seed=seed)
+
+
+@dataclass
+class StartEvals:
+    """Held-out statistics before the SFT warm start (None without ``[sft]``) and at the start of RL."""
+
+    before_sft: dict[str, float] | None
+    start_of_rl: dict[str, float] | None
+
+
+async def start_of_run(run: Any) -> StartEvals:
+    """Evaluate, warm-start (``[sft]``), evaluate; a resumed run (step > 0) reads the summaries back."""
+    sft = run.cfg.sft is not None
+    if run.trainer.step > 0:
+        return StartEvals(_summary(run, BEFORE_SFT_STEP) if sft else None, _summary(run, 0))
+    before_sft = None
+    if sft:
+        before_sft = await run.evaluator.evaluate(step=BEFORE_SFT_STEP)
+        await warm_start_from_config(run)
+    return StartEvals(before_sft, await run.evaluator.evaluate(step=0))
+
+
+def _summary(run: Any, step: int) -> dict[str, float] | None:
+    path = run.out_dir / "eval" / f"eval_step_{step}_summary.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def report_start_and_end(start: StartEvals, after: dict[str, float], eval_dir: Path) -> None:
+    """One line: held-out reward before SFT (with ``[sft]``), at the start of RL, after RL."""
+
+    def fmt(stats: dict[str, float] | None) -> str:
+        return f"{stats[REWARD]:.3f}" if stats and REWARD in stats else "not measured"
+
+    if start.before_sft is None:
+        phases = f"before training {fmt(start.start_of_rl)}"
+    else:
+        phases = f"before SFT {fmt(start.before_sft)}, after SFT (start of RL) {fmt(start.start_of_rl)}"
+    print(f"ludic train: held-out {REWARD} {phases}, after {after.get(REWARD, float('nan')):.3f} "
+          f"({eval_dir}/eval_step_*_summary.json)", flush=True)  # fmt: skip
+
+
+def sft_to_dir(cfg: RunConfig, items: list[Any], *, steps: int, batch_size: int, lr: float, out_dir: Path) -> Path:
+    """SFT ``cfg.model.path`` on SAW ``items`` (``make_sft``) apart from any run, save to ``out_dir``."""
+    import torch
+
+    from ludic.cli.runtime import load_policy, load_tokenizer
+    from ludic.training.batching import OfflineBatchSource
+    from ludic.training.presets import make_sft
+    from ludic.training.trainer import Trainer
+
+    torch.manual_seed(cfg.seed)
+    model = load_policy(cfg)  # the warm start trains in [model].dtype, as ludic train does
+    tokenizer = load_tokenizer(cfg)
+    trainer_cfg = dataclasses.replace(
+        cfg.trainer, lr=lr, learning_rate=None, sync_every_steps=0, eval_every_n_steps=None
+    )
+    source = OfflineBatchSource(items, batch_size=batch_size, shuffle=True, seed=cfg.seed)
+    asyncio.run(Trainer(model=model, algo=make_sft(), batch_source=source, cfg=trainer_cfg).train(steps))
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
