@@ -82,7 +82,9 @@ def test_sft_from_a_file_runs_between_the_before_and_start_of_rl_evaluations(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     demos = tmp_path / "demos.jsonl"
-    config = _config(tmp_path, tiny_model, f'steps = 12\nbatch_size = 2\nlr = 1e-2\ndemonstrations = "{demos}"')
+    config = _config(
+        tmp_path, tiny_model, f'steps = 12\nbatch_size = 2\nlr = 1e-2\ndemonstrations = "{demos}"'
+    )
     assert main(["train", str(config)]) == 0
     out, printed = tmp_path / "out", capsys.readouterr().out
     assert not any(a.startswith("z") for a in _actions(out, -1))  # the untrained model never says "zz"
@@ -96,7 +98,7 @@ def test_sft_from_a_file_runs_between_the_before_and_start_of_rl_evaluations(
 def test_a_resumed_run_does_not_redo_the_sft(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sft = 'steps = 2\nbatch_size = 2\nfrom_env = true'
+    sft = "steps = 2\nbatch_size = 2\nfrom_env = true"
     config = _config(tmp_path, tiny_model, sft, extra="[checkpoint]\nevery_n_steps = 1\n")
     assert main(["train", str(config)]) == 0
     first = capsys.readouterr().out
@@ -104,7 +106,9 @@ def test_a_resumed_run_does_not_redo_the_sft(
     assert main(["train", str(config), "--steps", "2"]) == 0
     again = capsys.readouterr().out
     assert "SFT warm start" in first and "SFT warm start" not in again and "resuming at step 1" in again
-    assert [(tmp_path / "out" / "eval" / f"eval_step_{s}_summary.json").stat().st_mtime_ns for s in (-1, 0)] == stamps
+    assert [
+        (tmp_path / "out" / "eval" / f"eval_step_{s}_summary.json").stat().st_mtime_ns for s in (-1, 0)
+    ] == stamps
     before = first.split("before SFT ")[1].split(",")[0]
     assert f"before SFT {before}, after SFT (start of RL)" in again  # read back from the summaries
 
@@ -112,14 +116,20 @@ def test_a_resumed_run_does_not_redo_the_sft(
 @pytest.mark.parametrize(
     ("sft", "demo_lines", "message"),
     [
-        ('steps = 1\ndemonstrations = "{demos}"', ['{"prompt": "q", "answer": "a"}', '{"prompt": "q"}'],
-         "[sft].demonstrations: ValueError: {demos}:2: no answer field"),
-        ('steps = 1\ndemonstrations = "{demos}"', ['{"messages": [{"role": "user", "content": "q"}]}'],
-         "{demos}:1: messages must be a list of at least 2 messages"),
+        (
+            'steps = 1\ndemonstrations = "{demos}"',
+            ['{"prompt": "q", "answer": "a"}', '{"prompt": "q"}'],
+            "[sft].demonstrations: ValueError: {demos}:2: no answer field",
+        ),
+        (
+            'steps = 1\ndemonstrations = "{demos}"',
+            ['{"messages": [{"role": "user", "content": "q"}]}'],
+            "{demos}:1: messages must be a list of at least 2 messages",
+        ),
         ('steps = 1\ndemonstrations = "{demos}"', ["[1, 2]"], "{demos}:1: expected a JSON object per line"),
         ('steps = 1\ndemonstrations = "{demos}.missing"', [], "no such demonstrations file"),
         ("steps = 1", [], "[sft]: give demonstrations = 'file.jsonl' or from_env = true (exactly one)"),
-        ('steps = 0\nfrom_env = true', [], "[sft]: steps must be >= 1, got 0"),
+        ("steps = 0\nfrom_env = true", [], "[sft]: steps must be >= 1, got 0"),
         ('steps = 1\nfrom_env = true\nlr = "x"', [], "[sft].lr: expected float"),
     ],
 )
@@ -134,7 +144,9 @@ def test_the_dry_run_names_what_is_wrong_with_sft(
     assert message.replace("{demos}", str(demos)) in capsys.readouterr().err
 
 
-def test_an_env_without_demonstrations_fails_the_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_env_without_demonstrations_fails_the_dry_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "run.toml"
     config.write_text(f'[model]\npath = "m"\n[env]\nname = "letter_repeat"\n[logging]\noutput_dir = "{tmp_path}"\n'
                       "[sft]\nsteps = 1\nfrom_env = true\n")  # fmt: skip

@@ -12,7 +12,11 @@ from ludic.envs.demonstrations import Demonstration, ProvidesDemonstrations
 
 
 def test_dataset_rows_demonstrations_are_a_seeded_cycle_of_answered_rows() -> None:
-    rows = [{"question": "q0", "answer": "a0"}, {"question": "q1", "answer": None}, {"question": "q2", "answer": "a2"}]
+    rows = [
+        {"question": "q0", "answer": "a0"},
+        {"question": "q1", "answer": None},
+        {"question": "q2", "answer": "a2"},
+    ]
     env = DatasetRowsEnv(rows)
     assert isinstance(env, ProvidesDemonstrations)
     demos = env.demonstrations(5, seed=0)
@@ -27,7 +31,9 @@ def test_dataset_rows_demonstrations_are_a_seeded_cycle_of_answered_rows() -> No
 def test_dataset_qa_demonstrations_hold_no_held_out_row_and_use_the_parsed_target(tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     path = tmp_path / "rows.jsonl"
-    path.write_text("".join(json.dumps({"question": f"q{i}", "answer": f"work #### {i}"}) + "\n" for i in range(10)))
+    path.write_text(
+        "".join(json.dumps({"question": f"q{i}", "answer": f"work #### {i}"}) + "\n" for i in range(10))
+    )
     kwargs = dict(path=str(path), held_out_fraction=0.3, target_format="gsm8k")
     held = {r["question"] for r in dataset_qa_env(split="eval", **kwargs).rows}
     demos = dataset_qa_env(**kwargs).demonstrations(20, seed=3)

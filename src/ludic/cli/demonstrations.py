@@ -72,7 +72,9 @@ def env_demonstrations(cfg: RunConfig, env: Any, n: int) -> list[Demonstration]:
     assert sft is not None
     demos = env.demonstrations(n, cfg.seed if sft.seed is None else sft.seed)
     if not demos or not all(isinstance(d, Demonstration) for d in demos):
-        raise ValueError(f"env {cfg.env.name!r}: demonstrations() must return a non-empty list of Demonstration")
+        raise ValueError(
+            f"env {cfg.env.name!r}: demonstrations() must return a non-empty list of Demonstration"
+        )
     return list(demos)
 
 

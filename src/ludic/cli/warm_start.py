@@ -26,7 +26,14 @@ REWARD = "eval/avg_total_reward"
 
 
 async def sft_in_place(
-    run: Any, items: list[SAWItem], *, steps: int, batch_size: int, lr: float, shuffle: bool = False, seed: int = 0
+    run: Any,
+    items: list[SAWItem],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    shuffle: bool = False,
+    seed: int = 0,
 ) -> None:
     """SFT ``run.trainer.model`` on ``items`` for ``steps`` batches; ``run`` is a ``TrainRun``."""
     from ludic.distributed import ClientPublisher
@@ -40,7 +47,11 @@ async def sft_in_place(
         lr_schedule="constant", warmup_steps=0, total_steps=None, step_in_thread=False,
     )  # fmt: skip
     trainer = Trainer(
-        model=run.trainer.model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(run.client), cfg=sft_cfg
+        model=run.trainer.model,
+        algo=make_sft(),
+        batch_source=source,
+        publisher=ClientPublisher(run.client),
+        cfg=sft_cfg,
     )
     await trainer.train(steps)
     reset_policy_version(run.client)
@@ -65,7 +76,9 @@ async def warm_start_from_config(run: Any) -> None:
     items = demonstration_items(cfg, tokenizer)
     print(f"ludic train: SFT warm start, {sft.steps} steps of {sft.batch_size} from {len(items)} demonstrations "
           f"at lr {sft.lr}", flush=True)  # fmt: skip
-    await sft_in_place(run, items, steps=sft.steps, batch_size=sft.batch_size, lr=sft.lr, shuffle=True, seed=seed)
+    await sft_in_place(
+        run, items, steps=sft.steps, batch_size=sft.batch_size, lr=sft.lr, shuffle=True, seed=seed
+    )
 
 
 @dataclass
@@ -107,7 +120,9 @@ def report_start_and_end(start: StartEvals, after: dict[str, float], eval_dir: P
           f"({eval_dir}/eval_step_*_summary.json)", flush=True)  # fmt: skip
 
 
-def sft_to_dir(cfg: RunConfig, items: list[Any], *, steps: int, batch_size: int, lr: float, out_dir: Path) -> Path:
+def sft_to_dir(
+    cfg: RunConfig, items: list[Any], *, steps: int, batch_size: int, lr: float, out_dir: Path
+) -> Path:
     """SFT ``cfg.model.path`` on SAW ``items`` (``make_sft``) apart from any run, save to ``out_dir``."""
     import torch
 

@@ -28,7 +28,9 @@ class Demonstration:
             if not self.prompt:
                 raise ValueError("Demonstration.prompt is an empty string")
         elif not self.prompt or not all(isinstance(m, dict) and "role" in m for m in self.prompt):
-            raise ValueError("Demonstration.prompt must be a string or a non-empty list of {role, content} messages")
+            raise ValueError(
+                "Demonstration.prompt must be a string or a non-empty list of {role, content} messages"
+            )
 
 
 @runtime_checkable
