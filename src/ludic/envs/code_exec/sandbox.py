@@ -158,7 +158,7 @@ async def _stop(pid: int, finished: asyncio.Future[None], name: str, group: RunG
     if kill_first is not None and not finished.done():
         await kill_first(pid)
     _kill_group(pid)
-    if group is not None:
+    if group is not None and not finished.done():  # done: pid 1 and so its whole pid namespace are gone
         group.kill()
     if kill_rest is not None:
         await kill_rest()
