@@ -59,14 +59,17 @@ def saw_item(tokens: int) -> Any:
     )  # fmt: skip
 
 
-async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[float, float, float, int]:
+async def ludic_rates(
+    url: str, tokens: int, n: int, mods: Any = None, cpu: dict[str, float] | None = None
+) -> tuple[float, float, float, int]:
     """(push, pop, pop + collate) in items/s, and the entry's bytes.
 
     push: ``encode_item`` + ``PipelineStream.push``; pop: ``PipelineBatchSource.next_batch`` (XREAD, msgpack,
     every check); pop + collate: the same entries read again, each batch then collated into padded tensors
     (this checkout's ``collate_saw_items``: from the popped arrays, or from lists where an older
     ``PackedSAWItem`` builds them). ``mods``: the (codec, stream, batch source) modules to use, by
-    default this checkout's.
+    default this checkout's. ``cpu``: filled with this process's CPU time per 64-entry batch of push and pop
+    (``push_cpu_us``, ``pop_cpu_us``), steadier than the rates on a loaded machine.
     """
     if mods is None:
         encode, stream_cls, source_cls = encode_item_now, PipelineStream, PipelineBatchSource
@@ -81,21 +84,24 @@ async def ludic_rates(url: str, tokens: int, n: int, mods: Any = None) -> tuple[
     item = saw_item(tokens)
     stream = stream_cls(url, run_id)
     size = sum(len(v) for v in encode_item_now(item, run_id=run_id, item_id="x" * 32).values())
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n // BATCH):  # encoding is part of the cost, as in an actor
         await stream.push([encode(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
     push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
+    push_cpu_us = 1e6 * (time.process_time() - c0) / (n // BATCH)
     rates = []
     for collate in (False, True):
         source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, vocab_size=VOCAB, version_fn=lambda: 0)
         # connected before timing, as redis-benchmark is
         await source.stream.read("$", count=1, block_ms=None)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n // BATCH):
             batch = await source.next_batch()
             if collate:
                 collate_saw_items(batch.items, pad_token_id=0, device="cpu")
         rates.append((n // BATCH) * BATCH / (time.perf_counter() - t0))
+        if cpu is not None and not collate:
+            cpu.update(push_cpu_us=push_cpu_us, pop_cpu_us=1e6 * (time.process_time() - c0) / (n // BATCH))
         if collate:
             await source.on_checkpoint_saved(source.state_dict())
         await source.close()
@@ -206,8 +212,9 @@ def bench_stream_against(rev: str, repeats: int) -> None:
             rows: dict[str, list[float]] = {}
             for _ in range(repeats):
                 for label, mods in (("now", None), (rev[:8], old)):
-                    push, pop, pop_collate, size = asyncio.run(ludic_rates(server.url, tokens, n, mods))
-                    for key, value in (("push", push), ("pop", pop), ("pop_collate", pop_collate)):
+                    cpu: dict[str, float] = {}
+                    push, pop, pop_collate, size = asyncio.run(ludic_rates(server.url, tokens, n, mods, cpu))
+                    for key, value in (("push", push), ("pop", pop), ("pop_collate", pop_collate), *cpu.items()):
                         rows.setdefault(f"{label} {key}", []).append(value)
                 ref = redis_benchmark_rates(server, size, n)
                 if ref is not None:
@@ -216,8 +223,12 @@ def bench_stream_against(rev: str, repeats: int) -> None:
             med = {k: statistics.median(v) for k, v in rows.items()}
             print(
                 f"{tokens:>5} tokens, medians of {repeats}: "
-                + ", ".join(f"{k} {v:,.0f}/s" for k, v in med.items())
+                + ", ".join(f"{k} {v:,.0f}{' us/batch' if k.endswith('_us') else '/s'}" for k, v in med.items())
             )
+            print(f"       CPU per batch, now / {rev[:8]} (median of the rounds' ratios): " + ", ".join(
+                f"{key} {statistics.median(a / b for a, b in zip(rows[f'now {key}'], rows[f'{rev[:8]} {key}'], strict=True)):.2f}x"
+                for key in ("push_cpu_us", "pop_cpu_us")
+            ), flush=True)  # fmt: skip
             print("       now / " + rev[:8] + ": " + ", ".join(
                 f"{key} {med[f'now {key}'] / med[f'{rev[:8]} {key}']:.2f}x" for key in ("push", "pop", "pop_collate")
             ), flush=True)  # fmt: skip
