@@ -83,7 +83,7 @@ async def main(mode: str, steps: int, sft_steps: int, seed: int, out: Path, lr: 
     seeds = iter(range(seed * 10**5, 10**6))
     source = RolloutBatchSource(engine=engine, request_fn=lambda: [episode(next(seeds)) for _ in range(4)],
                                 algorithm=algo, max_steps=1, concurrency=64)  # fmt: skip
-    cfg = TrainerConfig(lr=lr or (5e-3 if mode == "lora" else 5e-4), lr_schedule="linear",
+    cfg = TrainerConfig(lr=lr or (2e-3 if mode == "lora" else 5e-4), lr_schedule="linear",
                         warmup_steps=min(10, steps), total_steps=steps, max_seq_len=512, micro_token_budget=8192)  # fmt: skip
     publisher = ClientPublisher(client, lora="adapter")  # a full-weight model publishes its weights anyway
     logger = progress_and_metrics(out / "metrics.jsonl", f"[lora:{mode}]", total_steps=steps)
@@ -100,7 +100,8 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--sft-steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=None, help="RL learning rate (default 5e-3 LoRA, 5e-4 full)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="RL learning rate (default: LoRA 2e-3, as 3e-3 and 5e-3 collapsed; full 5e-4)")
     p.add_argument("--output-dir", type=Path, default=None)
     a = p.parse_args()
     out = a.output_dir or Path(f"runs/lora/next_letter_{a.mode}")
