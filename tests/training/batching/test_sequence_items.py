@@ -23,7 +23,7 @@ from ludic.training.loss import (
     ReinforceLoss,
     TokenClippedSurrogateLoss,
 )
-from ludic.types import StepOutcome
+from ludic.types import Rollout, Step, StepOutcome, TokenTrace
 
 
 class CountTurnsEnv(SingleAgentEnv):
@@ -215,3 +215,32 @@ async def test_rollout_engine_one_sequence_option_trains_each_episode_as_one_ite
                 spans[-1].append(item.token_weights[k])
                 k += 1
         assert [set(span) for span in spans] == [{3.0}, {2.0}, {1.0}]
+
+
+def _step(index: int, prompt: list[int], completion: list[int], temperature: float) -> Step:
+    trace = TokenTrace(
+        prompt_token_ids=prompt, completion_token_ids=completion, completion_logprobs=[-0.5] * len(completion)
+    )
+    return Step(
+        index,
+        "obs",
+        "act",
+        "next",
+        0.0,
+        False,
+        index == 1,
+        info={"sampling_temperature": temperature},
+        trace=trace,
+    )
+
+
+@pytest.mark.parametrize(("second_temperature", "items_expected"), [(0.7, 1), (1.0, 2)])
+def test_calls_sampled_at_another_temperature_start_a_new_item(second_temperature, items_expected):
+    # The trainer recomputes an item's log-probs at one temperature: calls sampled at two cannot share it.
+    rollout = Rollout(steps=[_step(0, [1, 2], [3], 0.7), _step(1, [1, 2, 3, 4], [5, 6], second_temperature)])
+    weights = {(rollout.id, 0): 1.0, (rollout.id, 1): 1.0}
+    items = rollout_to_sequence_items(rollout, weights)
+    assert len(items) == items_expected
+    assert [item.action_mask for item in items] == (
+        [[0, 0, 1, 0, 1, 1]] if items_expected == 1 else [[0, 0, 1], [0, 0, 0, 0, 1, 1]]
+    )

@@ -9,7 +9,8 @@ actor log-probs concatenated in order. Each call's action span carries its step'
 credit differs between calls (per-turn credit, ``PerTurnReturn``), the item gets ``token_weights``
 (one per action token, its call's weight; ``weight`` is then their mean, a summary); where it is
 the same throughout, the plain scalar ``weight``. Where the ids do not extend (a template that
-rewrote history), a new item starts. Each item is exactly the union of the per-step items it
+rewrote history), or a call was sampled with other settings than the one before it (the trainer
+divides an item's logits by one temperature), a new item starts. Each item is exactly the union of the per-step items it
 replaces: for a loss that sums over action tokens with per-token advantages (REINFORCE without the
 sequence ratio, token-level PPO/GRPO clip, CISPO, SFT) its gradient is the sum of theirs. Losses
 with a sequence-level ratio (REINFORCE's IS correction, GSPO) take one ratio over the whole episode
@@ -54,7 +55,7 @@ def rollout_to_sequence_items(rollout: Rollout, weights: Mapping[RolloutStepKey,
                     f"missing rollout-time token trace for rollout {rollout.id!r} step {step.index}: the "
                     "client must return prompt/completion token ids (Ludic never re-tokenises generated text)"
                 )
-            if seg is not None and not _extends(seg.ids, trace):
+            if seg is not None and not (_extends(seg.ids, trace) and _same_sampling(seg.last, step)):
                 items.append(_item(rollout, seg))
                 seg = None
             if seg is None:
@@ -74,6 +75,14 @@ def rollouts_to_sequence_items(
 def _extends(ids: list[int], trace: TokenTrace) -> bool:
     prompt = trace.prompt_token_ids
     return len(prompt) >= len(ids) and prompt[: len(ids)] == ids
+
+
+SAMPLING_KEYS = ("sampling_temperature", "sampling_top_p")
+"""Step info that fixes how an item's log-probs are recomputed: one value per item."""
+
+
+def _same_sampling(previous: Step, step: Step) -> bool:
+    return all(previous.info.get(key) == step.info.get(key) for key in SAMPLING_KEYS)
 
 
 def _append(seg: _Segment, step: Step, trace: TokenTrace, weight: float) -> None:
