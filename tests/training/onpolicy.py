@@ -1,4 +1,4 @@
-"""Test helpers for training on the policy's own samples: a tiny model and an on-policy sampler."""
+"""Test helpers for training: a tiny model, a credit assigner the Trainer must not call, an on-policy sampler."""
 
 from __future__ import annotations
 
@@ -10,13 +10,21 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
 
-def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
+def tiny_model(seed: int = 0, *, layers: int = 2, hidden: int = 32) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 of a few thousand parameters (vocab 64), fixed by ``seed``."""
     torch.manual_seed(seed)
     cfg = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=64, hidden_size=hidden, intermediate_size=64, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
     )  # fmt: skip
     return Qwen2ForCausalLM(cfg)
+
+
+class NoCredit:
+    """Credit is assigned by the batch source, never by the Trainer: calling this is a bug."""
+
+    def compute(self, rollouts: list) -> dict:
+        raise AssertionError("the Trainer must not run credit assignment")
 
 
 PROMPT = [5, 6, 7]

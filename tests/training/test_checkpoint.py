@@ -8,33 +8,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import CheckpointConfig
 
-
-def _tiny_model(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg)
-
-
-def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
-    opt.step()
-    opt.zero_grad()
-    return opt
+from .checkpointing import trained_optimizer
+from .onpolicy import tiny_model
 
 
 def test_save_then_load_restores_weights_optimizer_and_metadata(tmp_path: Path) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
-    model = _tiny_model(0)
-    opt = _optimizer(model)
+    model = tiny_model(0, layers=1)
+    opt = trained_optimizer(model)
     folder = manager.save(model, opt, step=3, metadata={"note": "hi"}, config={"lr": 1e-3})
     assert folder == tmp_path / "step_000003"
     assert {"model.safetensors", "config.json", "optimizer.pt", "trainer_state.json", "rng_state.pt"} <= {
@@ -42,7 +27,7 @@ def test_save_then_load_restores_weights_optimizer_and_metadata(tmp_path: Path) 
     }
     assert json.loads((tmp_path / "latest.json").read_text()) == {"step": 3, "path": "step_000003"}
 
-    other = _tiny_model(1)
+    other = tiny_model(1, layers=1)
     other_opt = torch.optim.AdamW(other.parameters(), lr=1e-3)
     state = manager.load(other, other_opt)
     assert state["step"] == 3 and state["metadata"] == {"note": "hi"} and state["config"] == {"lr": 1e-3}
@@ -57,11 +42,11 @@ def test_load_restores_rng_states(tmp_path: Path) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
     torch.manual_seed(5)
     random.seed(5)
-    manager.save(_tiny_model(0), step=1)
+    manager.save(tiny_model(0, layers=1), step=1)
     expected = (torch.rand(3), random.random())
     torch.manual_seed(99)
     random.seed(99)
-    manager.load(_tiny_model(0))
+    manager.load(tiny_model(0, layers=1))
     got = (torch.rand(3), random.random())
     assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
 
@@ -70,8 +55,8 @@ def test_crash_mid_write_leaves_no_valid_checkpoint_and_latest_untouched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
-    model = _tiny_model(0)
-    manager.save(model, _optimizer(model), step=1)
+    model = tiny_model(0, layers=1)
+    manager.save(model, trained_optimizer(model), step=1)
     latest_before = (tmp_path / "latest.json").read_text()
 
     def crash(*args: object, **kwargs: object) -> None:
@@ -85,7 +70,7 @@ def test_crash_mid_write_leaves_no_valid_checkpoint_and_latest_untouched(
     assert not (tmp_path / "step_000002").exists()
     assert (tmp_path / "latest.json").read_text() == latest_before
     assert [step for step, _ in manager.list_checkpoints()] == [1]
-    assert manager.load(_tiny_model(1))["step"] == 1
+    assert manager.load(tiny_model(1, layers=1))["step"] == 1
 
 
 def test_leftover_temp_folder_is_ignored_and_cleaned_on_next_save(tmp_path: Path) -> None:
@@ -95,14 +80,14 @@ def test_leftover_temp_folder_is_ignored_and_cleaned_on_next_save(tmp_path: Path
     (stale / "trainer_state.json").write_text("{}")
     assert manager.list_checkpoints() == []
     with pytest.raises(FileNotFoundError, match=r"latest\.json does not exist"):
-        manager.load(_tiny_model(0))
-    manager.save(_tiny_model(0), step=1)
+        manager.load(tiny_model(0, layers=1))
+    manager.save(tiny_model(0, layers=1), step=1)
     assert not stale.exists()
 
 
 def test_pruning_keeps_the_newest_max_to_keep(tmp_path: Path) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path, every_n_steps=2, max_to_keep=2))
-    model = _tiny_model(0)
+    model = tiny_model(0, layers=1)
     written = [manager.maybe_save(model, step=s) for s in range(1, 7)]
     assert [p.name if p else None for p in written] == [
         None,
@@ -117,7 +102,7 @@ def test_pruning_keeps_the_newest_max_to_keep(tmp_path: Path) -> None:
 
 
 def test_refuses_to_checkpoint_nan_weights(tmp_path: Path) -> None:
-    model = _tiny_model(0)
+    model = tiny_model(0, layers=1)
     with torch.no_grad():
         model.model.norm.weight[0] = float("nan")
     with pytest.raises(ValueError, match=r"non-finite weights in \['model.norm.weight'\]"):
@@ -152,7 +137,7 @@ def test_lora_adapter_round_trips(tmp_path: Path) -> None:
 
     def lora() -> torch.nn.Module:
         cfg = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], init_lora_weights=False)
-        return get_peft_model(_tiny_model(0), cfg)
+        return get_peft_model(tiny_model(0, layers=1), cfg)
 
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
     model, other = lora(), lora()

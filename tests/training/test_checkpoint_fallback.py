@@ -8,47 +8,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training.checkpoint import CheckpointLoadError, CheckpointManager
 from ludic.training.config import CheckpointConfig
 
-
-def _tiny_model(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg)
-
-
-def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
-    opt.step()
-    opt.zero_grad()
-    return opt
-
-
-def _snapshot(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    return weights, {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()}
-
-
-def _assert_unchanged(model: torch.nn.Module, opt: torch.optim.Optimizer, snap: tuple[dict, dict]) -> None:
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, snap[0][key]), key
-    for i, s in opt.state_dict()["state"].items():
-        for k, v in s.items():
-            assert torch.equal(v, snap[1][i][k]), (i, k)
+from .checkpointing import assert_unchanged, snapshot, trained_optimizer
+from .onpolicy import tiny_model
 
 
 def _two_checkpoints(tmp_path: Path, **cfg: object) -> tuple[CheckpointManager, dict, Path]:
     """Checkpoints at steps 1 and 2 (different weights); returns the manager, step 1's weights, step 2."""
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path / "ckpt", **cfg))
-    model = _tiny_model(0)
-    opt = _optimizer(model)
+    model = tiny_model(0, layers=1)
+    opt = trained_optimizer(model)
     manager.save(model, opt, step=1, metadata={"batch_source": {"last_id": "5-0", "consumed": 5}})
     first = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
@@ -62,24 +34,24 @@ def test_trainer_state_with_a_bad_step_is_refused_before_weights_change(tmp_path
     manager, _, second = _two_checkpoints(tmp_path)
     state_file = second / "trainer_state.json"
     state_file.write_text(state_file.read_text().replace('"step": 2', f'"step": {bad}'))
-    other = _tiny_model(1)
-    other_opt = _optimizer(other)
-    snap = _snapshot(other, other_opt)
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
     with pytest.raises(CheckpointLoadError, match=r"trainer_state\.json: 'step' must be an int >= 0"):
         manager.load(other, other_opt)
-    _assert_unchanged(other, other_opt, snap)
+    assert_unchanged(other, other_opt, snap)
 
 
 def test_trainer_state_with_metadata_not_an_object_is_refused(tmp_path: Path) -> None:
     manager, _, second = _two_checkpoints(tmp_path)
     state = json.loads((second / "trainer_state.json").read_text())
     (second / "trainer_state.json").write_text(json.dumps({**state, "metadata": [1, 2]}))
-    other = _tiny_model(1)
-    other_opt = _optimizer(other)
-    snap = _snapshot(other, other_opt)
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
     with pytest.raises(CheckpointLoadError, match="'metadata' must be a JSON object"):
         manager.load(other, other_opt)
-    _assert_unchanged(other, other_opt, snap)
+    assert_unchanged(other, other_opt, snap)
 
 
 @pytest.mark.parametrize(
@@ -93,10 +65,10 @@ def test_unusable_latest_json_is_a_clear_error_and_falls_back(
     manager, _, second = _two_checkpoints(tmp_path, fallback_may_skip_items=True)
     (tmp_path / "ckpt" / "latest.json").write_text(latest)
     with pytest.raises(CheckpointLoadError, match=message):
-        manager.load(_tiny_model(1))
-    other = _tiny_model(1)
+        manager.load(tiny_model(1, layers=1))
+    other = tiny_model(1, layers=1)
     with caplog.at_level(logging.WARNING):
-        state = manager.load(other, _optimizer(other), fallback=True)
+        state = manager.load(other, trained_optimizer(other), fallback=True)
     assert state["step"] == 2 and state["path"] == str(second)  # the newest complete checkpoint
     assert state["fell_back_from"] == str(tmp_path / "ckpt" / "latest.json")
     assert f"fell back to the older {second} (step 2)" in caplog.text
@@ -105,13 +77,13 @@ def test_unusable_latest_json_is_a_clear_error_and_falls_back(
 def test_fallback_across_a_trimmed_stream_is_refused_with_the_count(tmp_path: Path) -> None:
     manager, _, second = _two_checkpoints(tmp_path)
     (second / "optimizer.pt").write_bytes(b"not a torch file")
-    other = _tiny_model(1)
-    other_opt = _optimizer(other)
-    snap = _snapshot(other, other_opt)
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
     with pytest.raises(CheckpointLoadError, match="would skip 4 pipeline items") as info:
         manager.load(other, other_opt, fallback=True)
     assert "fallback_may_skip_items = true" in str(info.value)
-    _assert_unchanged(other, other_opt, snap)
+    assert_unchanged(other, other_opt, snap)
 
 
 def test_fallback_across_a_trimmed_stream_loads_when_allowed_and_warns(
@@ -119,9 +91,9 @@ def test_fallback_across_a_trimmed_stream_loads_when_allowed_and_warns(
 ) -> None:
     manager, first, second = _two_checkpoints(tmp_path, fallback_may_skip_items=True)
     (second / "optimizer.pt").write_bytes(b"not a torch file")
-    other = _tiny_model(1)
+    other = tiny_model(1, layers=1)
     with caplog.at_level(logging.WARNING):
-        state = manager.load(other, _optimizer(other), fallback=True)
+        state = manager.load(other, trained_optimizer(other), fallback=True)
     assert state["step"] == 1 and state["fell_back_from"] == str(second)
     assert "would skip 4 pipeline items" in caplog.text
     for key, value in other.state_dict().items():
@@ -132,4 +104,4 @@ def test_fallback_with_an_unreadable_newer_state_refuses_an_unknown_count(tmp_pa
     manager, _, second = _two_checkpoints(tmp_path)
     (second / "trainer_state.json").write_text("{")
     with pytest.raises(CheckpointLoadError, match="would skip an unknown number of pipeline items"):
-        manager.load(_tiny_model(1), fallback=True)
+        manager.load(tiny_model(1, layers=1), fallback=True)

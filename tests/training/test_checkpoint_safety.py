@@ -9,42 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training.checkpoint import CheckpointLoadError, CheckpointManager
 from ludic.training.config import CheckpointConfig
 
-
-def _tiny_model(seed: int, hidden: int = 32) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg)
-
-
-def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
-    opt.step()
-    opt.zero_grad()
-    return opt
-
-
-def _snapshot(model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    state = {i: {k: v.clone() for k, v in s.items()} for i, s in opt.state_dict()["state"].items()}
-    return weights, state
-
-
-def _assert_unchanged(model: torch.nn.Module, opt: torch.optim.Optimizer, snap: tuple[dict, dict]) -> None:
-    weights, state = snap
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, weights[key]), key
-    for i, s in opt.state_dict()["state"].items():
-        for k, v in s.items():
-            assert torch.equal(v, state[i][k]), (i, k)
+from .checkpointing import assert_unchanged, snapshot, trained_optimizer
+from .onpolicy import tiny_model
 
 
 class _Payload:
@@ -60,55 +30,55 @@ class _Payload:
 @pytest.mark.parametrize("planted", ["optimizer.pt", "rng_state.pt", "scheduler.pt"])
 def test_planted_pickle_is_refused_and_runs_nothing(tmp_path: Path, planted: str) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path / "ckpt"))
-    model = _tiny_model(0)
-    opt = _optimizer(model)
+    model = tiny_model(0, layers=1)
+    opt = trained_optimizer(model)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
     folder = manager.save(model, opt, step=1, scheduler=sched)
     marker = tmp_path / "pwned"
     torch.save({"state": {}, "param_groups": [], "evil": _Payload(marker)}, folder / planted)
 
-    other = _tiny_model(1)
-    other_opt = _optimizer(other)
-    snap = _snapshot(other, other_opt)
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
     with pytest.raises(CheckpointLoadError) as info:
         manager.load(other, other_opt, scheduler=torch.optim.lr_scheduler.LambdaLR(other_opt, lambda s: 1.0))
     assert str(folder / planted) in str(info.value)
     assert "refused to load" in str(info.value) and "could run code" in str(info.value)
     assert not marker.exists()
-    _assert_unchanged(other, other_opt, snap)
+    assert_unchanged(other, other_opt, snap)
 
 
 def test_corrupt_weights_leave_model_and_optimizer_untouched(tmp_path: Path) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
-    model = _tiny_model(0)
-    folder = manager.save(model, _optimizer(model), step=1)
+    model = tiny_model(0, layers=1)
+    folder = manager.save(model, trained_optimizer(model), step=1)
     (folder / "model.safetensors").write_bytes(b"\x00" * 64)
-    other = _tiny_model(1)
-    other_opt = _optimizer(other)
-    snap = _snapshot(other, other_opt)
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
     with pytest.raises(CheckpointLoadError, match=re.escape(str(folder / "model.safetensors"))):
         manager.load(other, other_opt)
-    _assert_unchanged(other, other_opt, snap)
+    assert_unchanged(other, other_opt, snap)
 
 
 def test_optimizer_state_of_another_model_is_refused_before_weights_change(tmp_path: Path) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
-    model = _tiny_model(0)
-    folder = manager.save(model, _optimizer(model), step=1)
-    wide = _tiny_model(0, hidden=48)
-    torch.save(_optimizer(wide).state_dict(), folder / "optimizer.pt")
-    other = _tiny_model(1)
-    other_opt = _optimizer(other)
-    snap = _snapshot(other, other_opt)
+    model = tiny_model(0, layers=1)
+    folder = manager.save(model, trained_optimizer(model), step=1)
+    wide = tiny_model(0, layers=1, hidden=48)
+    torch.save(trained_optimizer(wide).state_dict(), folder / "optimizer.pt")
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
     with pytest.raises(CheckpointLoadError, match=r"optimizer\.pt: state 'exp_avg' of parameter 0 has shape"):
         manager.load(other, other_opt)
-    _assert_unchanged(other, other_opt, snap)
+    assert_unchanged(other, other_opt, snap)
 
 
 def test_fallback_loads_the_previous_complete_checkpoint(tmp_path: Path) -> None:
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
-    model = _tiny_model(0)
-    opt = _optimizer(model)
+    model = tiny_model(0, layers=1)
+    opt = trained_optimizer(model)
     manager.save(model, opt, step=1)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
@@ -117,9 +87,9 @@ def test_fallback_loads_the_previous_complete_checkpoint(tmp_path: Path) -> None
     (broken / "optimizer.pt").write_bytes(b"not a torch file")
 
     with pytest.raises(CheckpointLoadError, match=r"optimizer\.pt: cannot be read"):
-        manager.load(_tiny_model(1), _optimizer(_tiny_model(1)))
-    other = _tiny_model(1)
-    state = manager.load(other, _optimizer(other), fallback=True)
+        manager.load(tiny_model(1, layers=1), trained_optimizer(tiny_model(1, layers=1)))
+    other = tiny_model(1, layers=1)
+    state = manager.load(other, trained_optimizer(other), fallback=True)
     assert state["step"] == 1
     for key, value in other.state_dict().items():
         assert torch.equal(value, expected[key]), key
@@ -130,12 +100,12 @@ def _write_state(folder: Path, step: int) -> None:
 
 
 def test_loads_pytorch_model_bin(tmp_path: Path) -> None:
-    model = _tiny_model(0)
+    model = tiny_model(0, layers=1)
     folder = tmp_path / "step_000007"
     folder.mkdir()
     torch.save(model.state_dict(), folder / "pytorch_model.bin")
     _write_state(folder, 7)
-    other = _tiny_model(1)
+    other = tiny_model(1, layers=1)
     state = CheckpointManager(CheckpointConfig(output_dir=tmp_path)).load(other, step=7)
     assert state["step"] == 7
     for key, value in model.state_dict().items():
@@ -143,7 +113,7 @@ def test_loads_pytorch_model_bin(tmp_path: Path) -> None:
 
 
 def test_loads_sharded_bin_through_its_index(tmp_path: Path) -> None:
-    model = _tiny_model(0)
+    model = tiny_model(0, layers=1)
     folder = tmp_path / "old"
     folder.mkdir()
     keys = list(model.state_dict())
@@ -155,14 +125,14 @@ def test_loads_sharded_bin_through_its_index(tmp_path: Path) -> None:
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
     (folder / "pytorch_model-99999.bin").write_bytes(b"not listed in the index: never read")
     _write_state(folder, 3)
-    other = _tiny_model(1)
+    other = tiny_model(1, layers=1)
     CheckpointManager(CheckpointConfig(output_dir=tmp_path)).load(other, path=folder)
     for key, value in model.state_dict().items():
         assert torch.equal(other.state_dict()[key], value), key
 
 
 def test_pruning_never_deletes_the_new_or_latest_checkpoint_whatever_old_runs_left(tmp_path: Path) -> None:
-    model = _tiny_model(0)
+    model = tiny_model(0, layers=1)
     CheckpointManager(CheckpointConfig(output_dir=tmp_path)).save(model, step=500)  # an older, longer run
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path, max_to_keep=1))
     first = manager.save(model, step=1)
@@ -173,7 +143,7 @@ def test_pruning_never_deletes_the_new_or_latest_checkpoint_whatever_old_runs_le
 
 
 def test_pruning_keeps_the_most_recently_written(tmp_path: Path) -> None:
-    model = _tiny_model(0)
+    model = tiny_model(0, layers=1)
     CheckpointManager(CheckpointConfig(output_dir=tmp_path)).save(model, step=500)
     manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path, max_to_keep=2))
     for step in (1, 2, 3):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training.algorithm import chain_preprocess, drop_zero_weight
 from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
@@ -12,14 +11,7 @@ from ludic.training.loss import compute_token_logps
 from ludic.training.scoring import FrozenModelScorer
 from ludic.training.types import SampleAttachments, SAWBatch, SAWItem
 
-
-def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg)
+from .onpolicy import tiny_model
 
 
 def item(length: int, weight: float = 1.0, rid: str = "r") -> SAWItem:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import CheckpointConfig, TrainerConfig
@@ -14,21 +13,7 @@ from ludic.training.loss import ReinforceLoss
 from ludic.training.trainer import Trainer
 from ludic.training.types import SAWBatch, SAWItem
 
-
-class NoCredit:
-    """Credit is assigned by the batch source, never by the Trainer: calling this is a bug."""
-
-    def compute(self, rollouts: list) -> dict:
-        raise AssertionError("the Trainer must not run credit assignment")
-
-
-def tiny_model(seed: int) -> Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg)
+from .onpolicy import NoCredit, tiny_model
 
 
 class StepIndexedSource:
