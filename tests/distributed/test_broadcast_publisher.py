@@ -14,17 +14,10 @@ from transformers import AutoModelForCausalLM
 from ludic.distributed import BroadcastPolicyPublisher, PublishError
 from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
 from ludic.inference.process_group import create_group, free_port
-from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration
 PROMPT = [5, 6, 7, 8, 9]
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("bcast")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
 @pytest.fixture(scope="module")

@@ -18,19 +18,12 @@ from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.inference import VLLMChatClient
 from ludic.inference.shared_memory import allocate_shared, map_peer_buffer
 from ludic.inference.weight_packing import TensorMeta, pack, packed_size, update_info
-from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 
 from .test_broadcast_publisher import greedy_logps, model_logps
 
 pytestmark = pytest.mark.integration
 NORM = "model.norm.weight"
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("owner")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
 @pytest.fixture(scope="module")

@@ -18,18 +18,11 @@ from ludic.distributed import BroadcastPolicyPublisher, PublishError
 from ludic.inference import VLLMChatClient
 from ludic.inference.shared_memory import map_peer_buffer
 from ludic.inference.weight_packing import TensorMeta, update_info
-from ludic.testing import build_tiny_model
 from ludic.testing.server_process import start_server, stop_server
 
 from .test_broadcast_publisher import greedy_logps, model_logps
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("shm")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ludic.inference import SamplingConfig, TransformersChatClient
-from ludic.testing import build_tiny_model
 
 PROMPT = [5, 6, 7, 8, 9]
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("keep")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
 def new_state(dirs: tuple[Path, Path], change: str) -> dict[str, torch.Tensor]:

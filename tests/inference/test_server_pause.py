@@ -20,19 +20,12 @@ from transformers import AutoModelForCausalLM
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference import VLLMChatClient
 from ludic.inference._http import RequestRefused
-from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration
 KEY = "pause-test-key"
 PROMPT = [5, 6, 7, 8]
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("pause")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
 @pytest.fixture(scope="module")

@@ -14,18 +14,12 @@ from safetensors.torch import save
 from transformers import AutoModelForCausalLM
 
 from ludic.inference import SamplingConfig, TransformersChatClient
-from ludic.testing import build_tiny_model, tiny_model_path
+from ludic.testing import tiny_model_path
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration
 OCTET = {"Content-Type": "application/octet-stream"}
 EVIL = "http://evil.example"
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("guards")
-    return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
 @pytest.fixture(scope="module")
