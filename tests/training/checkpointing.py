@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+
+from ludic.training.checkpoint import CheckpointLoadError, CheckpointManager
+
+from .onpolicy import tiny_model
 
 
 def trained_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -29,3 +34,13 @@ def assert_unchanged(model: torch.nn.Module, opt: torch.optim.Optimizer, snap: t
     for i, s in opt.state_dict()["state"].items():
         for k, v in s.items():
             assert torch.equal(v, state[i][k]), (i, k)
+
+
+def assert_load_refused(manager: CheckpointManager, match: str) -> None:
+    """Loading into a fresh model and optimizer raises CheckpointLoadError(``match``) and changes neither."""
+    other = tiny_model(1, layers=1)
+    other_opt = trained_optimizer(other)
+    snap = snapshot(other, other_opt)
+    with pytest.raises(CheckpointLoadError, match=match):
+        manager.load(other, other_opt)
+    assert_unchanged(other, other_opt, snap)
