@@ -4,10 +4,6 @@ and OOM kills, is reused only empty, and every process of a run still joins it."
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -25,21 +21,6 @@ for _ in range(3):
         b = bytearray(120 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); time.sleep(5); os._exit(0)
 os.wait(); print('survived')
 """
-
-
-@pytest.fixture
-def code_dir():
-    root = Path(tempfile.mkdtemp(prefix="ludic-reuse-"))
-    root.chmod(0o755)
-
-    def write(code: str) -> Path:
-        path = root / "solution.py"
-        path.write_text(textwrap.dedent(code))
-        path.chmod(0o644)
-        return root
-
-    yield write
-    shutil.rmtree(root)
 
 
 async def test_a_kept_run_group_reads_only_its_own_run(code_dir):

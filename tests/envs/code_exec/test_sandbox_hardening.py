@@ -12,9 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -35,22 +33,6 @@ while time.process_time() < end:
 print("done")
 """
 TOUCH_600_MB = "b = bytearray(600 * 1024 * 1024)\nb[::4096] = b'x' * len(b[::4096])\nprint(len(b))\n"
-
-
-@pytest.fixture
-def code_dir():
-    """Writes solution.py into a directory the sandbox's uid can read (pytest's tmp_path is 0700)."""
-    root = Path(tempfile.mkdtemp(prefix="ludic-hardening-"))
-    root.chmod(0o755)
-
-    def write(code: str) -> Path:
-        path = root / "solution.py"
-        path.write_text(textwrap.dedent(code))
-        path.chmod(0o644)
-        return root
-
-    yield write
-    shutil.rmtree(root)
 
 
 @pytest.fixture(scope="module")
