@@ -86,24 +86,25 @@ def main() -> None:
     full, adapter = nbytes(merged_state_dict(model)), nbytes(adapter_payload(model))
     print(f"model {full / 4e6:.1f}M params ({full / 1e6:.0f} MB); adapter rank {args.rank} on {args.targets}: "
           f"{adapter / 1e6:.2f} MB = {adapter / full:.2%} of the merged bytes")  # fmt: skip
-    servers = {t: start_server(model_dir, "--transfer-timeout", "60") for t in args.transports}
+    # a server per transport and mode: after a merged publish a server's base is the merged model, on which
+    # the adapter (trained on the pristine base) is rightly refused
+    keys = [(t, mode) for t in args.transports for mode in ("merged", "adapter")]
+    servers = {k: start_server(model_dir, "--transfer-timeout", "60") for k in keys}
     times: dict[str, list[float]] = {}
     try:
-        pubs = {t: BroadcastPolicyPublisher(VLLMChatClient(base_url=servers[t][1], enable_weight_updates=True),
-                                            backend=t, timeout_s=120) for t in args.transports}  # fmt: skip
+        pubs = {k: BroadcastPolicyPublisher(VLLMChatClient(base_url=servers[k][1], enable_weight_updates=True),
+                                            backend=k[0], timeout_s=120, lora=k[1]) for k in keys}  # fmt: skip
         version = 0
         for rep in range(args.repeats + 1):  # the first round warms the buffers up and is not counted
-            for t, pub in pubs.items():
-                for mode in ("merged", "adapter"):
-                    version += 1
-                    seconds = timed_publish(pub, model, mode, version)
-                    if rep:
-                        times.setdefault(f"{t} {mode}", []).append(seconds)
+            version += 1
+            for (t, mode), pub in pubs.items():
+                seconds = timed_publish(pub, model, mode, version)
+                if rep:
+                    times.setdefault(f"{t} {mode}", []).append(seconds)
         if args.steps:
-            pub = pubs[args.transports[0]]
             for rep in range(args.repeats + 1):
                 for mode in ("merged", "adapter"):
-                    pub.lora_publish = mode
+                    pub = pubs[(args.transports[0], mode)]
                     trainer = trainer_for(model, pub)
                     trainer.step = version = version + 1  # versions never go backwards on the server
                     t0 = time.perf_counter()

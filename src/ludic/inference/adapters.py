@@ -14,7 +14,8 @@ adapter is dropped (the next adapter publish applies on the new base).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -22,6 +23,18 @@ from torch import nn
 from ludic.inference.adapter_config import AdapterConfig, base_fingerprint, lora_names
 from ludic.inference.weight_packing import TensorMeta, dtype_name
 from ludic.inference.weights import first_non_finite, non_finite_message
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Many small products and copies: on a busy CPU, waking every OpenMP thread for each one cost 10-20x the
+    work itself (measured: 56 adds of 2.3 MB, 1.7 s on 2 threads vs 0.07 s on 1). Per thread; restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class AdapterRefused(ValueError):
@@ -82,14 +95,17 @@ class AdapterState:
     # ---- changes (the caller holds the engine's weights lock) -----------------------------------
     def apply(self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
         """Fold the (validated) adapter into ``model``: every new weight computed first, then written."""
+        with one_thread():
+            self._apply(model, tensors, config)
+
+    def _apply(self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
         params = dict(model.named_parameters(remove_duplicate=False))
         new: dict[str, torch.Tensor] = {}
         for module, scaling in zip(config.target_modules, config.scalings, strict=True):
             name = f"{module}.weight"
             base = self.pristine.get(name, params[name].detach())
-            a_name, b_name = lora_names(module)
-            a, b = (tensors[n].to(base.device, torch.float32) for n in (a_name, b_name))
-            new[name] = (base.float() + (b @ a) * scaling).to(base.dtype)  # peft's delta: (B @ A) * scaling
+            a, b = (tensors[n].to(base.device, torch.float32) for n in lora_names(module))
+            new[name] = torch.addmm(base.float(), b, a, alpha=scaling).to(base.dtype)  # W + scaling * (B @ A)
         for name in set(self.pristine) - set(new):  # adapted before, not now: back to the base
             new[name] = self.pristine[name]
         with torch.no_grad():
@@ -105,7 +121,7 @@ class AdapterState:
         """Put the base back under every adapted layer and forget the adapter (before a full update)."""
         if self.pristine:
             params = dict(model.named_parameters(remove_duplicate=False))
-            with torch.no_grad():
+            with torch.no_grad(), one_thread():
                 for name, weight in self.pristine.items():
                     params[name].copy_(weight)
         self.pristine, self.config, self._fingerprint = {}, None, None
