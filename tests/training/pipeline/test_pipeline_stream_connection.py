@@ -146,7 +146,7 @@ def test_a_read_left_pending_when_its_run_ends_is_cancelled_and_collected_withou
 
     async def leave_a_read_pending() -> None:
         stream = PipelineStream(redis_server.url, run_id)
-        reading = asyncio.create_task(stream.read("0-0", count=10, block_ms=5000))  # noqa: F841 - left pending
+        reading = asyncio.create_task(stream.read("0-0", count=10, block_ms=5000))  # noqa: F841, RUF006 - left pending
         await asyncio.sleep(0.05)  # the read is now waiting for its reply
 
     try:
