@@ -20,10 +20,10 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import torch
+from timing import timed
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training._setup import forward_logits
@@ -67,16 +67,6 @@ def trainer_step(model: torch.nn.Module, algo: Any, items: list[SAWItem], args: 
         loss, _ = algo.loss.compute(forward_logits(model, mb), mb)
         (loss * len(mb_items) / len(items)).backward()
     model.zero_grad(set_to_none=True)
-
-
-def timed(fn: Any, device: str) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
 
 
 def compare_times(args: argparse.Namespace) -> dict[str, float]:

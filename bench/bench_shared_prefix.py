@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import torch
+from timing import timed
 from transformers import AutoModelForCausalLM
 
 from ludic.testing import tiny_model_path
@@ -67,16 +67,6 @@ def step(
     return float(loss.detach()), torch.cat(
         [p.grad.flatten().float() for p in model.parameters() if p.grad is not None]
     )
-
-
-def timed(fn, device: str) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def main() -> None:
