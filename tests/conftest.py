@@ -1,6 +1,7 @@
 """Shared pytest set-up: tensor shapes are checked at run time; ``gpu`` tests skip without CUDA; shared fixtures."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 # Before anything imports ludic: @shape_checked functions check their jaxtyping annotations with
@@ -18,6 +19,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model directory (seed 0, ``ludic.testing.build_tiny_model``), built once per test module."""
+    from ludic.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def base_url(model_dir: Path) -> Iterator[str]:
+    """The OpenAI-compatible base URL (``.../v1``) of Ludic's server, a subprocess on loopback serving ``model_dir``."""
+    from ludic.testing.server_process import running_server
+
+    with running_server(model_dir) as url:
+        yield url + "/v1"
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,6 @@ def _cfg(**tables: object) -> object:
     return parse_config({**BASE, **tables}, file="run.toml")
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from ludic.testing import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
 def test_trainer_device_follows_model_device() -> None:
     cfg = _cfg(model={"path": "m", "device": "cuda:1"})
     assert cfg.trainer.model_device == "cuda:1"  # the Trainer would otherwise move the policy back to CPU
@@ -49,22 +42,22 @@ def test_max_batch_size_is_refused_with_the_server_backend() -> None:
     _cfg(inference={"backend": "server", "server_url": "http://127.0.0.1:8000"})  # the default is fine
 
 
-def test_dtype_reaches_the_embedded_engine(tiny_model: Path) -> None:
+def test_dtype_reaches_the_embedded_engine(model_dir: Path) -> None:
     from ludic.cli.runtime import make_client
 
-    client = make_client(_cfg(model={"path": str(tiny_model), "dtype": "bfloat16"}))
+    client = make_client(_cfg(model={"path": str(model_dir), "dtype": "bfloat16"}))
     assert {p.dtype for p in client.model.parameters()} == {torch.bfloat16}
 
 
-def test_dtype_reaches_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -> None:
+def test_dtype_reaches_the_sft_warm_start(model_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ludic.cli.warm_start import sft_to_dir
     from ludic.training.batching.saw_builder import prompt_completion_item
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     item = prompt_completion_item(tokenizer.encode("ab"), tokenizer.encode("cd"), weight=1.0)
-    cfg = _cfg(model={"path": str(tiny_model), "dtype": "bfloat16"}, trainer={"max_seq_len": 32})
+    cfg = _cfg(model={"path": str(model_dir), "dtype": "bfloat16"}, trainer={"max_seq_len": 32})
     out = sft_to_dir(cfg, [item], steps=1, batch_size=1, lr=1e-3, out_dir=tmp_path / "sft")
     saved = AutoModelForCausalLM.from_pretrained(out, dtype="auto")
     assert {p.dtype for p in saved.parameters()} == {torch.bfloat16}

@@ -6,8 +6,6 @@ import contextlib
 import io
 from pathlib import Path
 
-import pytest
-
 from ludic.cli import main
 
 BASE = """
@@ -24,13 +22,6 @@ micro_token_budget = 1024
 output_dir = "{out}"
 rich = false
 """
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from ludic.testing import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
 
 
 def _run(tmp_path: Path, model: Path | str, text: str, *extra: str) -> tuple[int, str, str]:
@@ -84,14 +75,14 @@ def test_negative_steps_are_refused(tmp_path: Path) -> None:
 
 
 def test_max_seq_len_that_cuts_every_action_is_refused_before_the_model_loads(
-    tmp_path: Path, tiny_model: Path
+    tmp_path: Path, model_dir: Path
 ) -> None:
     text = BASE.replace("max_seq_len = 128", "max_seq_len = 8")
-    code, out, err = _run(tmp_path, tiny_model, text)  # a real run: stops before loading anything
+    code, out, err = _run(tmp_path, model_dir, text)  # a real run: stops before loading anything
     assert code == 2 and out == ""
     assert "run.toml: [trainer].max_seq_len: 8 leaves no action token: the first prompt of env" in err
     assert not (tmp_path / "out").exists()
-    code, _, _ = _run(tmp_path, tiny_model, BASE, "--dry-run")
+    code, _, _ = _run(tmp_path, model_dir, BASE, "--dry-run")
     assert code == 0
 
 

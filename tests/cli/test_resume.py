@@ -22,13 +22,6 @@ from ludic.testing.run_config import tiny_run_toml
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from ludic.testing import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
 def _config(folder: Path, model: Path, *, steps: int, every: int = 5) -> Path:
     text = tiny_run_toml(model, steps=steps, tables=f"""
 [eval]
@@ -67,12 +60,12 @@ def _assert_same_weights(a: dict, b: dict) -> None:
         assert (a[key] - b[key]).abs().max().item() == 0.0, key
 
 
-def test_ten_plus_ten_resumed_steps_equal_twenty_straight(tmp_path: Path, tiny_model: Path) -> None:
-    train_from_config(load_config(_config(tmp_path / "straight", tiny_model, steps=20)))
+def test_ten_plus_ten_resumed_steps_equal_twenty_straight(tmp_path: Path, model_dir: Path) -> None:
+    train_from_config(load_config(_config(tmp_path / "straight", model_dir, steps=20)))
     split = tmp_path / "split"
-    train_from_config(load_config(_config(split, tiny_model, steps=10)))
+    train_from_config(load_config(_config(split, model_dir, steps=10)))
     assert _metric_steps(split) == list(range(1, 11))
-    cfg = load_config(_config(split, tiny_model, steps=20))
+    cfg = load_config(_config(split, model_dir, steps=20))
     state = json.loads((split / "out" / "checkpoints" / "step_000010" / "trainer_state.json").read_text())
     assert state["metadata"]["batch_source"] == {
         "request_fn": {"next_seed": 20},
@@ -83,22 +76,22 @@ def test_ten_plus_ten_resumed_steps_equal_twenty_straight(tmp_path: Path, tiny_m
     _assert_same_weights(_final_weights(tmp_path / "straight"), _final_weights(split))
 
 
-def test_resume_drops_metrics_of_steps_after_the_checkpoint(tmp_path: Path, tiny_model: Path) -> None:
-    cfg_path = _config(tmp_path, tiny_model, steps=4, every=2)
+def test_resume_drops_metrics_of_steps_after_the_checkpoint(tmp_path: Path, model_dir: Path) -> None:
+    cfg_path = _config(tmp_path, model_dir, steps=4, every=2)
     train_from_config(load_config(cfg_path))
     metrics = tmp_path / "out" / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
     metrics.write_text("\n".join(lines) + "\n" + lines[-1].replace('"step": 4', '"step": 5') + '\n{"step": 6, "tr')
     (tmp_path / "out" / "checkpoints" / "step_000004").rename(tmp_path / "out" / "checkpoints" / "x")
     (tmp_path / "out" / "checkpoints" / "latest.json").write_text('{"step": 2, "path": "step_000002"}')
-    train_from_config(load_config(_config(tmp_path, tiny_model, steps=5, every=2)))
+    train_from_config(load_config(_config(tmp_path, model_dir, steps=5, every=2)))
     assert _metric_steps(tmp_path) == [1, 2, 3, 4, 5]
 
 
 def test_leftover_metrics_without_a_checkpoint_need_fresh(
-    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg_path = _config(tmp_path, tiny_model, steps=2, every=0)
+    cfg_path = _config(tmp_path, model_dir, steps=2, every=0)
     assert main(["train", str(cfg_path)]) == 0  # an earlier run; then its checkpoints are gone
     shutil.rmtree(tmp_path / "out" / "checkpoints")
     capsys.readouterr()
@@ -114,13 +107,13 @@ def test_leftover_metrics_without_a_checkpoint_need_fresh(
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_rerun_gives_the_straight_run(tmp_path: Path, tiny_model: Path) -> None:
+def test_sigkill_mid_run_then_rerun_gives_the_straight_run(tmp_path: Path, model_dir: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "ludic.cli", "train"]
-    straight = _config(tmp_path / "straight", tiny_model, steps=12, every=2)
+    straight = _config(tmp_path / "straight", model_dir, steps=12, every=2)
     subprocess.run([*cmd, str(straight)], check=True, env=env, capture_output=True, timeout=300)
 
-    killed = _config(tmp_path / "killed", tiny_model, steps=12, every=2)
+    killed = _config(tmp_path / "killed", model_dir, steps=12, every=2)
     proc = subprocess.Popen([*cmd, str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     latest = tmp_path / "killed" / "out" / "checkpoints" / "latest.json"
     deadline = time.monotonic() + 240

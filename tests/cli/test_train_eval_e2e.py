@@ -13,13 +13,6 @@ from ludic.testing.run_config import tiny_run_toml
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from ludic.testing import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
-
-
 def _config(tmp_path: Path, model: Path) -> Path:
     text = tiny_run_toml(model, steps=2, tables=f"""
 [eval]
@@ -39,8 +32,8 @@ rich = false
     return path
 
 
-def test_train_writes_metrics_plot_and_eval(tmp_path: Path, tiny_model: Path) -> None:
-    cfg = _config(tmp_path, tiny_model)
+def test_train_writes_metrics_plot_and_eval(tmp_path: Path, model_dir: Path) -> None:
+    cfg = _config(tmp_path, model_dir)
     assert main(["train", str(cfg)]) == 0
     out = tmp_path / "out"
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -51,8 +44,8 @@ def test_train_writes_metrics_plot_and_eval(tmp_path: Path, tiny_model: Path) ->
     assert final["eval/num_episodes"] == 4.0
 
 
-def test_eval_prints_eval_stats(tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = _config(tmp_path, tiny_model)
+def test_eval_prints_eval_stats(tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _config(tmp_path, model_dir)
     assert main(["eval", str(cfg)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["eval/num_episodes"] == 4.0

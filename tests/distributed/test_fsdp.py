@@ -21,7 +21,6 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from ludic.testing import build_tiny_model
 from ludic.training.distributed_step import DataParallelGroup, balanced_share
 from ludic.training.types import SAWItem
 
@@ -56,11 +55,6 @@ def assert_close_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], 
     assert a.keys() == b.keys()
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst <= atol, f"parameters differ by {worst}"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("fsdp_model"), seed=0)
 
 
 @pytest.fixture(scope="module")

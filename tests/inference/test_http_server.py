@@ -32,11 +32,6 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("served"), seed=0)
-
-
-@pytest.fixture(scope="module")
 def server(model_dir: Path) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

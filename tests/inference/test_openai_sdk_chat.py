@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,17 +15,6 @@ from ludic.testing import build_tiny_model  # noqa: E402
 from ludic.testing.server_process import running_server  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("sdk"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def base_url(model_dir: Path) -> Iterator[str]:
-    with running_server(model_dir) as url:
-        yield url + "/v1"
 
 
 @pytest.fixture(scope="module")

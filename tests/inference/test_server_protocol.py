@@ -13,16 +13,10 @@ from transformers import AutoModelForCausalLM
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
 from ludic.inference._http import RequestRefused
-from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration
 KEY = "s3cret"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("proto"), seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,6 @@ openai = pytest.importorskip("openai")
 
 from ludic.envs.letter_repeat import LetterRepeatEnv  # noqa: E402
 from ludic.interaction.openai_program import OpenAIProgramProtocol, ProgramTask  # noqa: E402
-from ludic.testing import build_tiny_model  # noqa: E402
-from ludic.testing.server_process import running_server  # noqa: E402
 from ludic.training.algorithm import RLAlgorithm  # noqa: E402
 from ludic.training.batching.rollout_engine import RolloutEngine  # noqa: E402
 from ludic.training.credit_assignment import EpisodicReturn  # noqa: E402
@@ -26,17 +23,6 @@ from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest  # noqa: 
 pytestmark = pytest.mark.integration
 TEMPERATURE = 0.8
 MAX_TOKENS = 6
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("program"), seed=0)
-
-
-@pytest.fixture(scope="module")
-def base_url(model_dir: Path) -> Iterator[str]:
-    with running_server(model_dir) as url:
-        yield url + "/v1"
 
 
 async def draft_then_revise(client: Any, task: ProgramTask, seen: list[Any] | None = None) -> str:
