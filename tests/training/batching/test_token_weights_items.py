@@ -141,21 +141,26 @@ def multi_turn_items(seed: int = 0) -> list[SAWItem]:
     return [*items, scalar_item(0.5), scalar_item(-1.5)]
 
 
-def test_the_trainers_packed_and_padded_forwards_give_the_same_per_token_weighted_loss_and_gradient():
+def sdpa_model() -> torch.nn.Module:
+    """A 2-layer Qwen2 (vocab 64, SDPA attention) seeded 0: both arms of a comparison start from it."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, attn_implementation="sdpa",
+    )  # fmt: skip
+    return Qwen2ForCausalLM(config)
+
+
+def test_the_trainers_packed_and_padded_forwards_give_the_same_per_token_weighted_loss_and_gradient():
     from ludic.training.forward import micro_batch_loss, plan_micro_batches
     from ludic.training.loss import TokenClippedSurrogateLoss
 
     items = multi_turn_items()
     results = []
     for pack in (False, True):
-        torch.manual_seed(0)
-        config = Qwen2Config(
-            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, attn_implementation="sdpa",
-        )  # fmt: skip
-        model = Qwen2ForCausalLM(config)
+        model = sdpa_model()
         mbs = plan_micro_batches(model, items, micro_token_budget=64, max_seq_len=32, pack=pack)
         assert all((mb.plan is not None) == pack for mb in mbs)
         total = torch.zeros(())
@@ -182,8 +187,6 @@ class _Fixed:
 def test_the_trainer_trains_one_sequence_as_the_sum_of_its_per_turn_items():
     """One Trainer step (SGD, no clipping) on the two-turn item vs on its two per-turn items: the loss
     is a mean over items, so the one item's update is exactly twice theirs (the sum, not the mean)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from ludic.training.algorithm import RLAlgorithm
     from ludic.training.config import TrainerConfig
     from ludic.training.credit_assignment import ConstantCredit
@@ -195,12 +198,7 @@ def test_the_trainer_trains_one_sequence_as_the_sum_of_its_per_turn_items():
     one = two_turn_item(attachments=SampleAttachments())
     updates = []
     for items in ([one], [first, second]):
-        torch.manual_seed(0)
-        config = Qwen2Config(
-            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, attn_implementation="sdpa",
-        )  # fmt: skip
-        model = Qwen2ForCausalLM(config)
+        model = sdpa_model()
         before = {k: v.detach().clone() for k, v in model.named_parameters()}
         trainer = Trainer(
             model=model,

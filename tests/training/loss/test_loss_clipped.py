@@ -31,8 +31,8 @@ def test_token_clipped_value_and_grad_match_reference(batch_and_logits, ref_logp
     assert set(stats) >= {"loss", "adv_mean", "logp_mean", "ratio_mean", "clip_frac", "mismatch_kl"}
 
 
-def test_token_clipped_ratio_clip_caps_ratio_before_min():
-    # one action token; actor logp log(0.01), policy logp log(0.5) -> r = 50, A = -1
+def ratio_50_batch() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One action token with actor logp log(0.01) and policy logp log(0.5) (r = 50), advantage A = -1."""
     logits = torch.log(torch.tensor([[[0.5, 0.5], [0.5, 0.5]]])).requires_grad_(True)
     batch = {
         "input_ids": torch.tensor([[0, 1]]),
@@ -40,6 +40,12 @@ def test_token_clipped_ratio_clip_caps_ratio_before_min():
         "weight": torch.tensor([-1.0]),
         "actor_logps": torch.tensor([[0.0, torch.log(torch.tensor(0.01)).item()]]),
     }
+    return logits, batch
+
+
+def test_token_clipped_ratio_clip_caps_ratio_before_min():
+    # one action token; actor logp log(0.01), policy logp log(0.5) -> r = 50, A = -1
+    logits, batch = ratio_50_batch()
     loss, _ = TokenClippedSurrogateLoss().compute(logits, batch)
     assert loss.item() == pytest.approx(50.0, rel=1e-4)  # min(-50, -1.27) = -50 -> L = 50
     capped, stats = TokenClippedSurrogateLoss(ratio_clip=10.0).compute(logits, batch)
@@ -49,13 +55,7 @@ def test_token_clipped_ratio_clip_caps_ratio_before_min():
 
 def test_token_clipped_tis_bounds_the_gradient_weight_at_the_cap():
     # r = 50, A = -1: unclipped branch wins; TIS turns the weight on grad log pi from 50 into 2
-    logits = torch.log(torch.tensor([[[0.5, 0.5], [0.5, 0.5]]])).requires_grad_(True)
-    batch = {
-        "input_ids": torch.tensor([[0, 1]]),
-        "action_mask": torch.tensor([[0, 1]]),
-        "weight": torch.tensor([-1.0]),
-        "actor_logps": torch.tensor([[0.0, torch.log(torch.tensor(0.01)).item()]]),
-    }
+    logits, batch = ratio_50_batch()
     loss, _ = TokenClippedSurrogateLoss(tis_cap=2.0).compute(logits, batch)
     (g,) = torch.autograd.grad(loss, logits)
     # d(-min(r,2)*A*logp)/d logit_1 = 2 * (1 - p_1) = 2 * 0.5
