@@ -121,40 +121,9 @@ def test_both_weight_gradient_paths_equal_torchs(threads) -> None:
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(monkeypatch, checkpointing) -> None:
-    calls = {"n": 0}
-    real_apply = OneDNNLinear.apply
-
-    def counting_apply(*args):
-        calls["n"] += 1
-        return real_apply(*args)
-
-    monkeypatch.setattr(onednn.OneDNNLinear, "apply", counting_apply)
-    monkeypatch.setattr(onednn, "MIN_ROWS", 1)  # the tiny test batches have a few dozen rows
-    runs = {}
-    for enabled in (False, True):
-        calls["n"] = 0
-        cfg = TrainerConfig(
-            lr=1e-2, max_seq_len=32, micro_token_budget=64, onednn_linears=enabled,
-            gradient_checkpointing=checkpointing,
-        )  # fmt: skip
-        trainer = make_trainer(model=tiny_model(5), cfg=cfg)
-        losses = [s["train/loss"] for s in trainer.train_sync(3)]
-        runs[enabled] = (losses, params_of(trainer.model), calls["n"])
-        trainer.close()
-    (off_losses, off_params, off_calls), (on_losses, on_params, on_calls) = runs[False], runs[True]
-    assert off_calls == 0 and on_calls > 0  # every layer of every micro-batch of 3 steps (and recomputes)
-    assert on_losses == pytest.approx(off_losses, rel=1e-5, abs=1e-6)
-    for name, value in on_params.items():
-        torch.testing.assert_close(value, off_params[name], rtol=1e-4, atol=1e-5)
-
-
-def test_the_frozen_model_scorer_scores_the_same_on_either_path(monkeypatch) -> None:
-    from ludic.training.scoring import FrozenModelScorer
-
-    from .test_trainer import make_item
-
+@pytest.fixture
+def apply_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts ``OneDNNLinear.apply`` calls in ``["n"]``; MIN_ROWS is 1 (the tiny test batches have a few dozen rows)."""
     calls = {"n": 0}
     real_apply = OneDNNLinear.apply
 
@@ -164,12 +133,40 @@ def test_the_frozen_model_scorer_scores_the_same_on_either_path(monkeypatch) -> 
 
     monkeypatch.setattr(onednn.OneDNNLinear, "apply", counting_apply)
     monkeypatch.setattr(onednn, "MIN_ROWS", 1)
+    return calls
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(apply_calls, checkpointing) -> None:
+    runs = {}
+    for enabled in (False, True):
+        apply_calls["n"] = 0
+        cfg = TrainerConfig(
+            lr=1e-2, max_seq_len=32, micro_token_budget=64, onednn_linears=enabled,
+            gradient_checkpointing=checkpointing,
+        )  # fmt: skip
+        trainer = make_trainer(model=tiny_model(5), cfg=cfg)
+        losses = [s["train/loss"] for s in trainer.train_sync(3)]
+        runs[enabled] = (losses, params_of(trainer.model), apply_calls["n"])
+        trainer.close()
+    (off_losses, off_params, off_calls), (on_losses, on_params, on_calls) = runs[False], runs[True]
+    assert off_calls == 0 and on_calls > 0  # every layer of every micro-batch of 3 steps (and recomputes)
+    assert on_losses == pytest.approx(off_losses, rel=1e-5, abs=1e-6)
+    for name, value in on_params.items():
+        torch.testing.assert_close(value, off_params[name], rtol=1e-4, atol=1e-5)
+
+
+def test_the_frozen_model_scorer_scores_the_same_on_either_path(apply_calls) -> None:
+    from ludic.training.scoring import FrozenModelScorer
+
+    from .test_trainer import make_item
+
     scores = {}
     for enabled in (False, True):
-        calls["n"] = 0
+        apply_calls["n"] = 0
         items = [make_item(n, rid=f"r{n}") for n in (6, 9, 14)]
         FrozenModelScorer(tiny_model(2), onednn_linears=enabled).score_items(items)
-        scores[enabled] = ([it.attachments.frozen_logps["ref_logps"] for it in items], calls["n"])
+        scores[enabled] = ([it.attachments.frozen_logps["ref_logps"] for it in items], apply_calls["n"])
     (off, off_calls), (on, on_calls) = scores[False], scores[True]
     assert off_calls == 0 and on_calls > 0
     for a, b in zip(off, on, strict=True):
