@@ -1,5 +1,5 @@
 """``ludic train`` on the ecosystem env kinds, tiny and offline: the reasoning-gym example config as
-shipped (model, output and sizes swapped for tiny ones) and a JSONL data set; both evaluate on held-out
+shipped (model, output, sizes and SFT steps swapped for tiny ones) and a JSONL data set; both evaluate on held-out
 prompts before step 1 and after the last step."""
 
 from __future__ import annotations
@@ -41,20 +41,23 @@ def test_reasoning_gym_example_trains_and_reports_before_and_after(
         'output_dir = "runs/ecosystem/reasoning_gym"',
         f'output_dir = "{tmp_path / "out"}"\nrich = false',
     )
-    text = _swap(text, "size = 2000, eval_size = 200", "size = 50, eval_size = 20")
-    text = _swap(text, "num_episodes = 64", "num_episodes = 4")
+    text = _swap(text, "size = 1000, eval_size = 200", "size = 50, eval_size = 20")
+    text = _swap(text, "num_episodes = 100", "num_episodes = 4")
+    text = _swap(text, "steps = 400 ", "steps = 2 ")  # [sft]
     config = tmp_path / "reasoning_gym.toml"
     config.write_text(text)
     assert main(["train", str(config), "--steps", "2"]) == 0
     out = tmp_path / "out"
-    before, after = (json.loads((out / "eval" / f"eval_step_{s}_summary.json").read_text()) for s in (0, 2))
-    assert before["eval/num_episodes"] == after["eval/num_episodes"] == 4.0
-    assert "held-out eval/avg_total_reward before training" in capsys.readouterr().out
+    summaries = [json.loads((out / "eval" / f"eval_step_{s}_summary.json").read_text()) for s in (-1, 0, 2)]
+    assert [s["eval/num_episodes"] for s in summaries] == [4.0, 4.0, 4.0]
+    printed = capsys.readouterr().out
+    assert "SFT warm start, 2 steps of 32" in printed
+    assert "held-out eval/avg_total_reward before SFT" in printed
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for record in _eval_records(out, 0):
         info = record["steps"][0]["info"]
-        assert info["dataset"] == "letter_counting" and 50 <= int(info["question_id"]) < 70  # held-out items
+        assert info["dataset"] == "spell_backward" and 50 <= int(info["question_id"]) < 70  # held-out items
 
 
 def test_jsonl_dataset_kind_evaluates_on_the_held_out_file(tmp_path: Path, tiny_model: Path) -> None:
