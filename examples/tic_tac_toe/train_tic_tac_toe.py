@@ -33,7 +33,7 @@ from demonstrations import demonstration_items
 from ludic.agents import Agent
 from ludic.distributed import ClientPublisher
 from ludic.envs import TicTacToeEnv
-from ludic.eval import Evaluator
+from ludic.eval import Evaluator, wilson
 from ludic.inference import InferenceSpec, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.training import (
@@ -132,15 +132,6 @@ def game(seed: int, opponent: str, sampling: SamplingConfig) -> RolloutRequest:
         EnvSpec("ttt", {"opponent": opponent}), ProtocolSpec("agent"), env_seed=seed, sampling_seed=seed,
         inference=InferenceSpec(sampling),
     )  # fmt: skip
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    """95% Wilson score interval for k successes in n independent trials (games)."""
-    if n == 0:
-        return [0.0, 1.0]
-    p, d = k / n, 1 + z * z / n
-    centre, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
 def ratio_interval(bad: list[int], moves: list[int], z: float = 1.96) -> list[float]:
