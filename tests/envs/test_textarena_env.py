@@ -113,3 +113,26 @@ def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(builtins, "__import__", no_textarena)
     with pytest.raises(ImportError, match=r"pip install 'ludic\[textarena\]'"):
         TextArenaEnv("TicTacToe-v0")
+
+
+def test_demonstrations_are_listed_moves_in_the_games_format_seen_as_the_policy_sees() -> None:
+    from ludic.envs.demonstrations import ProvidesDemonstrations
+
+    env = TextArenaEnv("TicTacToe-v0", observation="board")
+    assert isinstance(env, ProvidesDemonstrations)
+    demos = env.demonstrations(12, seed=3)
+    assert len(demos) == 12 and [d.answer for d in demos] == [
+        d.answer for d in env.demonstrations(12, seed=3)
+    ]
+    for d in demos:
+        listed = d.prompt.rsplit("Available Moves", 1)[1]
+        assert d.answer in listed and len(d.answer) == 3 and d.answer[0] == "[" and d.answer[2] == "]"
+        assert d.prompt.startswith("You are Player 0 in Tic Tac Toe.")  # seat 0's own view
+    assert demos[0].prompt == env.reset(seed=5)["player_0"][0]  # a game's opening: exactly what play shows
+    assert [d.answer for d in env.demonstrations(12, seed=4)] != [d.answer for d in demos]
+
+
+def test_self_play_demonstrations_cover_both_seats() -> None:
+    demos = TextArenaEnv("TicTacToe-v0", players=[0, 1], observation="board").demonstrations(9, seed=0)
+    seats = {d.prompt.split("\n", 1)[0] for d in demos}
+    assert seats == {"You are Player 0 in Tic Tac Toe.", "You are Player 1 in Tic Tac Toe."}
