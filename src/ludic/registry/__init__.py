@@ -77,6 +77,7 @@ ENV_REGISTRY.register_lazy("textarena", "ludic.envs.textarena_env:TextArenaEnv")
 HARNESS_REGISTRY.register_lazy("plain", "ludic.registry.builtins:plain_harness")
 HARNESS_REGISTRY.register_lazy("xml_move", "ludic.registry.builtins:xml_move_harness")
 PROTOCOL_REGISTRY.register_lazy("single_agent", "ludic.registry.builtins:single_agent_protocol")
+PROTOCOL_REGISTRY.register_lazy("openai_program", "ludic.registry.openai_program:openai_program_protocol")
 
 __all__ = [
     "ALGORITHM_REGISTRY",
