@@ -136,3 +136,11 @@ def test_self_play_demonstrations_cover_both_seats() -> None:
     demos = TextArenaEnv("TicTacToe-v0", players=[0, 1], observation="board").demonstrations(9, seed=0)
     seats = {d.prompt.split("\n", 1)[0] for d in demos}
     assert seats == {"You are Player 0 in Tic Tac Toe.", "You are Player 1 in Tic Tac Toe."}
+
+
+def test_board_only_view_is_the_latest_board_without_the_rules() -> None:
+    env = TextArenaEnv("TicTacToe-v0", observation="board_only")
+    first = env.reset(seed=2)["player_0"][0]
+    assert first.startswith("Current Board:") and first.endswith("'[8]'") and "Tic Tac Toe" not in first
+    later = env.step({"player_0": "[4]"})["player_0"].obs
+    assert later.startswith("Current Board:") and "'[4]'" not in later and len(later) <= len(first)

@@ -40,7 +40,7 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
     if not errors:
-        errors += _eval_env_errors(cfg, factories["env"])
+        errors += _eval_env_errors(cfg, factories["env"]) + _seat_errors(cfg, factories["env"])
     if not errors and train:
         errors += sft_errors(cfg)  # the demonstrations file's every line, or the env's demonstrations()
     if errors:
@@ -84,6 +84,23 @@ def _eval_env_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> list[st
     return []
 
 
+def _seat_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> list[str]:
+    """``[protocol].kwargs.agents`` (multi_agent) must name agents of the env, or every episode fails."""
+    agents = cfg.protocol.kwargs.get("agents")
+    if not isinstance(agents, list):
+        return []
+    try:
+        known = list(env_factory(**cfg.env.kwargs).agent_ids)
+    except Exception as exc:
+        return [f"[env]: building {cfg.env.name!r} with [env].kwargs failed: {type(exc).__name__}: {exc}"]
+    unknown = [a for a in agents if a not in known]
+    if not unknown:
+        return []
+    return [
+        f"[protocol].kwargs.agents: {unknown} are not agents of env {cfg.env.name!r} (its agent_ids: {known})"
+    ]
+
+
 def _call_errors(factory: Callable[..., Any], kwargs: Mapping[str, Any], passed: tuple[str, ...]) -> str | None:
     """Why ``factory(**passed, **kwargs)`` would fail to bind, or None."""
     try:
@@ -107,7 +124,10 @@ def _kwarg_errors(cfg: RunConfig, section: str, factory: Callable[..., Any]) -> 
         calls[0][1].setdefault("group_size", cfg.rollout.group_size)
     errors = []
     for key, kwargs in calls:
-        problem = _call_errors(factory, kwargs, _PASSED_BY_RUN.get(section, ()))
+        passed = _PASSED_BY_RUN.get(section, ())
+        if section == "protocol" and "new_agent" in _parameters(factory):
+            passed = ("new_agent",)  # one agent per seat (multi_agent), see ludic.registry
+        problem = _call_errors(factory, kwargs, passed)
         if problem:
             errors.append(f"{key}: {section} {name!r}: {problem}")
     return errors

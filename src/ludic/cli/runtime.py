@@ -52,18 +52,25 @@ def make_client(cfg: RunConfig) -> Any:
 
 
 def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
-    """RolloutEngine whose protocol factory builds a fresh agent (harness) per episode."""
+    """RolloutEngine whose protocol factory builds a fresh agent (harness) per episode; a protocol taking
+    ``new_agent`` (``multi_agent``) gets the agent factory instead and builds one agent per seat."""
     from ludic.training.batching import RolloutEngine
 
     harness = get_harness(cfg.harness.name)
     protocol = get_protocol(cfg.protocol.name)
     tokenizer = getattr(client, "tokenizer", None) or load_tokenizer(cfg)  # token-in for server backends too
 
-    def make_protocol(**protocol_kwargs: Any) -> Any:
-        agent = harness(
+    def new_agent() -> Any:
+        return harness(
             client=client, model=cfg.model.path, tokenizer=tokenizer, sampling=sampling, **cfg.harness.kwargs
         )
-        return protocol(agent=agent, **protocol_kwargs)
+
+    per_seat = "new_agent" in inspect.signature(protocol).parameters  # e.g. multi_agent: one agent per seat
+
+    def make_protocol(**protocol_kwargs: Any) -> Any:
+        if per_seat:
+            return protocol(new_agent=new_agent, **protocol_kwargs)
+        return protocol(agent=new_agent(), **protocol_kwargs)
 
     return RolloutEngine(
         env_registry={cfg.env.name: ENV_REGISTRY.get(cfg.env.name)},

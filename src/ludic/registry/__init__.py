@@ -8,7 +8,8 @@ Factory call conventions (what ``ludic train`` relies on):
 
 - env: ``factory(**kwargs) -> LudicEnv``
 - harness: ``factory(*, client, model, tokenizer=None, sampling=None, **kwargs) -> Agent``
-- protocol: ``factory(*, agent, **kwargs) -> InteractionProtocol``
+- protocol: ``factory(*, agent, **kwargs) -> InteractionProtocol``, or ``factory(*, new_agent, **kwargs)``
+  for a protocol with several agents (``new_agent()`` builds a fresh one of the run's harness)
 - algorithm: ``factory(**kwargs) -> RLAlgorithm`` (the ``make_*`` presets)
 """
 
@@ -77,6 +78,7 @@ ENV_REGISTRY.register_lazy("textarena", "ludic.envs.textarena_env:TextArenaEnv")
 HARNESS_REGISTRY.register_lazy("plain", "ludic.registry.builtins:plain_harness")
 HARNESS_REGISTRY.register_lazy("xml_move", "ludic.registry.builtins:xml_move_harness")
 PROTOCOL_REGISTRY.register_lazy("single_agent", "ludic.registry.builtins:single_agent_protocol")
+PROTOCOL_REGISTRY.register_lazy("multi_agent", "ludic.registry.builtins:multi_agent_protocol")
 PROTOCOL_REGISTRY.register_lazy("openai_program", "ludic.registry.openai_program:openai_program_protocol")
 
 __all__ = [
