@@ -41,6 +41,10 @@ def token_mean_keys(stats: Mapping[str, Tensor]) -> set[str]:
     """The keys of ``stats`` that are means over action tokens (none for a plain dict)."""
     return set(getattr(stats, "token_means", ())) & set(stats)
 
+
+Batch = Mapping[str, Tensor]
+"""A collated micro-batch: ``input_ids``, ``action_mask``, ``weight``, ... by name."""
+
 LOGP_CHUNK_ELEMENTS = 1 << 22
 """Logit elements per chunk (16 MiB in float32): bounds the transient memory whatever B, T, V are."""
 
@@ -178,20 +182,50 @@ def token_mean(x: Float[Tensor, "*shape"], mask: Shaped[Tensor, "*shape"]) -> Fl
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+@torch.no_grad()
+def add_policy_stats(
+    stats: Stats, batch: Batch, mask: Tensor, *, loss: Tensor, policy_logps: Tensor, adv: Tensor
+) -> Stats:
+    """The stats every weighted policy loss reports: ``loss``; ``adv_mean`` of ``adv``, over action
+    tokens when the batch has per-token weights (``token_weight``: ``A_{i,t}``), else over sequences
+    (``A_i``, [B] or [B, 1]); ``logp_mean`` over action tokens."""
+    per_token_adv = "token_weight" in batch
+    stats.add(loss=loss.detach())
+    stats.add(per_token=per_token_adv, adv_mean=token_mean(adv, mask) if per_token_adv else adv.mean())
+    return stats.add(per_token=True, logp_mean=token_mean(policy_logps.detach(), mask))
+
+
 class TokenLogpLoss(ABC):
     """A loss that sees the logits only through the policy's token log-probs.
 
     ``compute`` derives them once; ``CompositeLoss`` derives them once for all of its terms and
-    calls ``compute_from_logps`` on each.
+    calls ``compute_from_logps`` on each. A subclass writes only its formula, in ``token_loss``.
     """
 
-    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
-        owner = type(self).__name__
-        policy_logps = compute_token_logps(logits, require(batch, "input_ids", owner))
+    @property
+    def owner(self) -> str:
+        """The loss's class name, for error messages."""
+        return type(self).__name__
+
+    def _require(self, batch: Batch, key: str) -> Tensor:
+        """``batch[key]``, or a KeyError that names this loss (``require``)."""
+        return require(batch, key, self.owner)
+
+    def _token_advantages(self, batch: Batch, dtype: torch.dtype) -> Tensor:
+        """``A_{i,t}`` [B, T], or ``A_i`` [B, 1] without per-token weights (``token_advantages``)."""
+        return token_advantages(batch, self.owner, dtype)
+
+    def compute(self, logits: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
+        policy_logps = compute_token_logps(logits, self._require(batch, "input_ids"))
         return self.compute_from_logps(policy_logps, batch)
 
-    @abstractmethod
+    @shape_checked
     def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
+        self, policy_logps: Float[Tensor, "B T"], batch: Batch
     ) -> tuple[Float[Tensor, ""], Stats]:
         """``policy_logps`` is [B, T], aligned with ``batch["input_ids"]``."""
+        return self.token_loss(policy_logps, action_mask_f(batch, self.owner), batch)
+
+    @abstractmethod
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
+        """The scalar loss and its stats from ``policy_logps`` [B, T] and the float action ``mask`` [B, T]."""

@@ -7,23 +7,14 @@ under a stop-gradient, so every token keeps its ``grad log pi``; the clip only b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import (
-    Stats,
-    TokenLogpLoss,
-    action_mask_f,
-    require,
-    seq_reduce,
-    token_advantages,
-    token_mean,
-)
-from ludic.training.loss.mismatch import MismatchGuards, _validate_guards
-from ludic.training.shapes import Float, shape_checked
+from ludic.training.loss.base import Batch, Stats, TokenLogpLoss, add_policy_stats, seq_reduce, token_mean
+from ludic.training.loss.clipped import validate_clip
+from ludic.training.loss.mismatch import MismatchGuards
 
 
 @dataclass
@@ -43,38 +34,20 @@ class CISPOLoss(TokenLogpLoss, MismatchGuards):
     mis_threshold: float | None = None
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        if not self.clip_eps_low >= 0 or not self.clip_eps_high >= 0:
-            raise ValueError(
-                f"{owner}: clip_eps_low/clip_eps_high must be >= 0, "
-                f"got {self.clip_eps_low!r}, {self.clip_eps_high!r}"
-            )
-        _validate_guards(owner, self.tis_cap, self.mis_threshold)
+        validate_clip(self, self.clip_eps_low, self.clip_eps_high)
 
-    @shape_checked
-    def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
-    ) -> tuple[Float[Tensor, ""], Stats]:
-        owner = type(self).__name__
-        mask = action_mask_f(batch, owner)  # [B, T]
-        adv = token_advantages(batch, owner, policy_logps.dtype)  # A_it [B, T], or A_i [B, 1]
-        actor_logps = require(batch, "actor_logps", owner).to(policy_logps.dtype)  # [B, T]
-        ratio = torch.exp((policy_logps.detach() - actor_logps) * mask)  # [B, T], no gradient
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
+        ratio = self._token_ratio(policy_logps.detach(), batch, mask)  # r_t [B, T], no gradient
         is_weight = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)  # sg(clip(r))
         if self.tis_cap is not None:
             is_weight = is_weight.clamp(max=self.tis_cap)
+        adv = self._token_advantages(batch, policy_logps.dtype)  # A_it [B, T], or A_i [B, 1]
         per_token = is_weight * adv * policy_logps  # [B, T]
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         loss = (-seq_reduce(per_token, mask, length_normalize=self.length_normalize) * keep).mean()
         with torch.no_grad():
             clipped = (ratio < 1.0 - self.clip_eps_low) | (ratio > 1.0 + self.clip_eps_high)
-            per_token_adv = "token_weight" in batch
-            stats.add(loss=loss.detach())
-            stats.add(per_token=per_token_adv, adv_mean=token_mean(adv, mask) if per_token_adv else adv.mean())
-            stats.add(
-                per_token=True,
-                logp_mean=token_mean(policy_logps.detach(), mask),
-                ratio_mean=token_mean(ratio, mask),
-                clip_frac=token_mean(clipped.to(mask.dtype), mask),
-            )
+            add_policy_stats(stats, batch, mask, loss=loss, policy_logps=policy_logps, adv=adv)
+            clip_frac = token_mean(clipped.to(mask.dtype), mask)
+            stats.add(per_token=True, ratio_mean=token_mean(ratio, mask), clip_frac=clip_frac)
         return loss, stats

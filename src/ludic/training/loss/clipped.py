@@ -2,30 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import (
-    Stats,
-    TokenLogpLoss,
-    action_mask_f,
-    require,
-    seq_reduce,
-    token_advantages,
-    token_mean,
-)
+from ludic.training.loss.base import Batch, Stats, TokenLogpLoss, add_policy_stats, seq_reduce, token_mean
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards, tis_surrogate_factor
-from ludic.training.shapes import Float, shape_checked
 
 
-def _validate_clip(owner: str, eps_low: float, eps_high: float, ratio_clip: float | None) -> None:
+def validate_clip(
+    loss: MismatchGuards, eps_low: float, eps_high: float, ratio_clip: float | None = None
+) -> None:
+    """A ratio loss's clip range (PPO clip or CISPO's IS-weight clip), ``ratio_clip`` and TIS/MIS guards."""
+    owner = type(loss).__name__
     if not eps_low >= 0 or not eps_high >= 0:
         raise ValueError(f"{owner}: clip_eps_low/clip_eps_high must be >= 0, got {eps_low!r}, {eps_high!r}")
     if ratio_clip is not None and not ratio_clip > 0:
         raise ValueError(f"{owner}.ratio_clip must be > 0 or None, got {ratio_clip!r}")
+    _validate_guards(owner, loss.tis_cap, loss.mis_threshold)
 
 
 def clipped_surrogate(
@@ -60,34 +55,20 @@ class TokenClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
     mis_threshold: float | None = None
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        _validate_clip(owner, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
-        _validate_guards(owner, self.tis_cap, self.mis_threshold)
+        validate_clip(self, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
 
-    @shape_checked
-    def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
-    ) -> tuple[Float[Tensor, ""], Stats]:
-        owner = type(self).__name__
-        mask = action_mask_f(batch, owner)  # [B, T]
-        adv = token_advantages(batch, owner, policy_logps.dtype)  # A_it [B, T], or A_i [B, 1]
-        actor_logps = require(batch, "actor_logps", owner).to(policy_logps.dtype)  # [B, T]
-        ratio = torch.exp((policy_logps - actor_logps) * mask)  # [B, T]; 1 off the action
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
+        adv = self._token_advantages(batch, policy_logps.dtype)  # A_it [B, T], or A_i [B, 1]
+        ratio = self._token_ratio(policy_logps, batch, mask)  # r_t [B, T]; 1 off the action
         surr, clipped = clipped_surrogate(ratio, adv, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
         surr = surr * tis_surrogate_factor(ratio, self.tis_cap)
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         per_seq = -seq_reduce(surr, mask, length_normalize=self.length_normalize) * keep  # [B]
         loss = per_seq.mean()
         with torch.no_grad():
-            per_token_adv = "token_weight" in batch
-            stats.add(loss=loss.detach())
-            stats.add(per_token=per_token_adv, adv_mean=token_mean(adv, mask) if per_token_adv else adv.mean())
-            stats.add(
-                per_token=True,
-                logp_mean=token_mean(policy_logps.detach(), mask),
-                ratio_mean=token_mean(ratio.detach(), mask),
-                clip_frac=token_mean(clipped.to(mask.dtype), mask),
-            )
+            add_policy_stats(stats, batch, mask, loss=loss, policy_logps=policy_logps, adv=adv)
+            clip_frac = token_mean(clipped.to(mask.dtype), mask)
+            stats.add(per_token=True, ratio_mean=token_mean(ratio, mask), clip_frac=clip_frac)
             if self.ratio_clip is not None:
                 stats.add(per_token=True, ratio_clip_frac=token_mean((ratio > self.ratio_clip).to(mask.dtype), mask))
         return loss, stats
@@ -116,38 +97,31 @@ class ClippedSurrogateLoss(TokenLogpLoss, MismatchGuards):
     mis_threshold: float | None = None
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        _validate_clip(owner, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
-        _validate_guards(owner, self.tis_cap, self.mis_threshold)
+        validate_clip(self, self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
 
-    @shape_checked
-    def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
-    ) -> tuple[Float[Tensor, ""], Stats]:
-        owner = type(self).__name__
-        mask = action_mask_f(batch, owner)  # [B, T]
-        adv = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
-        old = require(batch, self.old_logp_key, owner).to(policy_logps.dtype)  # [B]
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
+        adv = self._require(batch, "weight").to(policy_logps.dtype)  # A_i [B]
+        old = self._require(batch, self.old_logp_key).to(policy_logps.dtype)  # [B]
         log_ratio = seq_reduce(policy_logps, mask, length_normalize=False) - old  # [B]
         if self.length_normalize:
             log_ratio = log_ratio / mask.sum(-1).clamp(min=1.0)
         ratio = torch.exp(log_ratio)  # s_i [B]
         eps = (self.clip_eps_low, self.clip_eps_high, self.ratio_clip)
         if "token_weight" in batch:  # mean_t min(s_i A_it, clip(s_i) A_it) over action tokens
-            adv_t = token_advantages(batch, owner, policy_logps.dtype)  # [B, T]
-            surr_t, clipped_t = clipped_surrogate(ratio[:, None].expand_as(adv_t), adv_t, *eps)
+            adv = self._token_advantages(batch, policy_logps.dtype)  # A_it [B, T]
+            surr_t, clipped_t = clipped_surrogate(ratio[:, None].expand_as(adv), adv, *eps)
             surr = seq_reduce(surr_t, mask, length_normalize=True)  # [B]
-            adv_mean, clip_frac = token_mean(adv_t, mask), token_mean(clipped_t.to(mask.dtype), mask)
+            clip_frac = token_mean(clipped_t.to(mask.dtype), mask)
         else:
             surr, clipped = clipped_surrogate(ratio, adv, *eps)
-            adv_mean, clip_frac = adv.mean(), clipped.to(mask.dtype).mean()
+            clip_frac = clipped.to(mask.dtype).mean()
         surr = surr * tis_surrogate_factor(ratio, self.tis_cap)
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         loss = (-surr * keep).mean()
         with torch.no_grad():
-            stats.add(loss=loss.detach(), ratio_mean=ratio.detach().mean())  # s_i: one per sequence
-            stats.add(per_token="token_weight" in batch, adv_mean=adv_mean, clip_frac=clip_frac)
-            stats.add(per_token=True, logp_mean=token_mean(policy_logps.detach(), mask))
+            add_policy_stats(stats, batch, mask, loss=loss, policy_logps=policy_logps, adv=adv)
+            stats["ratio_mean"] = ratio.detach().mean()  # s_i: one per sequence
+            stats.add(per_token="token_weight" in batch, clip_frac=clip_frac)
             if self.ratio_clip is not None:
                 stats["ratio_clip_frac"] = (ratio > self.ratio_clip).to(mask.dtype).mean()
         return loss, stats

@@ -16,14 +16,12 @@ gradient, and always reports the k3 value (``kl_mean`` or ``stat_key``) as the K
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import Stats, TokenLogpLoss, action_mask_f, seq_reduce, token_mean
-from ludic.training.shapes import Float, shape_checked
+from ludic.training.loss.base import Batch, Stats, TokenLogpLoss, seq_reduce, token_mean
 
 ESTIMATORS = ("k2", "k3")
 
@@ -51,16 +49,11 @@ class TokenKLLoss(TokenLogpLoss):
                 "(k1's gradient is zero in expectation, so it cannot serve as a loss)"
             )
 
-    @shape_checked
-    def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
-    ) -> tuple[Float[Tensor, ""], Stats]:
-        owner = type(self).__name__
-        mask = action_mask_f(batch, owner)  # [B, T]
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
         if self.ref_logps_key not in batch:
             raise KeyError(
-                f"{owner} needs batch[{self.ref_logps_key!r}], but the batch has only {sorted(batch)}; a "
-                "FrozenModelScorer preprocess step fills it (make_cispo(kl_coeff=..., ref_model=...), "
+                f"{self.owner} needs batch[{self.ref_logps_key!r}], but the batch has only {sorted(batch)}; "
+                "a FrozenModelScorer preprocess step fills it (make_cispo(kl_coeff=..., ref_model=...), "
                 "make_distill(teacher=...))"
             )
         ref_logps = batch[self.ref_logps_key].to(policy_logps.dtype)  # [B, T]

@@ -77,6 +77,12 @@ class MismatchGuards:
     tis_cap: float | None
     mis_threshold: float | None
 
+    def _token_ratio(self, policy_logps: Tensor, batch: Mapping[str, Tensor], mask: Tensor) -> Tensor:
+        """``r_t = exp(policy_logp_t - actor_logp_t)`` [B, T] on action tokens, 1 elsewhere (detach
+        ``policy_logps`` first for a ratio without gradient)."""
+        actor_logps = require(batch, "actor_logps", type(self).__name__).to(policy_logps.dtype)  # [B, T]
+        return torch.exp((policy_logps - actor_logps) * mask)
+
     def _guard_sequences(
         self, policy_logps: Tensor, batch: Mapping[str, Tensor], mask: Tensor
     ) -> tuple[Tensor, Stats]:

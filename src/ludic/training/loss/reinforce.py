@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ludic.training.loss.base import (
-    Stats,
-    TokenLogpLoss,
-    action_mask_f,
-    require,
-    seq_reduce,
-    token_advantages,
-    token_mean,
-)
+from ludic.training.loss.base import Batch, Stats, TokenLogpLoss, add_policy_stats, seq_reduce
 from ludic.training.loss.mismatch import MismatchGuards, _validate_guards
-from ludic.training.shapes import Float, shape_checked
 
 
 @dataclass
@@ -42,43 +32,32 @@ class ReinforceLoss(TokenLogpLoss, MismatchGuards):
     mis_threshold: float | None = None
 
     def __post_init__(self) -> None:
-        _validate_guards(type(self).__name__, self.tis_cap, self.mis_threshold)
+        _validate_guards(self.owner, self.tis_cap, self.mis_threshold)
 
-    def _advantages(self, batch: Mapping[str, Tensor]) -> Tensor:
-        return require(batch, "weight", type(self).__name__).to(torch.float32)
+    def _advantages(self, batch: Batch) -> Tensor:
+        return self._require(batch, "weight").to(torch.float32)
 
-    def _token_advantages(self, batch: Mapping[str, Tensor], dtype: torch.dtype) -> Tensor:
-        return token_advantages(batch, type(self).__name__, dtype)
-
-    @shape_checked
-    def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
-    ) -> tuple[Float[Tensor, ""], Stats]:
-        owner = type(self).__name__
-        mask = action_mask_f(batch, owner)  # [B, T]
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
         seq_logp = seq_reduce(policy_logps, mask, length_normalize=self.length_normalize)  # [B]
         if self.old_logp_key is None:
             ratio = torch.ones_like(seq_logp)
         else:
-            old = require(batch, self.old_logp_key, owner).to(seq_logp.dtype)  # [B]
+            old = self._require(batch, self.old_logp_key).to(seq_logp.dtype)  # [B]
             full_logp = seq_reduce(policy_logps, mask, length_normalize=False)
             ratio = torch.exp(full_logp.detach() - old)  # r_i, no gradient
         is_weight = ratio if self.tis_cap is None else ratio.clamp(max=self.tis_cap)
         keep, stats = self._guard_sequences(policy_logps, batch, mask)
         if "token_weight" in batch:  # per-token credit: -sg(w_i) * red_t(A_it * logp_it)
-            adv_t = self._token_advantages(batch, policy_logps.dtype)  # [B, T]
-            weighted = seq_reduce(adv_t * policy_logps, mask, length_normalize=self.length_normalize)
+            adv = self._token_advantages(batch, policy_logps.dtype)  # A_it [B, T]
+            weighted = seq_reduce(adv * policy_logps, mask, length_normalize=self.length_normalize)
             per_seq = -is_weight * weighted * keep  # [B]
-            adv_mean = token_mean(adv_t.detach(), mask)
         else:
-            adv = self._advantages(batch)  # [B]
+            adv = self._advantages(batch)  # A_i [B]
             per_seq = -is_weight * adv * seq_logp * keep  # [B]
-            adv_mean = adv.mean()
         loss = per_seq.mean()
         with torch.no_grad():
-            stats.add(loss=loss.detach(), ratio_mean=ratio.mean())  # r_i: one per sequence
-            stats.add(per_token="token_weight" in batch, adv_mean=adv_mean)
-            stats.add(per_token=True, logp_mean=token_mean(policy_logps.detach(), mask))
+            add_policy_stats(stats, batch, mask, loss=loss, policy_logps=policy_logps, adv=adv)
+            stats["ratio_mean"] = ratio.mean()  # r_i: one per sequence
             if self.tis_cap is not None:
                 stats["tis_clip_frac"] = (ratio > self.tis_cap).float().mean()
         return loss, stats
@@ -95,14 +74,14 @@ class ReinforceBaselineLoss(ReinforceLoss):
 
     normalize: bool = False
 
-    def _token_advantages(self, batch: Mapping[str, Tensor], dtype: torch.dtype) -> Tensor:
+    def _token_advantages(self, batch: Batch, dtype: torch.dtype) -> Tensor:
         raise ValueError(
             "ReinforceBaselineLoss centres one weight per sequence over the micro-batch, but this batch "
             "has per-token weights (batch['token_weight']); centre them over the macro-batch instead "
             "(make_reinforce_baseline: center_weights preprocessing + ReinforceLoss)"
         )
 
-    def _advantages(self, batch: Mapping[str, Tensor]) -> Tensor:
+    def _advantages(self, batch: Batch) -> Tensor:
         weight = super()._advantages(batch)
         adv = weight - weight.mean()
         if self.normalize:

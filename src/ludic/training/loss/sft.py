@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from ludic.training.loss.base import (
-    Stats,
-    TokenLogpLoss,
-    action_mask_f,
-    require,
-    seq_reduce,
-    token_advantages,
-    token_mean,
-)
-from ludic.training.shapes import Float, shape_checked
+from ludic.training.loss.base import Batch, Stats, TokenLogpLoss, add_policy_stats, seq_reduce
 
 
 @dataclass
@@ -31,23 +20,14 @@ class MaskedCausalLMCrossEntropyLoss(TokenLogpLoss):
 
     length_normalize: bool = False
 
-    @shape_checked
-    def compute_from_logps(
-        self, policy_logps: Float[Tensor, "B T"], batch: Mapping[str, Tensor]
-    ) -> tuple[Float[Tensor, ""], Stats]:
-        owner = type(self).__name__
-        mask = action_mask_f(batch, owner)  # [B, T]
-        weight = require(batch, "weight", owner).to(policy_logps.dtype)  # [B]
+    def token_loss(self, policy_logps: Tensor, mask: Tensor, batch: Batch) -> tuple[Tensor, Stats]:
+        weight = self._require(batch, "weight").to(policy_logps.dtype)  # w_i [B]
         if "token_weight" in batch:
-            w_t = token_advantages(batch, owner, policy_logps.dtype)  # [B, T]
-            loss = -seq_reduce(w_t * policy_logps, mask, length_normalize=self.length_normalize).mean()
-            weight_mean = token_mean(w_t, mask)
+            weight = self._token_advantages(batch, policy_logps.dtype)  # w_it [B, T]
+            loss = -seq_reduce(weight * policy_logps, mask, length_normalize=self.length_normalize).mean()
         else:
             nll = -seq_reduce(policy_logps, mask, length_normalize=self.length_normalize)  # [B]
             loss = (weight * nll).mean()
-            weight_mean = weight.mean()
-        with torch.no_grad():
-            logp_mean = token_mean(policy_logps.detach(), mask)
-            stats = Stats({"loss": loss.detach()}).add(per_token=True, nll_per_token=-logp_mean, logp_mean=logp_mean)
-            stats.add(per_token="token_weight" in batch, adv_mean=weight_mean)
+        stats = add_policy_stats(Stats(), batch, mask, loss=loss, policy_logps=policy_logps, adv=weight)
+        stats.add(per_token=True, nll_per_token=-stats["logp_mean"])
         return loss, stats
