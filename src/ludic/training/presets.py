@@ -34,14 +34,9 @@ from ludic.training.credit_assignment import (
     HybridNormalizedReturn,
     MonteCarloReturn,
 )
-from ludic.training.loss import (
-    CISPOLoss,
-    ClippedSurrogateLoss,
-    Loss,
-    MaskedCausalLMCrossEntropyLoss,
-    ReinforceLoss,
-    TokenClippedSurrogateLoss,
-)
+from ludic.training.loss import Loss, MaskedCausalLMCrossEntropyLoss, ReinforceLoss
+from ludic.training.loss.cispo import CISPOLoss
+from ludic.training.loss.clipped import ClippedSurrogateLoss, TokenClippedSurrogateLoss
 from ludic.training.reference import RefModel, add_kl_penalty
 from ludic.training.types import CreditAssigner
 
@@ -57,15 +52,18 @@ def build_preset(
     scorers: Sequence[PreprocessFn] = (),
     kl_coeff: float = 0.0,
     ref_model: RefModel | None = None,
-    length_normalize: bool = False,
+    length_normalize: bool | None = None,
 ) -> RLAlgorithm:
     """``RLAlgorithm(name, credit, loss)`` with the presets' shared preprocessing and KL term.
 
     Preprocess order: ``filters`` (e.g. zero-variance groups), zero-weight items (``drop_zero_weight``),
     actor-logprob validation (``ratio``: the loss reads importance ratios), then ``scorers`` (frozen
     models filling ``batch["teacher_logps"]``...), then the reference scorer when ``kl_coeff > 0``:
-    only items that are trained on get scored. ``length_normalize`` is the KL term's reduction.
+    only items that are trained on get scored. ``length_normalize`` is the KL term's reduction (by
+    default the loss's own ``length_normalize``, so the KL term is reduced like the loss).
     """
+    if length_normalize is None:
+        length_normalize = bool(getattr(loss, "length_normalize", False))
     preprocess = alg.chain_preprocess(
         *filters,
         alg.drop_zero_weight if drop_zero_weight else None,
@@ -94,10 +92,8 @@ def make_reinforce(
 ) -> RLAlgorithm:
     """Monte Carlo returns + REINFORCE with the sequence-level IS correction."""
     loss = ReinforceLoss(length_normalize=length_normalize, tis_cap=tis_cap, mis_threshold=mis_threshold)
-    return build_preset(
-        name, MonteCarloReturn(gamma=gamma), loss, drop_zero_weight=drop_zero_weight,
-        kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
-    )  # fmt: skip
+    credit = MonteCarloReturn(gamma=gamma)
+    return build_preset(name, credit, loss, drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model)
 
 
 def make_reinforce_baseline(
@@ -118,9 +114,10 @@ def make_reinforce_baseline(
     ``ReinforceBaselineLoss`` would), so gradients do not depend on the token-budget split.
     """
     loss = ReinforceLoss(length_normalize=length_normalize, tis_cap=tis_cap, mis_threshold=mis_threshold)
+    baseline = alg.center_weights(normalize=normalize_adv)
     return build_preset(
-        name, MonteCarloReturn(gamma=gamma), loss, filters=[alg.center_weights(normalize=normalize_adv)],
-        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+        name, MonteCarloReturn(gamma=gamma), loss, filters=[baseline], drop_zero_weight=drop_zero_weight,
+        kl_coeff=kl_coeff, ref_model=ref_model,
     )  # fmt: skip
 
 
@@ -145,10 +142,8 @@ def make_grpo(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
         ratio_clip=ratio_clip, tis_cap=tis_cap, mis_threshold=mis_threshold,
     )  # fmt: skip
-    return build_preset(
-        name, group_advantages(group_size, group_normalize_adv, positive_only), loss,
-        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
-    )  # fmt: skip
+    credit = group_advantages(group_size, group_normalize_adv, positive_only)
+    return build_preset(name, credit, loss, drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model)
 
 
 def make_gspo(
@@ -172,10 +167,8 @@ def make_gspo(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
         ratio_clip=ratio_clip, tis_cap=tis_cap, mis_threshold=mis_threshold,
     )  # fmt: skip
-    return build_preset(
-        name, group_advantages(group_size, group_normalize_adv, positive_only), loss,
-        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
-    )  # fmt: skip
+    credit = group_advantages(group_size, group_normalize_adv, positive_only)
+    return build_preset(name, credit, loss, drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model)
 
 
 def make_cispo(
@@ -198,10 +191,8 @@ def make_cispo(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
         tis_cap=tis_cap, mis_threshold=mis_threshold,
     )  # fmt: skip
-    return build_preset(
-        name, group_advantages(group_size, group_normalize_adv, positive_only), loss,
-        drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
-    )  # fmt: skip
+    credit = group_advantages(group_size, group_normalize_adv, positive_only)
+    return build_preset(name, credit, loss, drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model)
 
 
 def make_scalerl(
@@ -227,7 +218,7 @@ def make_scalerl(
     return build_preset(
         name, HybridNormalizedReturn(group_size, positive_only=positive_only), loss,
         filters=[alg.drop_zero_variance_groups if filter_zvp else None], drop_zero_weight=drop_zero_weight,
-        kl_coeff=kl_coeff, ref_model=ref_model, length_normalize=length_normalize,
+        kl_coeff=kl_coeff, ref_model=ref_model,
     )  # fmt: skip
 
 
