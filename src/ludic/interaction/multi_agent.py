@@ -42,35 +42,13 @@ class MultiAgentProtocol(InteractionProtocol):
         self.agents = dict(agents)
         self.use_env_sysprompt = use_env_sysprompt
 
-    async def run(
-        self,
-        *,
-        env: LudicEnv,
-        max_steps: int,
-        env_seed: int | None = None,
-        sampling_seed: int | None = None,
-        inference: InferenceSpec | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Rollout]:
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+    async def _episode(
+        self, env: LudicEnv, max_steps: int, env_seed: int | None, sampling_seed: int | None,
+        inference: InferenceSpec | None,
+    ) -> list[Rollout]:  # fmt: skip
         unknown = sorted(set(self.agents) - set(env.agent_ids))
         if unknown:
             raise ValueError(f"agents {unknown} are not in {type(env).__name__}.agent_ids {env.agent_ids}")
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await self._episode(env, max_steps, env_seed, sampling_seed, inference)
-        except TimeoutError as exc:
-            raise TimeoutError(f"episode exceeded timeout_s={timeout_s}") from exc
-
-    async def _episode(
-        self,
-        env: LudicEnv,
-        max_steps: int,
-        env_seed: int | None,
-        sampling_seed: int | None,
-        inference: InferenceSpec | None,
-    ) -> list[Rollout]:
         first = env.reset(seed=env_seed)
         for aid, agent in self.agents.items():
             sysprompt = (

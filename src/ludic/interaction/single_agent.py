@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from ludic.agents.base_agent import Agent
 from ludic.envs.env import LudicEnv
 from ludic.inference.sampling import InferenceSpec
@@ -34,32 +32,10 @@ class SingleAgentProtocol(InteractionProtocol):
         self.agent = agent
         self.use_env_sysprompt = use_env_sysprompt
 
-    async def run(
-        self,
-        *,
-        env: LudicEnv,
-        max_steps: int,
-        env_seed: int | None = None,
-        sampling_seed: int | None = None,
-        inference: InferenceSpec | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Rollout]:
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
-        try:
-            async with asyncio.timeout(timeout_s):
-                return [await self._episode(env, max_steps, env_seed, sampling_seed, inference)]
-        except TimeoutError as exc:
-            raise TimeoutError(f"episode exceeded timeout_s={timeout_s}") from exc
-
     async def _episode(
-        self,
-        env: LudicEnv,
-        max_steps: int,
-        env_seed: int | None,
-        sampling_seed: int | None,
+        self, env: LudicEnv, max_steps: int, env_seed: int | None, sampling_seed: int | None,
         inference: InferenceSpec | None,
-    ) -> Rollout:
+    ) -> list[Rollout]:  # fmt: skip
         agent_id = _single_agent_id(env)
         sysprompt = None
         if self.use_env_sysprompt and self.agent.ctx.system_prompt is None:
@@ -87,7 +63,7 @@ class SingleAgentProtocol(InteractionProtocol):
             obs = outcome.obs
         else:
             cut_at_max_steps(steps[-1])
-        return Rollout(steps=steps, meta=episode_meta(agent_id, steps))
+        return [Rollout(steps=steps, meta=episode_meta(agent_id, steps))]
 
 
 def _single_agent_id(env: LudicEnv) -> str:
