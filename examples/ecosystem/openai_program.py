@@ -5,7 +5,8 @@
 
 The program is plain OpenAI-SDK code; OpenAIProgramProtocol records each of its calls (exact ids,
 log-probs, temperature, policy version) and the rollout engine turns each episode into one exact
-training sequence. This script prints the batch; it does not train (no learning figure is claimed).
+training sequence. This script prints one batch; ``openai_program_train.py`` trains the same program
+(SFT warm start, GRPO, weights published to the server every step) and reports held-out reward.
 """
 
 from __future__ import annotations
