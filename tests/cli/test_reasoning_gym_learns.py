@@ -26,6 +26,7 @@ def _best_constant(config: Path) -> tuple[str, float]:
     return module.best_constant(str(config))
 
 
+@pytest.mark.timeout(900)  # about 2 min of one idle core; 5 min on a loaded machine
 def test_reasoning_gym_example_beats_the_best_constant_answer(tmp_path: Path) -> None:
     pytest.importorskip("reasoning_gym")
     from ludic.testing import build_tiny_model
