@@ -81,12 +81,17 @@ def parse_rng(state: Any, *, file: Path) -> dict[str, Any]:
 
 
 def restore_rng(parsed: Mapping[str, Any]) -> None:
-    """Set every RNG from :func:`parse_rng`'s result."""
+    """Set every RNG from :func:`parse_rng`'s result (or a sharded checkpoint's per-rank state, whose
+    ``cuda`` is this rank's device state, one tensor, rather than every device's list)."""
     random.setstate(parsed["python"])
     np.random.set_state(parsed["numpy"])
     torch.set_rng_state(parsed["torch"])
-    if parsed.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(parsed["cuda"])
+    cuda = parsed.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if torch.is_tensor(cuda):
+            torch.cuda.set_rng_state(cuda)
+        else:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any, *, file: Path) -> None:

@@ -89,11 +89,15 @@ class CheckpointManager:
         """Write a complete checkpoint for ``step`` and point ``latest.json`` at it."""
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"checkpoint step must be an int >= 0, got {step!r}")
+        extra = {"metadata": dict(metadata or {}), "config": dict(config or {})}
+        return self._write(model, optimizer, scheduler, step, extra)
+
+    def _write(self, model: nn.Module, optimizer: Any, scheduler: Any, step: int, extra: dict[str, Any]) -> Path:
+        """One process writes every file into a temp folder, then renames it to ``step_<step>/``."""
         assert_finite_weights(model)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._remove_stale_tmp()
-        final = self.output_dir / step_dirname(step)
-        tmp = self.output_dir / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+        final, tmp = self._step_dirs(step)
         tmp.mkdir()
         try:
             save_model_weights(model, tmp)
@@ -102,16 +106,23 @@ class CheckpointManager:
             if scheduler is not None and self.cfg.save_optimizer:
                 torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(capture_rng(), tmp / "rng_state.pt")
-            state = {"step": step, "time": time.time(), "metadata": dict(metadata or {})}
-            state["config"] = dict(config or {})
-            write_json_atomic(tmp / STATE, state)
+            write_json_atomic(tmp / STATE, {"step": step, "time": time.time(), **extra})
             self._publish_dir(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self._point_latest(step, final)
+        return final
+
+    def _step_dirs(self, step: int) -> tuple[Path, Path]:
+        """``step_<step>/`` and a fresh temp folder name beside it (``.tmp-*``, removed on the next save)."""
+        final = self.output_dir / step_dirname(step)
+        return final, self.output_dir / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+
+    def _point_latest(self, step: int, final: Path) -> None:
+        """Name the published ``final`` in ``latest.json``, then prune the older checkpoints."""
         write_json_atomic(self.output_dir / LATEST, {"step": step, "path": final.name})
         self._prune(keep_also=final)
-        return final
 
     def _publish_dir(self, tmp: Path, final: Path) -> None:
         # os.replace cannot overwrite a non-empty folder: move an old copy of this step aside first.

@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import random
 import time
-import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from ludic.distributed.collectives import all_gather_json, all_reduce_tensor, br
 from ludic.distributed.fsdp import is_fsdp_model
 from ludic.training._checkpoint_files import STATE, parse_trainer_state, read_json, write_json_atomic
 from ludic.training._checkpoint_io import CheckpointLoadError
+from ludic.training._checkpoint_io import restore_rng as restore_rng_state
 from ludic.training._sharded_io import (
     check_shards,
     flat_state,
@@ -85,14 +84,6 @@ def _parse_rng(state: Any, file: Path) -> dict[str, Any]:
     return parsed
 
 
-def _restore_rng(parsed: Mapping[str, Any]) -> None:
-    random.setstate(parsed["python"])
-    np.random.set_state(parsed["numpy"])
-    torch.set_rng_state(parsed["torch"])
-    if parsed["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state(parsed["cuda"])
-
-
 def _all_finite(model: nn.Module) -> bool:
     local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
     ok = all(bool(torch.isfinite(t).all()) for t in local if t.is_floating_point() and t.numel())
@@ -106,23 +97,12 @@ class DistributedCheckpointer(CheckpointManager):
         super().__init__(cfg)
         self.rank = dist.get_rank()
 
-    def save(
-        self,
-        model: nn.Module,
-        optimizer: Any = None,
-        *,
-        step: int,
-        metadata: Mapping[str, Any] | None = None,
-        scheduler: Any = None,
-        config: Mapping[str, Any] | None = None,
-    ) -> Path:
+    def _write(self, model: nn.Module, optimizer: Any, scheduler: Any, step: int, extra: dict[str, Any]) -> Path:
         """Collective: every rank calls it. Writes ``step_<step>/`` and points ``latest.json`` at it."""
-        if not isinstance(step, int) or step < 0:
-            raise ValueError(f"checkpoint step must be an int >= 0, got {step!r}")
         if not _all_finite(model):
             raise ValueError("refusing to checkpoint non-finite weights (NaN/inf on some rank)")
-        final = self.output_dir / f"step_{step:06d}"
-        tmp = Path(broadcast_json(str(self.output_dir / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")))
+        final, tmp = self._step_dirs(step)
+        tmp = Path(broadcast_json(str(tmp)))  # rank 0's name for every rank
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             self._remove_stale_tmp()
@@ -136,12 +116,10 @@ class DistributedCheckpointer(CheckpointManager):
             write_manifest(tmp, tensors, plain)
             if scheduler is not None and self.cfg.save_optimizer:
                 write_json_atomic(tmp / "scheduler.json", _scheduler_state(scheduler))
-            payload = {"step": step, "time": time.time(), "world_size": dist.get_world_size(), "format": _FORMAT,
-                       "metadata": dict(metadata or {}), "config": dict(config or {})}  # fmt: skip
-            write_json_atomic(tmp / STATE, payload)
+            payload = {"step": step, "time": time.time(), "world_size": dist.get_world_size(), "format": _FORMAT}
+            write_json_atomic(tmp / STATE, {**payload, **extra})
             self._publish_dir(tmp, final)
-            write_json_atomic(self.output_dir / "latest.json", {"step": step, "path": final.name})
-            self._prune(keep_also=final)
+            self._point_latest(step, final)
         dist.barrier()
         return final
 
@@ -166,7 +144,7 @@ class DistributedCheckpointer(CheckpointManager):
         if sched is not None:
             scheduler.load_state_dict(sched)
         if rng is not None:
-            _restore_rng(rng)
+            restore_rng_state(rng)
         info["path"] = str(folder)
         return info
 
