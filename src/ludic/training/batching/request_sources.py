@@ -12,6 +12,7 @@ import inspect
 import queue
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ludic.training.types import RolloutRequest
@@ -20,6 +21,7 @@ MakeRequest = Callable[[Any], RolloutRequest]
 RequestFn = Callable[[], Any]
 
 
+@dataclass(eq=False)
 class DatasetRequests:
     """Batches of ``make_request(example)`` over a list, a ``datasets.Dataset`` or any iterable.
 
@@ -29,25 +31,20 @@ class DatasetRequests:
     The last batch of the data may be short; after it, calls raise StopAsyncIteration.
     """
 
-    def __init__(
-        self,
-        data: Sequence[Any] | Iterable[Any],
-        make_request: MakeRequest,
-        *,
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        epochs: int | None = None,
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        self.data = data
-        self.make_request = make_request
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.epochs = epochs
-        self.epoch = 0
-        self._rng = random.Random(seed)
+    data: Sequence[Any] | Iterable[Any] = field(repr=False)
+    make_request: MakeRequest
+    _: KW_ONLY
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    epochs: int | None = None
+    epoch: int = field(default=0, init=False)
+    """Epochs completed so far."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size!r}")
+        self._rng = random.Random(self.seed)
         self._examples = self._stream()
 
     def __call__(self) -> list[RolloutRequest]:
@@ -79,19 +76,8 @@ class DatasetRequests:
             yield from self.data
 
 
-def requests_from_dataset(
-    data: Sequence[Any] | Iterable[Any],
-    make_request: MakeRequest,
-    *,
-    batch_size: int,
-    shuffle: bool = True,
-    seed: int = 0,
-    epochs: int | None = None,
-) -> DatasetRequests:
-    """A request function over ``data``; see DatasetRequests."""
-    return DatasetRequests(
-        data, make_request, batch_size=batch_size, shuffle=shuffle, seed=seed, epochs=epochs
-    )
+requests_from_dataset = DatasetRequests
+"""A request function over ``data`` (the function-style name of DatasetRequests)."""
 
 
 def requests_from_queue(
