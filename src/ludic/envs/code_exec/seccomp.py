@@ -53,22 +53,19 @@ class Arch:
 _GENERIC_IO_URING = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435}
 _GENERIC_NEW = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
                 "fspick": 433, "pidfd_getfd": 438, "mount_setattr": 442}  # fmt: skip
-_X86_64 = {
-    "socket": 41, "socketpair": 53, "clone": 56, "unshare": 272, "setns": 308, "mount": 165,
-    "umount2": 166, "pivot_root": 155, "chroot": 161, "ptrace": 101, "add_key": 248, "request_key": 249,
-    "keyctl": 250, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "process_vm_readv": 310,
-    "process_vm_writev": 311, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175,
-    "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303,
-    "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163, "quotactl": 179,
+_BY_ABI = {  # name: (x86_64, aarch64) numbers of the calls that differ between the two ABIs
+    "socket": (41, 198), "socketpair": (53, 199), "clone": (56, 220), "unshare": (272, 97),
+    "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
+    "chroot": (161, 51), "ptrace": (101, 117), "add_key": (248, 217), "request_key": (249, 218),
+    "keyctl": (250, 219), "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "process_vm_readv": (310, 270), "process_vm_writev": (311, 271), "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294), "init_module": (175, 105), "finit_module": (313, 273),
+    "delete_module": (176, 106), "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264),
+    "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
+    "quotactl": (179, 60),
 }  # fmt: skip
-_AARCH64 = {
-    "socket": 198, "socketpair": 199, "clone": 220, "unshare": 97, "setns": 268, "mount": 40,
-    "umount2": 39, "pivot_root": 41, "chroot": 51, "ptrace": 117, "add_key": 217, "request_key": 218,
-    "keyctl": 219, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "process_vm_readv": 270,
-    "process_vm_writev": 271, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105,
-    "finit_module": 273, "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264,
-    "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89, "quotactl": 60,
-}  # fmt: skip
+_X86_64 = {name: nums[0] for name, nums in _BY_ABI.items()}
+_AARCH64 = {name: nums[1] for name, nums in _BY_ABI.items()}
 ARCHES = {  # numbers from the kernel's uapi headers (asm/unistd_64.h; asm-generic/unistd.h for arm64)
     "x86_64": Arch(audit=0xC000003E, numbers={**_X86_64, **_GENERIC_IO_URING, **_GENERIC_NEW}, foreign_from=0x40000000),
     "aarch64": Arch(audit=0xC00000B7, numbers={**_AARCH64, **_GENERIC_IO_URING, **_GENERIC_NEW}),
