@@ -61,3 +61,17 @@ def test_dtype_reaches_the_sft_warm_start(model_dir: Path, tmp_path: Path) -> No
     out = sft_to_dir(cfg, [item], steps=1, batch_size=1, lr=1e-3, out_dir=tmp_path / "sft")
     saved = AutoModelForCausalLM.from_pretrained(out, dtype="auto")
     assert {p.dtype for p in saved.parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("one_sequence", [False, True])
+def test_protocol_one_sequence_reaches_the_rollout_engine(one_sequence: bool) -> None:
+    from ludic.cli.runtime import make_engine
+    from ludic.inference import SamplingConfig
+
+    cfg = _cfg(protocol={"name": "single_agent", "one_sequence": one_sequence})
+
+    class Client:  # make_engine only reads the client's tokenizer here
+        tokenizer = object()
+
+    engine = make_engine(cfg, Client(), SamplingConfig())
+    assert engine.one_sequence is one_sequence

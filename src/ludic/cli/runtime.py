@@ -75,6 +75,7 @@ def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
     return RolloutEngine(
         env_registry={cfg.env.name: ENV_REGISTRY.get(cfg.env.name)},
         protocol_registry={cfg.protocol.name: make_protocol},
+        one_sequence=cfg.protocol.one_sequence,
     )
 
 

@@ -53,6 +53,10 @@ class HarnessSection(ComponentSection):
 class ProtocolSection(ComponentSection):
     name: str = "single_agent"
     """Registry name of the interaction protocol."""
+    one_sequence: bool = False
+    """Train each rollout as one exact token sequence where its model calls' ids extend each other (a
+    multi-turn agent with ``exact_sequence``, an OpenAI program sending ``token_ids`` back), one item
+    per call otherwise."""
 
 
 class AlgorithmSection(ComponentSection):
