@@ -144,3 +144,17 @@ def test_board_only_view_is_the_latest_board_without_the_rules() -> None:
     assert first.startswith("Current Board:") and first.endswith("'[8]'") and "Tic Tac Toe" not in first
     later = env.step({"player_0": "[4]"})["player_0"].obs
     assert later.startswith("Current Board:") and "'[4]'" not in later and len(later) <= len(first)
+
+
+def test_a_refused_move_that_may_be_retried_is_flagged_and_scored_only_when_asked() -> None:
+    plain = TextArenaEnv("TicTacToe-v0", observation="board_only")
+    plain.reset(seed=0)
+    out = plain.step({"player_0": "nine"})["player_0"]
+    assert (out.reward, out.terminated, out.info) == (0.0, False, {"invalid_move": True})
+    shaped = TextArenaEnv("TicTacToe-v0", observation="board_only", invalid_move_reward=-1.0)
+    shaped.reset(seed=0)
+    assert shaped.step({"player_0": "nine"})["player_0"].reward == -1.0
+    assert shaped.step({"player_0": "[4]"})["player_0"].reward == 0.0  # a legal move: no penalty
+    assert shaped.step({"player_0": "[4]"})["player_0"].info == {"invalid_move": True}  # taken: refused
+    last = shaped.step({"player_0": "[4]"})["player_0"]  # twice in a row: the game ends, its own -1
+    assert last.terminated and last.reward == -1.0 and last.info["result"] == "loss"

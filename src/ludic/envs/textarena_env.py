@@ -101,6 +101,9 @@ class TextArenaEnv(LudicEnv[str, str, str]):
     players: the seats the policy plays (default ``[0]``; ``[0, 1]`` is self-play).
     opponent: who plays the other seats (see the module docstring); observation: "board",
     "board_only", "first_last" or "full"; game_kwargs: the game's own constructor arguments.
+    invalid_move_reward: None (default) keeps the game's rewards; a number is the reward of a policy move
+    the game refused but let the seat retry (TextArena's error allowance; its info holds
+    ``invalid_move``), so per-turn credit lands on that move (the game's own end rewards are unchanged).
     ``demonstrations(n, seed)`` (``[sft] from_env = true``): random listed moves, see there.
     """
 
@@ -113,6 +116,7 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         opponent: str | Bot = "random",
         observation: View = "first_last",
         game_kwargs: dict[str, Any] | None = None,
+        invalid_move_reward: float | None = None,
     ) -> None:
         if observation not in ("board", "board_only", "first_last", "full"):
             raise ValueError(
@@ -127,6 +131,7 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         self.game, self.num_players, self.view = game, num_players, observation
         self.players, self.opponent = list(players), opponent
         self.game_kwargs = dict(game_kwargs or {})
+        self.invalid_move_reward = invalid_move_reward
         self._make()  # an unknown game fails here, not at the first episode
         self._seen: dict[int, list] = {}
         self._done = True
@@ -165,13 +170,22 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         if set(actions) != {mover}:
             raise KeyError(f"TextArenaEnv: expected exactly the action of {mover!r}, got {sorted(actions)}")
         self._take_turn()
+        errors = getattr(self._env.state, "error_count", 0)
         self._done, _ = self._env.step(actions[mover])
+        refused = not self._done and getattr(self._env.state, "error_count", 0) > errors  # a retry is granted
         if not self._done:
             self._advance_bots()
         if self._done:
             return self._final()
+        shaped = self.invalid_move_reward if refused and self.invalid_move_reward is not None else 0.0
         return {
-            aid: StepOutcome(obs=self._view(p), reward=0.0, truncated=False, terminated=False, info={})
+            aid: StepOutcome(
+                obs=self._view(p),
+                reward=shaped if aid == mover else 0.0,
+                truncated=False,
+                terminated=False,
+                info={"invalid_move": True} if refused and aid == mover else {},
+            )
             for p, aid in zip(self.players, self.agent_ids)
         }
 
