@@ -5,7 +5,7 @@
 ``Trainer.train_step`` of GRPO on 4 prompts (69 tokens) x 8 replies (the TRL curve's cells,
 ``bench_vs_trl_curve.py``, with replies at their cap), fixed batches, with
 ``TrainerConfig(block_attention=False)`` (one SDPA call per layer over a 4D mask) and ``True``
-(``training/segment_attention.py``), each with a model of its own built from the same weights,
+(``kernels/cpu/segment_attention.py``), each with a model of its own built from the same weights,
 interleaved in every round; medians. Also prints the query-key pairs each layout computes.
 """
 
@@ -16,7 +16,7 @@ import argparse
 import torch
 from bench_train_matmuls import GROUP, PROMPTS, SIZES, VOCAB, grpo_batch, step_medians
 
-from ludic.training.forward import plan_micro_batches
+from ludic.training.layout.forward import plan_micro_batches
 
 
 def pairs(model: torch.nn.Module, reply_len: int, blocks: bool) -> int:
@@ -26,7 +26,7 @@ def pairs(model: torch.nn.Module, reply_len: int, blocks: bool) -> int:
     )
     if not blocks:
         return sum(len(mb.plan.rows) * mb.plan.row_length**2 for mb in mbs if mb.plan is not None)
-    from ludic.training.batching.packing import pack_plan
+    from ludic.training.layout.packing import pack_plan
 
     return sum(pack_plan(mb.plan, pad_token_id=0, device="cpu", dense_mask=False).blocks.pairs for mb in mbs)
 

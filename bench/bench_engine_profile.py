@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache
-from ludic.inference._sampling_kernel import sample_with_logprobs
+from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache
+from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
 from ludic.testing import tiny_model_path
 
 SIZES = {  # the sizes bench_vs_trl_curve.py trains

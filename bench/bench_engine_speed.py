@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference._generation import BatchGenerator
+from ludic.inference.embedded._generation import BatchGenerator
 from ludic.testing import tiny_model_path
 
 SIZES = {  # name: build_tiny_model kwargs (as bench_vs_trl_curve.py)

@@ -58,14 +58,14 @@ def worker(args: argparse.Namespace) -> None:
     from transformers import AutoModelForCausalLM
 
     from ludic.training import RLAlgorithm, Trainer, TrainerConfig
-    from ludic.training.credit_assignment import EpisodicReturn
-    from ludic.training.distributed_publish import gather_publishable
+    from ludic.training.credit.assigners import EpisodicReturn
     from ludic.training.loss import ReinforceLoss
+    from ludic.training.parallel.publish import gather_publishable
 
     distributed = "RANK" in os.environ
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     if distributed:
-        from ludic.distributed.fsdp import init_distributed, shard_model
+        from ludic.training.parallel.fsdp import init_distributed, shard_model
 
         init_distributed("gloo")
         shard_model(model)

@@ -12,7 +12,8 @@ import torch
 
 from ludic.testing import build_tiny_model
 from ludic.training import make_grpo
-from ludic.training.batching import collate_saw_items, prompt_completion_item
+from ludic.training.batching import prompt_completion_item
+from ludic.training.layout import collate_saw_items
 
 
 def grad_norm(model: torch.nn.Module, length: int, normalize: bool) -> float:

@@ -5,7 +5,7 @@ subprocess per transport; the trainer holds the same model wrapped by peft with 
 attention projections q/k/v/o by default, ``--targets``). Per repeat, interleaved, for each transport
 (``shm``: same-host shared memory; ``gloo``: the collective over loopback):
 - "merged": ``merged_state_dict`` (W + B A on every adapted layer, the whole model) + ``publish`` end to end;
-- "adapter": ``adapter_payload`` (the lora_A / lora_B tensors + config) + ``publish`` end to end; the server
+- "adapter": ``lora_payload`` (the lora_A / lora_B tensors + config) + ``publish`` end to end; the server
   checks it and folds it into its weights (``W_base + scaling * B A``) under the same lock and versioning.
 - "step merged" / "step adapter": one whole RL step of the LoRA run (``Trainer.train_step``: a batch of 2 x 32
   tokens, backward, AdamW over the adapters, publish) with that publisher over shm.

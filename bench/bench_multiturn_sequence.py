@@ -32,10 +32,10 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
 from ludic.testing import tiny_model_path
 from ludic.training.batching import rollouts_to_saw_items
-from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.sequence_items import rollout_to_sequence_items
+from ludic.training.credit.per_turn import PerTurnReturn
+from ludic.training.layout.micro_batching import collate_saw_items
 from ludic.training.loss import ReinforceLoss
-from ludic.training.turn_credit import PerTurnReturn
 from ludic.types import StepOutcome
 
 TURNS = 8

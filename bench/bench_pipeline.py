@@ -38,11 +38,11 @@ import time
 import uuid
 from typing import Any
 
-from ludic.distributed.redis_server import RedisServer
-from ludic.training.batching import PipelineBatchSource, PipelineStream
-from ludic.training.batching import encode_item as encode_item_now
-from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.saw_builder import prompt_completion_item
+from ludic.training.layout.micro_batching import collate_saw_items
+from ludic.training.pipeline import PipelineBatchSource, PipelineStream
+from ludic.training.pipeline import encode_item as encode_item_now
+from ludic.training.pipeline.redis_server import RedisServer
 
 BATCH = 64  # entries per MULTI/EXEC push and per trainer read
 VOCAB = 256  # the items' token ids are below 250

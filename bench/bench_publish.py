@@ -24,7 +24,7 @@ every time (as in training) and receives into warm buffers. Per repeat, interlea
   (``server_receive_s``) is reported as "raw_same".
 - "shm": ``BroadcastPolicyPublisher(backend="shm").publish`` end to end (the same pause and control calls,
   256 MB buckets, each packed by the trainer straight into a shared-memory buffer of the server's, which
-  checks and adopts it: one copy of every byte, no socket; ``ludic.inference.shared_memory``).
+  checks and adopts it: one copy of every byte, no socket; ``ludic.inference.weight_sync.shared_memory``).
 - "blob": ``ClientPublisher`` over ``VLLMChatClient.sync_weights`` (safetensors, one HTTP upload).
 Medians are reported, with the stages (trainer side and the server's own timings) of the serial publish
 and of the shm publish. Goal (issue 10): publish >= 0.3x the in-memory copy.
@@ -53,7 +53,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
 from ludic.inference import VLLMChatClient
-from ludic.inference.process_group import broadcast_all, create_group, free_port
+from ludic.inference.weight_sync.process_group import broadcast_all, create_group, free_port
 from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 

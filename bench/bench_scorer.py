@@ -27,9 +27,9 @@ from timing import timed
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training._setup import forward_logits
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.layout.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.presets import make_cispo
-from ludic.training.scoring import FrozenModelScorer
+from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
 

@@ -1,7 +1,7 @@
 """Prompt-prefix sharing in the Trainer: one GRPO micro-batch, forward + backward, shared vs plain.
 
 GRPO sends every prompt G times. The plain path pads and runs G copies of it; the shared path
-(``ludic.training.batching.shared_prefix``) runs it once per group. Both give the same loss and
+(``ludic.training.layout.shared_prefix``) runs it once per group. Both give the same loss and
 gradients; this prints the seconds per forward+backward of each (best of ``--repeats``,
 interleaved), their ratio, and the largest loss/gradient difference.
 
@@ -24,9 +24,9 @@ from transformers import AutoModelForCausalLM
 
 from ludic.testing import tiny_model_path
 from ludic.training._setup import forward_logits
-from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.saw_builder import prompt_completion_item
-from ludic.training.batching.shared_prefix import forward_shared_prefix_logits, pack_shared_prefix
+from ludic.training.layout.micro_batching import collate_saw_items
+from ludic.training.layout.shared_prefix import forward_shared_prefix_logits, pack_shared_prefix
 from ludic.training.presets import make_grpo
 from ludic.training.types import SAWItem
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
 from ludic.training import Trainer, TrainerConfig, make_grpo
-from ludic.training.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
 SIZES = {  # Qwen2 configs of bench_vs_trl_curve.py

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from ludic.training.batching.micro_batching import split_items_by_token_budget
-from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
+from ludic.training.layout.forward import MicroBatch, micro_batch_loss, plan_micro_batches
+from ludic.training.layout.micro_batching import split_items_by_token_budget
 from ludic.training.loss import TokenClippedSurrogateLoss, compute_token_logps
 from ludic.training.loss.head_logps import head_token_logps
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem

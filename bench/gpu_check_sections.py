@@ -137,7 +137,7 @@ def model_flops(model: torch.nn.Module, items: list) -> float:
 
 def train_step(model, optimizer, loss_fn, items, *, mode: str, sizes: Sizes) -> dict[str, float]:
     """One optimizer step through Ludic's micro-batch path (as the Trainer runs it) in one layout."""
-    from ludic.training.forward import micro_batch_kernels, micro_batch_loss, plan_micro_batches
+    from ludic.training.layout.forward import micro_batch_kernels, micro_batch_loss, plan_micro_batches
 
     pack, blocks = mode != "padded", mode in ("packed", "packed_default")
     ratio = 0.5 if mode == "packed_default" else None

@@ -3,7 +3,7 @@
 A reader copies `from ludic.training import make_distill` from a page and expects it to work; a name that
 moved or was never exported sends them into the source. Three kinds of reference are checked:
 - the README's table of pieces: each row's module and the names in backticks beside it;
-- dotted paths in backticks (`ludic.training.trainer`, `ludic.inference.vllm_server`, `ludic.x.Name`);
+- dotted paths in backticks (`ludic.training.trainer`, `ludic.inference.vllm.launcher`, `ludic.x.Name`);
 - `from ludic... import a, b` lines in the pages' code blocks;
 - every preset named in backticks (`make_grpo`, `make_distill`, ...) is importable from `ludic.training`.
 """

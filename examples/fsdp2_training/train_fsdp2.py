@@ -30,8 +30,6 @@ from transformers.utils import logging as hf_logging
 from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.distributed import ClientPublisher, Rank0OnlyPublisher
-from ludic.distributed.collectives import broadcast_json
-from ludic.distributed.fsdp import FSDPConfig, exit_distributed, init_distributed, shard_model
 from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.eval import Evaluator
 from ludic.inference import InferenceSpec, SamplingConfig, TransformersChatClient, VLLMChatClient
@@ -52,9 +50,11 @@ from ludic.training import (
     make_grpo,
     make_sft,
 )
-from ludic.training.distributed_batch import Rank0BatchSource
-from ludic.training.distributed_publish import export_pretrained
 from ludic.training.loggers import before_after, progress_and_metrics
+from ludic.training.parallel.batch import Rank0BatchSource
+from ludic.training.parallel.collectives import broadcast_json
+from ludic.training.parallel.fsdp import FSDPConfig, exit_distributed, init_distributed, shard_model
+from ludic.training.parallel.publish import export_pretrained
 
 LETTERS, COUNT = "abcdefgh", 4  # the quickstart's task: chance reward is about 1/8 per character
 SFT_SEEDS, EVAL_SEEDS = 500_000, 1_000_000  # demonstrations and held-out prompts never meet training seeds

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from task import make_client, rollout_source
 
-from ludic.training.batching import run_pipeline_actor
+from ludic.training.pipeline import run_pipeline_actor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -24,7 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ludic.distributed.redis_server import RedisServer, free_port
+from ludic.training.pipeline.redis_server import RedisServer, free_port
 
 HERE = Path(__file__).resolve().parent
 

@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
-from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher
 from ludic.training.loggers import JsonlLogger, before_after
+from ludic.training.pipeline import PipelineBatchSource, PipelineVersionPublisher
 from ludic.training.types import SAWBatch
 
 PUBLISH_MODES = ("blob", "gloo", "shm")

@@ -4,7 +4,7 @@
     .venv/bin/python examples/tic_tac_toe/train_tic_tac_toe.py --model Qwen/Qwen2.5-0.5B-Instruct --device cuda
 
 Written against the public API only: ``TicTacToeEnv``, an ``Agent`` that sees the latest board
-(``LatestBoard``: the observation holds the whole state, so the history only costs), ``sft_items``
+(``LatestBoard``: the observation holds the whole state, so the history only costs), ``sft_data``
 for the warm start (uniformly random legal moves: a short warm start that teaches some of the format
 and legality and no strategy; ``--sft-player heuristic``: the heuristic's moves), ``make_grpo``'s loss with per-turn credit (``PerTurnReturn``) and ``RolloutBatchSource`` (which forms the groups), ``Trainer`` with a warm-up + linear-decay schedule,
 and an ``Evaluator`` on held-out games. It prints win rate and bad-move rate (illegal moves +

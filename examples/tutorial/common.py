@@ -43,7 +43,7 @@ def tiny_policy(out: Path, seed: int) -> tuple[Any, Any, TransformersChatClient]
 async def warm_start(
     model: Any, client: Any, items: list[SAWItem], *, steps: int, lr: float, seed: int
 ) -> None:
-    """SFT on demonstrations (``sft_items``), then push the weights to the engine."""
+    """SFT on demonstrations (``sft_data``), then push the weights to the engine."""
     source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=seed)
     cfg = TrainerConfig(lr=lr, max_seq_len=256, micro_token_budget=8192)
     trainer = Trainer(

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import CheckpointConfig, TrainerConfig
-from ludic.training.credit_assignment import EpisodicReturn
+from ludic.training.credit.assigners import EpisodicReturn
 from ludic.training.loss import ReinforceLoss
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
@@ -63,7 +63,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 def _try_loads(trainer: Trainer, folders: list[str]) -> list[str | None]:
     """Load each folder; the error message of each (None: it loaded). Asserts a failed load changed nothing."""
-    from ludic.training.checkpoint import CheckpointLoadError
+    from ludic.training.checkpoint.manager import CheckpointLoadError
 
     errors: list[str | None] = []
     for folder in folders:
@@ -104,7 +104,7 @@ def main() -> None:
             if "lora_B" in name:
                 torch.nn.init.normal_(p, std=0.05)
     if distributed:
-        from ludic.distributed.fsdp import FSDPConfig, init_distributed, shard_model
+        from ludic.training.parallel.fsdp import FSDPConfig, init_distributed, shard_model
 
         init_distributed(args.backend)
         if args.backend == "nccl":
@@ -138,7 +138,7 @@ def main() -> None:
         history.append(trainer.train_step_sync())
         if args.save_at and trainer.step == args.save_at:
             trainer.save_checkpoint()
-    from ludic.training.distributed_publish import export_pretrained, gather_publishable
+    from ludic.training.parallel.publish import export_pretrained, gather_publishable
 
     params = gather_publishable(trainer.model)
     if args.export:
@@ -154,7 +154,7 @@ def main() -> None:
         assert params == {}, "only rank 0 receives the gathered weights"
     trainer.close()
     if distributed:
-        from ludic.distributed.fsdp import exit_distributed
+        from ludic.training.parallel.fsdp import exit_distributed
 
         exit_distributed()
 

@@ -21,8 +21,8 @@ from ludic.distributed import (
     create_vllm_publisher,
 )  # fmt: skip
 from ludic.inference import VLLMChatClient
-from ludic.inference._http import RequestRefused
-from ludic.inference.adapter_config import AdapterPayload
+from ludic.inference.http_client import RequestRefused
+from ludic.inference.weight_sync.adapter_config import AdapterPayload
 from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 from ludic.training._lora import merged_state_dict

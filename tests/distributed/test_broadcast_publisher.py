@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher, PublishError
 from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
-from ludic.inference.process_group import create_group, free_port
+from ludic.inference.weight_sync.process_group import create_group, free_port
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration
@@ -109,8 +109,8 @@ def test_a_publish_over_several_gloo_channels_serves_bit_identical_weights(serve
 
 
 def test_a_broadcast_missing_on_one_channel_is_refused_and_the_old_weights_keep_serving(server, dirs):
-    from ludic.inference.process_group import parts
-    from ludic.inference.weight_packing import TensorMeta, pack, update_info
+    from ludic.inference.weight_sync.packing import TensorMeta, pack, update_info
+    from ludic.inference.weight_sync.process_group import parts
 
     post = lambda path, body: httpx.post(server + path, json=body, timeout=30)  # noqa: E731
     client = VLLMChatClient(base_url=server, enable_weight_updates=True)

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from ludic.training.distributed_step import DataParallelGroup, balanced_share
+from ludic.training.parallel.step import DataParallelGroup, balanced_share
 from ludic.training.types import SAWItem
 
 WORKER = Path(__file__).with_name("fsdp_worker.py")
@@ -223,7 +223,7 @@ def test_one_process_group_hooks_are_the_identity():
 
 
 def test_items_cross_ranks_as_json_without_loss():
-    from ludic.training.distributed_batch import item_from_json, item_to_json
+    from ludic.training.parallel.batch import item_from_json, item_to_json
     from ludic.training.types import ActorTokenLogps, SampleAttachments
 
     original = SAWItem(input_ids=[5, 6, 7], attention_mask=[1, 1, 1], action_mask=[0, 1, 1], weight=-0.25,
@@ -232,6 +232,6 @@ def test_items_cross_ranks_as_json_without_loss():
     again = item_from_json(json.loads(json.dumps(item_to_json(original))))
     assert again == original
     with pytest.raises(TypeError, match="JSON"):
-        from ludic.distributed.collectives import _encode
+        from ludic.training.parallel.collectives import _encode
 
         _encode({"bad": object()})

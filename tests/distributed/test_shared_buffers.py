@@ -7,8 +7,8 @@ import os
 import pytest
 
 from ludic.distributed.shared_buffers import PeerBuffers
-from ludic.inference.shared_memory import SharedBuffer
-from ludic.inference.shared_memory import allocate_shared as allocate
+from ludic.inference.weight_sync.shared_memory import SharedBuffer
+from ludic.inference.weight_sync.shared_memory import allocate_shared as allocate
 
 
 @pytest.fixture

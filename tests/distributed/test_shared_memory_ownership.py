@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.inference import VLLMChatClient
-from ludic.inference.shared_memory import allocate_shared, map_peer_buffer
-from ludic.inference.weight_packing import TensorMeta, pack, packed_size, update_info
+from ludic.inference.weight_sync.packing import TensorMeta, pack, packed_size, update_info
+from ludic.inference.weight_sync.shared_memory import allocate_shared, map_peer_buffer
 from ludic.testing.server_process import running_server
 
 from .test_broadcast_publisher import greedy_logps, model_logps

@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher, PublishError
 from ludic.inference import VLLMChatClient
-from ludic.inference.shared_memory import map_peer_buffer
-from ludic.inference.weight_packing import TensorMeta, update_info
+from ludic.inference.weight_sync.packing import TensorMeta, update_info
+from ludic.inference.weight_sync.shared_memory import map_peer_buffer
 from ludic.testing.server_process import start_server, stop_server
 
 from .test_broadcast_publisher import greedy_logps, model_logps
@@ -145,7 +145,7 @@ def test_mapping_a_buffer_of_another_host_or_user_fails_with_a_clear_error():
 def test_a_server_killed_and_restarted_fails_one_publish_clearly_then_takes_the_next(dirs):
     """The restarted server has other buffers under another pid: the publisher must map those, not reuse
     its mappings of the dead server's (they would take the bytes and the new server would serve garbage)."""
-    from ludic.inference.process_group import free_port
+    from ludic.inference.weight_sync.process_group import free_port
 
     port = free_port()
     proc, url = start_server(dirs[0], "--transfer-timeout", "3", port=port)

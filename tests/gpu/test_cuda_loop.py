@@ -47,9 +47,9 @@ def test_shared_prompt_prefix_matches_the_plain_forward_on_cuda():
     from transformers import AutoModelForCausalLM
 
     from ludic.training._setup import forward_logits
-    from ludic.training.batching.micro_batching import collate_saw_items
     from ludic.training.batching.saw_builder import prompt_completion_item
-    from ludic.training.batching.shared_prefix import forward_shared_prefix_logits, pack_shared_prefix
+    from ludic.training.layout.micro_batching import collate_saw_items
+    from ludic.training.layout.shared_prefix import forward_shared_prefix_logits, pack_shared_prefix
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path()).to("cuda")
     prompt = list(range(10, 40))

@@ -11,12 +11,13 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from ludic.inference import _generation, _lean_decoder
-from ludic.training import onednn_linear, segment_attention
+from ludic.inference.embedded import _generation
+from ludic.kernels.cpu import lean_decoder as _lean_decoder
+from ludic.kernels.cpu import onednn_linear, segment_attention
 from ludic.training._setup import enable_gradient_checkpointing
 from ludic.training.batching.saw_builder import prompt_completion_item
-from ludic.training.flex_attention import FLEX_ATTENTION
-from ludic.training.forward import micro_batch_kernels, micro_batch_loss, plan_micro_batches
+from ludic.training.layout.flex_attention import FLEX_ATTENTION
+from ludic.training.layout.forward import micro_batch_kernels, micro_batch_loss, plan_micro_batches
 from ludic.training.presets import make_grpo
 
 pytestmark = pytest.mark.gpu

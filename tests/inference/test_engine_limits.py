@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference._generation import BatchGenerator, RowRequest
-from ludic.inference._sampling_kernel import sample_with_logprobs
+from ludic.inference.embedded._generation import BatchGenerator, RowRequest
+from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
 from ludic.testing import tiny_model_path
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference.transformers_client import EngineOverloaded
+from ludic.inference.embedded.transformers_client import EngineOverloaded
 from ludic.testing import tiny_model_path
 
 

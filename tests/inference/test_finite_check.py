@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from ludic.inference.finite_check import FiniteCheck
+from ludic.inference.weight_sync.finite_check import FiniteCheck
 
 
 def tensors(prefix: str, n: int) -> dict[str, torch.Tensor]:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference._generation import BatchGenerator, RowRequest
-from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
+from ludic.inference.embedded._generation import BatchGenerator, RowRequest
+from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.testing import tiny_model_path
 
 

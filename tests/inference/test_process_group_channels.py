@@ -7,7 +7,13 @@ import threading
 import pytest
 import torch
 
-from ludic.inference.process_group import SPLIT_BYTES, broadcast_all, create_group, free_port, parts
+from ludic.inference.weight_sync.process_group import (
+    SPLIT_BYTES,
+    broadcast_all,
+    create_group,
+    free_port,
+    parts,
+)
 
 
 def test_parts_split_large_tensors_into_byte_ranges_that_cover_them_exactly():

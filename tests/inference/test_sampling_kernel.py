@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ludic.inference._sampling_kernel import sample_tokens
+from ludic.kernels.cpu.sampling_kernel import sample_tokens
 
 LOGITS = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5])
 

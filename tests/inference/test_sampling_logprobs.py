@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference._sampling_kernel import sample_with_logprobs
+from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
 from ludic.testing import tiny_model_path
 from ludic.training.algorithm import validate_actor_logps
 from ludic.training.batching.saw_builder import prompt_completion_item
@@ -85,7 +85,7 @@ class _LogitsOnly:
 @pytest.mark.parametrize("path", ["hidden-states", "logits"])
 @pytest.mark.parametrize("pack", [True, False])
 async def test_the_trainers_forward_matches_the_engines_tempered_logprobs(path, pack):
-    from ludic.training.forward import micro_batch_loss, plan_micro_batches
+    from ludic.training.layout.forward import micro_batch_loss, plan_micro_batches
     from ludic.training.loss import TokenClippedSurrogateLoss
 
     client = TransformersChatClient(tiny_model_path())

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference import VLLMChatClient
-from ludic.inference._http import RequestRefused
+from ludic.inference.http_client import RequestRefused
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
-from ludic.inference._http import RequestRefused
+from ludic.inference.http_client import RequestRefused
 from ludic.testing.server_process import running_server
 
 pytestmark = pytest.mark.integration
@@ -105,8 +105,8 @@ async def test_a_full_queue_is_a_503_with_the_reason_and_the_rest_complete(serve
 
 @pytest.mark.slow
 async def test_a_killed_server_fails_the_call_clearly_and_the_client_works_once_it_is_back(model_dir):
-    from ludic.inference._http import ServerError
-    from ludic.inference.process_group import free_port
+    from ludic.inference.http_client import ServerError
+    from ludic.inference.weight_sync.process_group import free_port
     from ludic.testing.server_process import start_server, stop_server
 
     port = free_port()

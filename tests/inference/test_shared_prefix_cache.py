@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ludic.inference import SamplingConfig, TransformersChatClient
-from ludic.inference._generation import BatchGenerator, RowRequest
-from ludic.inference._lean_decoder import LeanDecoder, StaticKVCache
-from ludic.inference._shared_prefix_cache import SharedPrefixKVCache
+from ludic.inference.embedded._generation import BatchGenerator, RowRequest
+from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache
+from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
 from ludic.testing import tiny_model_path
 
 

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from ludic.inference.process_group import free_port
-from ludic.inference.vllm_server import (
+from ludic.inference.vllm.launcher import (
     start_vllm_server,
     vllm_serve_command,
     vllm_serve_env,
     wait_for_vllm_health,
 )
+from ludic.inference.weight_sync.process_group import free_port
 from ludic.testing import tiny_model_path
 
 

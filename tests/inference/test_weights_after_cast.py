@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from ludic.inference import SamplingConfig, TransformersChatClient
-from ludic.inference.finite_check import FiniteCheck
-from ludic.inference.weights import first_non_finite
+from ludic.inference.weight_sync.finite_check import FiniteCheck
+from ludic.inference.weight_sync.weights import first_non_finite
 from ludic.testing import tiny_model_path
 
 NORM = "model.norm.weight"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ludic.inference.weights import first_non_finite
+from ludic.inference.weight_sync.weights import first_non_finite
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])

@@ -17,7 +17,7 @@ from ludic.envs.letter_repeat import LetterRepeatEnv  # noqa: E402
 from ludic.interaction.openai_program import OpenAIProgramProtocol, ProgramTask  # noqa: E402
 from ludic.training.algorithm import RLAlgorithm  # noqa: E402
 from ludic.training.batching.rollout_engine import RolloutEngine  # noqa: E402
-from ludic.training.credit_assignment import EpisodicReturn  # noqa: E402
+from ludic.training.credit.assigners import EpisodicReturn  # noqa: E402
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ludic.agents.prompt_ids import chat_template_ids
 from ludic.envs.letter_repeat import letter_for_seed
+from ludic.inference.template_ids import chat_template_ids
 from ludic.quickstart.demonstrations import demonstration_item
 
 

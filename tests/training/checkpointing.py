@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ludic.training.checkpoint import CheckpointLoadError, CheckpointManager
+from ludic.training.checkpoint.manager import CheckpointLoadError, CheckpointManager
 
 from .onpolicy import tiny_model
 

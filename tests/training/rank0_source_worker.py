@@ -16,12 +16,12 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from ludic.distributed.fsdp import exit_distributed
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import TrainerConfig
-from ludic.training.credit_assignment import EpisodicReturn
-from ludic.training.distributed_batch import Rank0BatchSource
+from ludic.training.credit.assigners import EpisodicReturn
 from ludic.training.loss import ReinforceLoss
+from ludic.training.parallel.batch import Rank0BatchSource
+from ludic.training.parallel.fsdp import exit_distributed
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 

@@ -13,7 +13,7 @@ from ludic.training.algorithm import (
     make_sft,
     validate_actor_logps,
 )
-from ludic.training.credit_assignment import (
+from ludic.training.credit.assigners import (
     ConstantCredit,
     GroupNormalizedReturn,
     HybridNormalizedReturn,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ludic.training.checkpoint import CheckpointManager
+from ludic.training.checkpoint.manager import CheckpointManager
 from ludic.training.config import CheckpointConfig
 
 from .checkpointing import trained_optimizer

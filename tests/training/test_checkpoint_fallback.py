@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ludic.training.checkpoint import CheckpointLoadError, CheckpointManager
+from ludic.training.checkpoint.manager import CheckpointLoadError, CheckpointManager
 from ludic.training.config import CheckpointConfig
 
 from .checkpointing import assert_load_refused, assert_unchanged, snapshot, trained_optimizer

@@ -1,6 +1,6 @@
 import pytest
 
-from ludic.training.credit_assignment import (
+from ludic.training.credit.assigners import (
     ConstantCredit,
     EpisodicReturn,
     GroupNormalizedReturn,

@@ -14,13 +14,12 @@ import torch
 from tests.training.batching.test_packing import build, grpo_items
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ludic.inference import _generation
-from ludic.inference._generation import BatchGenerator
-from ludic.inference._lean_decoder import LeanDecoder
-from ludic.training import onednn_linear
-from ludic.training.batching.packing import pack_plan, plan_packed_micro_batches
-from ludic.training.batching.shared_prefix import prompt_groups
-from ludic.training.flex_attention import (
+from ludic.inference.embedded import _generation
+from ludic.inference.embedded._generation import BatchGenerator
+from ludic.kernels.cpu import onednn_linear
+from ludic.kernels.cpu.lean_decoder import LeanDecoder
+from ludic.kernels.cpu.segment_attention import BLOCKS_KWARG, SEGMENT_ATTENTION
+from ludic.training.layout.flex_attention import (
     FLEX_ATTENTION,
     FLEX_MASK_KWARG,
     block_attention,
@@ -28,7 +27,8 @@ from ludic.training.flex_attention import (
     block_kernel,
     flex_available,
 )
-from ludic.training.segment_attention import BLOCKS_KWARG, SEGMENT_ATTENTION
+from ludic.training.layout.packing import pack_plan, plan_packed_micro_batches
+from ludic.training.layout.shared_prefix import prompt_groups
 
 needs_flex = pytest.mark.skipif(not flex_available(), reason="this torch has no FlexAttention")
 

@@ -7,10 +7,10 @@ import torch
 
 from ludic.registry import get_algorithm
 from ludic.training.config import TrainerConfig
-from ludic.training.credit_assignment import ConstantCredit, GroupNormalizedReturn
-from ludic.training.distill import make_distill
+from ludic.training.credit.assigners import ConstantCredit, GroupNormalizedReturn
 from ludic.training.loss import CISPOLoss, CompositeLoss, TokenKLLoss
-from ludic.training.scoring import FrozenModelScorer
+from ludic.training.reference.distill import make_distill
+from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.trainer import Trainer
 
 from .onpolicy import OnPolicySampler, exact_kl, tiny_model

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ludic.training.distributed_batch import item_from_json, item_to_json
+from ludic.training.parallel.batch import item_from_json, item_to_json
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
 WORKER = Path(__file__).with_name("rank0_source_worker.py")

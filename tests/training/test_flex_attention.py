@@ -7,9 +7,7 @@ import torch
 import torch.nn.functional as F
 from tests.training.batching.test_packing import build, grpo_items
 
-from ludic.training.batching.packing import pack_plan, plan_packed_micro_batches
-from ludic.training.batching.shared_prefix import prompt_groups
-from ludic.training.flex_attention import (
+from ludic.training.layout.flex_attention import (
     FLEX_ATTENTION,
     FLEX_MASK_KWARG,
     block_inputs,
@@ -19,6 +17,8 @@ from ludic.training.flex_attention import (
     packed_block_mask,
     packed_documents,
 )
+from ludic.training.layout.packing import pack_plan, plan_packed_micro_batches
+from ludic.training.layout.shared_prefix import prompt_groups
 
 pytestmark = pytest.mark.skipif(not flex_available(), reason="this torch has no FlexAttention")
 

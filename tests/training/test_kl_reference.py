@@ -12,7 +12,7 @@ from ludic.training import presets
 from ludic.training.config import TrainerConfig
 from ludic.training.loss import CompositeLoss, TokenKLLoss, compute_token_logps
 from ludic.training.presets import make_cispo
-from ludic.training.scoring import FrozenModelScorer
+from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
@@ -141,7 +141,7 @@ def test_reference_equal_to_the_policy_gives_zero_kl_and_zero_kl_gradient():
     items = action_items(policy)
     scorer = FrozenModelScorer(policy)
     batch = scorer(SAWBatch(items=copy.deepcopy(items)))
-    from ludic.training.batching.micro_batching import collate_saw_items
+    from ludic.training.layout.micro_batching import collate_saw_items
 
     mb = collate_saw_items(batch.items, pad_token_id=0, device="cpu")
     logits = policy(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits.detach()

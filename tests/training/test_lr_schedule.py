@@ -8,7 +8,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import TrainerConfig
-from ludic.training.credit_assignment import ConstantCredit
+from ludic.training.credit.assigners import ConstantCredit
 from ludic.training.loss import ReinforceLoss
 from ludic.training.schedule import lr_factor
 from ludic.training.trainer import Trainer

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import ludic.training.onednn_linear as onednn
+import ludic.kernels.cpu.onednn_linear as onednn
+from ludic.kernels.cpu.onednn_linear import OneDNNLinear, onednn_available, onednn_linears
 from ludic.training.config import TrainerConfig
-from ludic.training.onednn_linear import OneDNNLinear, onednn_available, onednn_linears
 
 from .test_trainer import make_trainer, params_of, tiny_model
 
@@ -157,7 +157,7 @@ def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(a
 
 
 def test_the_frozen_model_scorer_scores_the_same_on_either_path(apply_calls) -> None:
-    from ludic.training.scoring import FrozenModelScorer
+    from ludic.training.reference.scoring import FrozenModelScorer
 
     from .test_trainer import make_item
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ludic.training import make_distill, presets
-from ludic.training.batching.micro_batching import collate_saw_items
+from ludic.training.layout.micro_batching import collate_saw_items
 from ludic.training.loss import compute_token_logps
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 from ludic.types import Rollout, Step

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ludic.training.algorithm import chain_preprocess, drop_zero_weight
-from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
+from ludic.training.layout.micro_batching import collate_saw_items, truncate_item
 from ludic.training.loss import compute_token_logps
-from ludic.training.scoring import FrozenModelScorer
+from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.types import SampleAttachments, SAWBatch, SAWItem
 
 from .onpolicy import tiny_model

@@ -9,7 +9,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from ludic.eval import Evaluator, PolicyEvaluator
 from ludic.training import RLAlgorithm, TrainerConfig, make_distill, presets
-from ludic.training.forward import micro_batch_loss
+from ludic.training.layout.forward import micro_batch_loss
 from ludic.training.loss import Loss
 from ludic.training.trainer import Trainer
 from ludic.training.types import RolloutRequest

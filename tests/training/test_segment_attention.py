@@ -7,23 +7,23 @@ import torch
 from tests.training.batching.test_packing import build, grpo_items
 from tests.training.test_trainer import FixedBatchSource
 
-from ludic.training._setup import enable_gradient_checkpointing
-from ludic.training.batching.packing import pack_plan, plan_packed_micro_batches
-from ludic.training.batching.shared_prefix import prompt_groups
-from ludic.training.config import TrainerConfig
-from ludic.training.forward import (
-    micro_batch_kernels,
-    micro_batch_loss,
-    micro_batch_token_logps,
-    plan_micro_batches,
-)
-from ludic.training.presets import make_grpo
-from ludic.training.segment_attention import (
+from ludic.kernels.cpu.segment_attention import (
     BLOCKS_KWARG,
     SEGMENT_ATTENTION,
     segment_attention,
     unusable_mask,
 )
+from ludic.training._setup import enable_gradient_checkpointing
+from ludic.training.config import TrainerConfig
+from ludic.training.layout.forward import (
+    micro_batch_kernels,
+    micro_batch_loss,
+    micro_batch_token_logps,
+    plan_micro_batches,
+)
+from ludic.training.layout.packing import pack_plan, plan_packed_micro_batches
+from ludic.training.layout.shared_prefix import prompt_groups
+from ludic.training.presets import make_grpo
 from ludic.training.trainer import Trainer
 
 CPU = torch.device("cpu")

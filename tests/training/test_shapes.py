@@ -11,7 +11,7 @@ import torch
 from jaxtyping import TypeCheckError
 
 from ludic.training import shapes
-from ludic.training.batching.micro_batching import _check_collated
+from ludic.training.layout.micro_batching import _check_collated
 from ludic.training.loss import CISPOLoss, TokenKLLoss, compute_logp_action, compute_token_logps, seq_reduce
 
 

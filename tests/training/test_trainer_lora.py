@@ -160,8 +160,8 @@ def test_a_resumed_lora_run_publishes_its_adapters_and_continues_bit_identically
     from ludic.inference import VLLMChatClient
     from ludic.testing import build_tiny_model
     from ludic.testing.server_process import running_server
+    from ludic.training.checkpoint.resume import resume_latest
     from ludic.training.config import CheckpointConfig
-    from ludic.training.resume import resume_latest
 
     model_dir = build_tiny_model(tmp_path / "base", seed=0, hidden_size=64, num_layers=2, intermediate_size=128)
     recorder = RecordingAdapterPublisher()

@@ -11,12 +11,12 @@ import asyncio
 import math
 from typing import Any
 
-from ludic.agents.prompt_ids import chat_template_ids
-from ludic.agents.sequence_ids import LastCall, extend_prompt_ids
 from ludic.context.base import ContextStrategy
 from ludic.inference.client import ChatClient
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
+from ludic.inference.sequence_ids import LastCall, extend_prompt_ids
+from ludic.inference.template_ids import chat_template_ids
 from ludic.parsers import Parser, ParseResult
 from ludic.types import ChatResponse, Info, Message, Obs, validate_messages
 
@@ -40,7 +40,7 @@ class Agent:
         the agent is asked to reply again, more briefly). Either way the step's
         ``info["finish_reason"]`` says "length", so ``drop_incomplete_completions()`` can drop it.
     exact_sequence: build each prompt as the previous prompt + the sampled completion ids + the
-        template ids of the new messages (``agents.sequence_ids``), so a multi-turn episode is one
+        template ids of the new messages (``inference.sequence_ids``), so a multi-turn episode is one
         exact token sequence (``RolloutEngine(one_sequence=True)`` trains it as one). Where the chat
         template or context cannot be extended that way the prompt is re-rendered, the reason is
         in the step info (``sequence_break``) and training falls back to per-step items.

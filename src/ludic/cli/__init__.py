@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from ludic.cli.commands import add_eval_parser, add_list_parser, add_quickstart_parser, add_train_parser
 from ludic.config import ConfigError
-from ludic.training.checkpoint import CheckpointLoadError
-from ludic.training.resume import ResumeError
+from ludic.training.checkpoint.manager import CheckpointLoadError
+from ludic.training.checkpoint.resume import ResumeError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -100,7 +100,7 @@ def agent_system_prompt(cfg: RunConfig, env: Any) -> str | None:
 
 def demonstration_items(cfg: RunConfig, tokenizer: Any) -> list[SAWItem]:
     """``[sft]``'s demonstrations as SFT items, prompts tokenised as the agent will send them."""
-    from ludic.training.batching.sft_items import sft_item
+    from ludic.training.batching.sft_data import sft_item
 
     env = training_env(cfg)
     system_prompt = agent_system_prompt(cfg, env)

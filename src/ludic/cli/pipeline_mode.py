@@ -44,8 +44,8 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int
 
     ``vocab_size``: the trained model's input embedding rows; stream items with other token ids are
     refused (counted as ``pipeline/skipped_out_of_vocab``) instead of crashing the step."""
-    from ludic.distributed.redis_server import RedisServer
-    from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher
+    from ludic.training.pipeline import PipelineBatchSource, PipelineVersionPublisher
+    from ludic.training.pipeline.redis_server import RedisServer
 
     p = cfg.pipeline
     server = None if p.redis_url else RedisServer(data_dir=redis_dir(cfg)).start()
@@ -64,7 +64,7 @@ async def running_actors(
     cfg: RunConfig, mode: PipelineMode, client: Any, make_source: Callable[[int], Any]
 ) -> AsyncIterator[list[asyncio.Task]]:
     """``[pipeline].actors`` tasks of ``run_pipeline_actor``; ``make_source(first_seed)`` builds each one's."""
-    from ludic.training.batching import run_pipeline_actor
+    from ludic.training.pipeline import run_pipeline_actor
 
     stop = asyncio.Event()
     batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size

@@ -155,7 +155,7 @@ def _prompt_length_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> li
     """The first training prompt, rendered with the chat template, must leave room for an action."""
     from transformers import AutoTokenizer
 
-    from ludic.agents.prompt_ids import chat_template_ids
+    from ludic.inference.template_ids import chat_template_ids
 
     try:
         env = env_factory(**cfg.env.kwargs)

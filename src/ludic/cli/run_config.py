@@ -90,8 +90,8 @@ def plan_start(cfg: RunConfig, *, fresh: bool, command: str = "ludic train --fre
     ``fresh`` removes an earlier run's outputs (saying which); without it a run resumes from its
     latest checkpoint, and earlier outputs with no checkpoint to resume from are an error.
     """
-    from ludic.training.checkpoint import CheckpointManager
-    from ludic.training.resume import ResumeError, describe_outputs, remove_outputs
+    from ludic.training.checkpoint.manager import CheckpointManager
+    from ludic.training.checkpoint.resume import ResumeError, describe_outputs, remove_outputs
     from ludic.training.run_outputs import claim_outputs
 
     existing = describe_outputs(output_paths(cfg))
@@ -175,7 +175,7 @@ def build_train_run(
 
 
 def _resume(trainer: Any, cfg: RunConfig) -> None:
-    from ludic.training.resume import drop_records_after, resume_latest
+    from ludic.training.checkpoint.resume import drop_records_after, resume_latest
 
     step = resume_latest(trainer)
     dropped = drop_records_after(Path(cfg.logging.output_dir) / "metrics.jsonl", step)
@@ -190,7 +190,7 @@ async def train_steps(run: TrainRun) -> None:
     training) and the Redis stream is closed afterwards.
     """
     from ludic.cli.pipeline_mode import running_actors
-    from ludic.training.batching.pipeline_local import train_alongside
+    from ludic.training.pipeline.local import train_alongside
 
     remaining = max(run.cfg.steps - run.trainer.step, 0)
     try:

@@ -132,7 +132,7 @@ def _derived_defaults(data: Mapping[str, Any], file: str) -> Mapping[str, Any]:
 
 
 def parse_config(data: Mapping[str, Any], *, file: str = "<config>") -> RunConfig:
-    """Validate plain data into a :class:`RunConfig` (``trainer``/``checkpoint`` built too).
+    """Validate plain data into a :class:`RunConfig` (``trainer``/``manager`` built too).
 
     Validation runs in pydantic's strict JSON mode (no model validator may run ``mode="before"``:
     that would switch nested tables to Python mode, where a list is no longer a tuple).

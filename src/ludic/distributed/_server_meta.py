@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from ludic.inference._http import RequestRefused
-from ludic.inference.weight_packing import DTYPES, TensorMeta
+from ludic.inference.http_client import RequestRefused
+from ludic.inference.weight_sync.packing import DTYPES, TensorMeta
 
 Expected = dict[str, tuple[str, tuple[int, ...]]]
 

@@ -14,7 +14,7 @@ async-RL recipe): requests in flight freeze and continue with the new weights af
 
 ``backend="shm"`` (Ludic's server on the same host only): no collective; for each call the server
 reserves one of its shared-memory receive buffers (``POST /ludic/reserve_weight_buffer``) and every
-tensor is packed straight into it, one copy in all (``ludic.inference.shared_memory``).
+tensor is packed straight into it, one copy in all (``ludic.inference.weight_sync.shared_memory``).
 
 ``publish`` takes any Mapping or iterable of ``(name, tensor)`` pairs and walks it lazily, so a
 caller can gather one layer at a time (FSDP) without holding the whole model twice. Large tensors are
@@ -36,14 +36,14 @@ import torch
 from torch import Tensor
 
 from ludic.distributed._server_meta import check_against_server, server_weight_info
-from ludic.distributed.adapter_payload import check_lora_mode
+from ludic.distributed.lora_payload import check_lora_mode
 from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.distributed.weight_buckets import WeightSource, buckets, named_tensors
-from ludic.inference.pause import check_mode
-from ludic.inference.process_group import broadcast_all, check_channels, create_group, free_port
-from ludic.inference.shared_memory import SHARED_MEMORY_BACKEND
-from ludic.inference.vllm_client import VLLMChatClient
-from ludic.inference.weight_packing import TensorMeta, pack, packed_size, update_info
+from ludic.inference.vllm.client import VLLMChatClient
+from ludic.inference.weight_sync.packing import TensorMeta, pack, packed_size, update_info
+from ludic.inference.weight_sync.pause import check_mode
+from ludic.inference.weight_sync.process_group import broadcast_all, check_channels, create_group, free_port
+from ludic.inference.weight_sync.shared_memory import SHARED_MEMORY_BACKEND
 
 
 def single_threaded_executor(name: str) -> ThreadPoolExecutor:
@@ -68,10 +68,10 @@ class BroadcastPolicyPublisher:
     pause_mode: how the server pauses during the update ("keep", "wait", "abort"; None: no pause).
     overlap: pack the next bucket while the last one is on the wire (False: one stage at a time,
     which ``bench/bench_publish.py`` uses to time each stage alone).
-    channels: gloo connections each large tensor is split across (``ludic.inference.process_group``);
+    channels: gloo connections each large tensor is split across (``ludic.inference.weight_sync.process_group``);
     above 1 it is sent in ``init_info`` as Ludic's own ``channels`` field, which vLLM does not document:
     keep 1 (the default) for a vLLM server. lora: what a LoRA run publishes, "merged" weights or its
-    "adapter" alone (``ludic.distributed.adapter_payload``; Ludic's server). ``last_stats`` holds the
+    "adapter" alone (``ludic.distributed.lora_payload``; Ludic's server). ``last_stats`` holds the
     stages' seconds: ``publish_pack_s``, ``publish_wait_s`` (waiting for the wire), ``publish_control_s``
     (the control calls), and the server's own (``server_receive_s``, ``server_check_s``, ``server_load_s``...).
     """

@@ -1,6 +1,6 @@
 """``VLLMLoraPublisher``: a LoRA run's adapter to ``vllm serve --enable-lora`` through vLLM's documented routes.
 
-Each publish writes the adapter as a peft folder (``ludic.inference.adapter_files``) under ``adapter_dir``
+Each publish writes the adapter as a peft folder (``ludic.inference.weight_sync.adapter_files``) under ``adapter_dir``
 (a path the server can read: the same host, or a shared file system) and calls ``POST
 /v1/load_lora_adapter {"lora_name", "lora_path", "load_inplace"}`` (vLLM needs
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); generation requests pick the adapter with
@@ -22,8 +22,8 @@ from typing import Any
 
 from torch import Tensor
 
-from ludic.inference.adapter_config import AdapterPayload
-from ludic.inference.adapter_files import write_adapter_folder
+from ludic.inference.weight_sync.adapter_config import AdapterPayload
+from ludic.inference.weight_sync.adapter_files import write_adapter_folder
 
 
 class VLLMLoraPublisher:

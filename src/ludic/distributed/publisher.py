@@ -8,8 +8,8 @@ from typing import Any
 
 from torch import Tensor
 
-from ludic.distributed.adapter_payload import check_lora_mode
 from ludic.distributed.interfaces import PolicyPublisher
+from ludic.distributed.lora_payload import check_lora_mode
 
 
 class ClientPublisher:

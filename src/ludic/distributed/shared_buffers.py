@@ -1,6 +1,6 @@
 """The trainer's side of the shared-memory data plane: the server's buffers, mapped once and reused.
 
-The server hands out one buffer per ``/update_weights`` call (``ludic.inference.shared_memory``), and a
+The server hands out one buffer per ``/update_weights`` call (``ludic.inference.weight_sync.shared_memory``), and a
 steady run alternates between the same two sets, so mappings are kept by ``(server pid, buffer id)``
 and dropped once two publishes in a row did not use them (the server has dropped them too by then).
 Before mapping anything of a server pid, it checks that this pid listens on the server's port, and each
@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ludic.inference.shared_memory import check_serves_port, map_peer_buffer
+from ludic.inference.weight_sync.shared_memory import check_serves_port, map_peer_buffer
 
 
 class PeerBuffers:

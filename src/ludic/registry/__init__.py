@@ -67,7 +67,7 @@ def get_algorithm(name: str) -> Callable[..., Any]:
 # Built-ins, resolved on first lookup.
 for _name in ("grpo", "cispo", "gspo", "reinforce", "reinforce_baseline", "scalerl", "sft"):
     ALGORITHM_REGISTRY.register_lazy(_name, f"ludic.training.presets:make_{_name}")
-ALGORITHM_REGISTRY.register_lazy("distill", "ludic.training.distill:make_distill")
+ALGORITHM_REGISTRY.register_lazy("distill", "ludic.training.reference.distill:make_distill")
 
 ENV_REGISTRY.register_lazy("letter_repeat", "ludic.envs.letter_repeat:LetterRepeatEnv")
 ENV_REGISTRY.register_lazy("tic_tac_toe", "ludic.envs.tic_tac_toe:TicTacToeEnv")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from ludic.inference.process_group import free_port
+from ludic.inference.weight_sync.process_group import free_port
 
 
 def start_server(model_dir: str | Path, *args: str, port: int | None = None) -> tuple[subprocess.Popen, str]:

@@ -1,65 +1,71 @@
 """Training: credit assignment, losses, presets, batching, the Trainer, stats, loggers, checkpoints."""
 
-from ludic.training.algorithm import RLAlgorithm, validate_actor_logps
-from ludic.training.batching import (
-    GRPORequestStrategy,
-    OfflineBatchSource,
-    PipelineBatchSource,
-    RolloutBatchSource,
-    RolloutEngine,
-    run_pipeline_actor,
-    sft_item,
-    sft_items,
-)
-from ludic.training.checkpoint import CheckpointManager
-from ludic.training.config import CheckpointConfig, TrainerConfig
-from ludic.training.credit_assignment import (
-    ConstantCredit,
-    EpisodicReturn,
-    GroupNormalizedReturn,
-    HybridNormalizedReturn,
-    MonteCarloReturn,
-    PerStepReward,
-)
-from ludic.training.distill import make_distill
-from ludic.training.loggers import JsonlLogger, PrintLogger, RichLiveLogger, TeeLogger, TrainingLogger
-from ludic.training.loss import (
-    CISPOLoss,
-    ClippedSurrogateLoss,
-    CompositeLoss,
-    Loss,
-    LossTerm,
-    MaskedCausalLMCrossEntropyLoss,
-    ReinforceBaselineLoss,
-    ReinforceLoss,
-    TokenClippedSurrogateLoss,
-    TokenKLLoss,
-)
-from ludic.training.presets import (
-    build_preset,
-    make_cispo,
-    make_grpo,
-    make_gspo,
-    make_reinforce,
-    make_reinforce_baseline,
-    make_scalerl,
-    make_sft,
-)
-from ludic.training.stats import Reducer, aggregate_stats, apply_reducers_to_records, default_reducers
-from ludic.training.trainer import Trainer
-from ludic.training.turn_credit import PerTurnReturn
-from ludic.training.types import (
-    ActorTokenLogps,
-    BatchSource,
-    CreditAssigner,
-    EnvSpec,
-    ProtocolSpec,
-    RolloutRequest,
-    RolloutStepKey,
-    SampleAttachments,
-    SAWBatch,
-    SAWItem,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ludic._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ludic.training.algorithm import RLAlgorithm, validate_actor_logps
+    from ludic.training.batching import (
+        GRPORequestStrategy,
+        OfflineBatchSource,
+        RolloutBatchSource,
+        RolloutEngine,
+        sft_item,
+        sft_items,
+    )
+    from ludic.training.checkpoint.manager import CheckpointManager
+    from ludic.training.config import CheckpointConfig, TrainerConfig
+    from ludic.training.credit.assigners import (
+        ConstantCredit,
+        EpisodicReturn,
+        GroupNormalizedReturn,
+        HybridNormalizedReturn,
+        MonteCarloReturn,
+        PerStepReward,
+    )
+    from ludic.training.credit.per_turn import PerTurnReturn
+    from ludic.training.loggers import JsonlLogger, PrintLogger, RichLiveLogger, TeeLogger, TrainingLogger
+    from ludic.training.loss import (
+        CISPOLoss,
+        ClippedSurrogateLoss,
+        CompositeLoss,
+        Loss,
+        LossTerm,
+        MaskedCausalLMCrossEntropyLoss,
+        ReinforceBaselineLoss,
+        ReinforceLoss,
+        TokenClippedSurrogateLoss,
+        TokenKLLoss,
+    )
+    from ludic.training.pipeline import PipelineBatchSource, run_pipeline_actor
+    from ludic.training.presets import (
+        build_preset,
+        make_cispo,
+        make_grpo,
+        make_gspo,
+        make_reinforce,
+        make_reinforce_baseline,
+        make_scalerl,
+        make_sft,
+    )
+    from ludic.training.reference.distill import make_distill
+    from ludic.training.stats import Reducer, aggregate_stats, apply_reducers_to_records, default_reducers
+    from ludic.training.trainer import Trainer
+    from ludic.training.types import (
+        ActorTokenLogps,
+        BatchSource,
+        CreditAssigner,
+        EnvSpec,
+        ProtocolSpec,
+        RolloutRequest,
+        RolloutStepKey,
+        SampleAttachments,
+        SAWBatch,
+        SAWItem,
+    )
 
 __all__ = [
     "ActorTokenLogps",
@@ -122,3 +128,66 @@ __all__ = [
     "sft_items",
     "validate_actor_logps",
 ]
+
+_EXPORTS = {
+    "ActorTokenLogps": ("ludic.training.types", "ActorTokenLogps"),
+    "BatchSource": ("ludic.training.types", "BatchSource"),
+    "CISPOLoss": ("ludic.training.loss", "CISPOLoss"),
+    "CheckpointConfig": ("ludic.training.config", "CheckpointConfig"),
+    "CheckpointManager": ("ludic.training.checkpoint.manager", "CheckpointManager"),
+    "ClippedSurrogateLoss": ("ludic.training.loss", "ClippedSurrogateLoss"),
+    "CompositeLoss": ("ludic.training.loss", "CompositeLoss"),
+    "ConstantCredit": ("ludic.training.credit.assigners", "ConstantCredit"),
+    "CreditAssigner": ("ludic.training.types", "CreditAssigner"),
+    "EnvSpec": ("ludic.training.types", "EnvSpec"),
+    "EpisodicReturn": ("ludic.training.credit.assigners", "EpisodicReturn"),
+    "GRPORequestStrategy": ("ludic.training.batching", "GRPORequestStrategy"),
+    "GroupNormalizedReturn": ("ludic.training.credit.assigners", "GroupNormalizedReturn"),
+    "HybridNormalizedReturn": ("ludic.training.credit.assigners", "HybridNormalizedReturn"),
+    "JsonlLogger": ("ludic.training.loggers", "JsonlLogger"),
+    "Loss": ("ludic.training.loss", "Loss"),
+    "LossTerm": ("ludic.training.loss", "LossTerm"),
+    "MaskedCausalLMCrossEntropyLoss": ("ludic.training.loss", "MaskedCausalLMCrossEntropyLoss"),
+    "MonteCarloReturn": ("ludic.training.credit.assigners", "MonteCarloReturn"),
+    "OfflineBatchSource": ("ludic.training.batching", "OfflineBatchSource"),
+    "PerStepReward": ("ludic.training.credit.assigners", "PerStepReward"),
+    "PerTurnReturn": ("ludic.training.credit.per_turn", "PerTurnReturn"),
+    "PipelineBatchSource": ("ludic.training.pipeline", "PipelineBatchSource"),
+    "PrintLogger": ("ludic.training.loggers", "PrintLogger"),
+    "ProtocolSpec": ("ludic.training.types", "ProtocolSpec"),
+    "RLAlgorithm": ("ludic.training.algorithm", "RLAlgorithm"),
+    "Reducer": ("ludic.training.stats", "Reducer"),
+    "ReinforceBaselineLoss": ("ludic.training.loss", "ReinforceBaselineLoss"),
+    "ReinforceLoss": ("ludic.training.loss", "ReinforceLoss"),
+    "RichLiveLogger": ("ludic.training.loggers", "RichLiveLogger"),
+    "RolloutBatchSource": ("ludic.training.batching", "RolloutBatchSource"),
+    "RolloutEngine": ("ludic.training.batching", "RolloutEngine"),
+    "RolloutRequest": ("ludic.training.types", "RolloutRequest"),
+    "RolloutStepKey": ("ludic.training.types", "RolloutStepKey"),
+    "SAWBatch": ("ludic.training.types", "SAWBatch"),
+    "SAWItem": ("ludic.training.types", "SAWItem"),
+    "SampleAttachments": ("ludic.training.types", "SampleAttachments"),
+    "TeeLogger": ("ludic.training.loggers", "TeeLogger"),
+    "TokenClippedSurrogateLoss": ("ludic.training.loss", "TokenClippedSurrogateLoss"),
+    "TokenKLLoss": ("ludic.training.loss", "TokenKLLoss"),
+    "Trainer": ("ludic.training.trainer", "Trainer"),
+    "TrainerConfig": ("ludic.training.config", "TrainerConfig"),
+    "TrainingLogger": ("ludic.training.loggers", "TrainingLogger"),
+    "aggregate_stats": ("ludic.training.stats", "aggregate_stats"),
+    "apply_reducers_to_records": ("ludic.training.stats", "apply_reducers_to_records"),
+    "build_preset": ("ludic.training.presets", "build_preset"),
+    "default_reducers": ("ludic.training.stats", "default_reducers"),
+    "make_cispo": ("ludic.training.presets", "make_cispo"),
+    "make_distill": ("ludic.training.reference.distill", "make_distill"),
+    "make_grpo": ("ludic.training.presets", "make_grpo"),
+    "make_gspo": ("ludic.training.presets", "make_gspo"),
+    "make_reinforce": ("ludic.training.presets", "make_reinforce"),
+    "make_reinforce_baseline": ("ludic.training.presets", "make_reinforce_baseline"),
+    "make_scalerl": ("ludic.training.presets", "make_scalerl"),
+    "make_sft": ("ludic.training.presets", "make_sft"),
+    "run_pipeline_actor": ("ludic.training.pipeline", "run_pipeline_actor"),
+    "sft_item": ("ludic.training.batching", "sft_item"),
+    "sft_items": ("ludic.training.batching", "sft_items"),
+    "validate_actor_logps": ("ludic.training.algorithm", "validate_actor_logps"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

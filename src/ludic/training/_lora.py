@@ -3,7 +3,7 @@
 ``publish="merged"`` (the default): ``W + delta`` for every LoRA layer, computed out of place (the
 adapter being trained is never merged into the model), under the base model's parameter names: any
 server takes it. ``publish="adapter"``: only the lora_A/lora_B tensors and their config
-(``ludic.distributed.adapter_payload``), which Ludic's server (and vLLM with ``--enable-lora``) serves
+(``ludic.distributed.lora_payload``), which Ludic's server (and vLLM with ``--enable-lora``) serves
 on top of the base it holds; ~1% of the bytes.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ludic.distributed.adapter_payload import adapter_payload, check_lora_mode
-from ludic.training._model_io import is_peft_model
+from ludic.distributed.lora_payload import adapter_payload, check_lora_mode
+from ludic.training.checkpoint._model_io import is_peft_model
 
 ParamFilter = Callable[[str, torch.Tensor], bool]
 _ADAPTER_MARKERS = (".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".original_module.")

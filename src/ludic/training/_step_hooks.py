@@ -13,9 +13,9 @@ from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from ludic.distributed.adapter_payload import lora_publish_mode
-from ludic.training.distributed_publish import gather_publishable
+from ludic.distributed.lora_payload import lora_publish_mode
 from ludic.training.loggers.prefix import GROUPS
+from ludic.training.parallel.publish import gather_publishable
 from ludic.training.stats import staleness_stats
 from ludic.training.types import BatchSource, SAWItem
 

@@ -44,14 +44,14 @@ class TrainerConfig:
     pack_sequences: train padding-free, sequences end to end in rows (tested architectures; others pad).
     share_prompt_prefix: when packing, run each distinct prompt of a micro-batch once (GRPO groups).
     block_attention: packed rows of a model on SDPA run attention by blocks, each sequence, shared
-        prompt and tail against its own keys only (``training/segment_attention.py``), instead of over
+        prompt and tail against its own keys only (``kernels/cpu/segment_attention.py``), instead of over
         the rows' dense 4D mask; same values to float rounding. False: the dense mask.
     seed: if set, seeds python/numpy/torch when the Trainer is built.
     step_in_thread: run each step's compute (forward, backward, optimizer step, publish) on one worker
         thread, so the event loop keeps serving actors and the embedded engine meanwhile (pipeline RL
         in one process); the numbers are the same as on the loop's thread.
     onednn_linears: for fp32 weights on the CPU, run the training forward's and backward's linear layers
-        through oneDNN instead of torch's default BLAS (``training/onednn_linear.py``: 1.5x the forward +
+        through oneDNN instead of torch's default BLAS (``kernels/cpu/onednn_linear.py``: 1.5x the forward +
         backward of a 6M-parameter Qwen2 on the AMD EPYC measured); gradients equal to fp32 rounding, not
         bit for bit. Other dtypes and devices run torch's own path either way.
     learning_rate: alias of ``lr`` (upstream Ludic's spelling); after construction both hold the same value.

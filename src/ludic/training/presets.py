@@ -3,7 +3,7 @@
 Every preset is one call to ``build_preset``, which owns what they share: the preprocessing order
 (filters first, then zero-weight items, then actor-logprob validation, so an item dropped anyway never
 fails validation) and the KL term to a frozen reference (``kl_coeff`` / ``ref_model``, wired once in
-``training/reference.py``). A new preset is a credit assigner, a loss and one ``build_preset`` call.
+``training/reference/kl_penalty.py``). A new preset is a credit assigner, a loss and one ``build_preset`` call.
 The signatures stay explicit so ``ludic train``'s preflight can check a config's keywords against them.
 
 Advantage normalisation, in one place (the credit assigner each preset gets):
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from ludic.training import algorithm as alg
 from ludic.training.algorithm import PreprocessFn, RLAlgorithm
-from ludic.training.credit_assignment import (
+from ludic.training.credit.assigners import (
     ConstantCredit,
     GroupNormalizedReturn,
     HybridNormalizedReturn,
@@ -37,7 +37,7 @@ from ludic.training.credit_assignment import (
 from ludic.training.loss import Loss, MaskedCausalLMCrossEntropyLoss, ReinforceLoss
 from ludic.training.loss.cispo import CISPOLoss
 from ludic.training.loss.clipped import ClippedSurrogateLoss, TokenClippedSurrogateLoss
-from ludic.training.reference import RefModel, add_kl_penalty
+from ludic.training.reference.kl_penalty import RefModel, add_kl_penalty
 from ludic.training.types import CreditAssigner
 
 

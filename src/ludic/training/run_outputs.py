@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ludic.training.resume import ResumeError
+from ludic.training.checkpoint.resume import ResumeError
 
 MARKER = ".ludic-outputs.json"
 _CHECKPOINT_ENTRY = re.compile(r"^(step_\d+|\.tmp-.*|latest\.json|\.latest\.json\..*\.tmp)$")

@@ -31,12 +31,17 @@ from ludic.training._setup import (
 )
 from ludic.training._step_runner import StepRunner
 from ludic.training.algorithm import RLAlgorithm
-from ludic.training.batching.token_arrays import attended_tokens, num_action_tokens
 from ludic.training.config import CheckpointConfig, TrainerConfig
-from ludic.training.distributed_checkpoint import make_checkpointer
-from ludic.training.distributed_step import DataParallelGroup
-from ludic.training.forward import MicroBatch, micro_batch_kernels, micro_batch_loss, plan_micro_batches
+from ludic.training.layout.forward import (
+    MicroBatch,
+    micro_batch_kernels,
+    micro_batch_loss,
+    plan_micro_batches,
+)
+from ludic.training.layout.token_arrays import attended_tokens, num_action_tokens
 from ludic.training.loggers.base import TrainingLogger
+from ludic.training.parallel.checkpoint import make_checkpointer
+from ludic.training.parallel.step import DataParallelGroup
 from ludic.training.stats import MicroBatchWeight, Reducer, StatWeight, default_reducers, step_batch_stats
 from ludic.training.types import BatchSource, SAWBatch
 

@@ -34,7 +34,7 @@ class SampleAttachments:
     """Optional per-sample tensors-to-be that ride along with a SAWItem.
 
     ``frozen_logps`` holds, by batch key (``"ref_logps"``, ``"teacher_logps"``), the log-probs a frozen
-    model gave each action token (``ludic.training.scoring.FrozenModelScorer``); collation turns
+    model gave each action token (``ludic.training.reference.scoring.FrozenModelScorer``); collation turns
     each key into a ``[B, T]`` tensor aligned like ``actor_logps``.
     """
 

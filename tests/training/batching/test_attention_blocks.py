@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from tests.training.batching.test_packing import group, grpo_items
 
-from ludic.training.batching.attention_blocks import Block, build_attention_blocks
-from ludic.training.batching.packing import pack_plan, plan_cost, plan_packed_micro_batches
-from ludic.training.batching.shared_prefix import prompt_groups
+from ludic.training.layout.attention_blocks import Block, build_attention_blocks
+from ludic.training.layout.packing import pack_plan, plan_cost, plan_packed_micro_batches
+from ludic.training.layout.shared_prefix import prompt_groups
 
 
 def allowed_from_blocks(blocks, R: int, L: int) -> torch.Tensor:

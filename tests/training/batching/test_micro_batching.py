@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.layout.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from ludic.training.batching import OfflineBatchSource, jsonl
 from ludic.training.batching.jsonl import rollout_to_dict, saw_item_to_dict, write_jsonl
-from ludic.training.credit_assignment import EpisodicReturn
+from ludic.training.credit.assigners import EpisodicReturn
 from ludic.training.types import SAWItem
 from ludic.types import Rollout, Step, TokenTrace
 

@@ -20,8 +20,10 @@ from transformers import (
 )
 
 from ludic.training._setup import forward_logits
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
-from ludic.training.batching.packing import (
+from ludic.training.batching.saw_builder import prompt_completion_item
+from ludic.training.layout.forward import MicroBatch, micro_batch_loss, plan_micro_batches
+from ludic.training.layout.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.layout.packing import (
     ATTENTION_WEIGHT,
     PACKABLE_MODEL_TYPES,
     pack_plan,
@@ -29,9 +31,7 @@ from ludic.training.batching.packing import (
     plan_packed_micro_batches,
     supports_packing,
 )
-from ludic.training.batching.saw_builder import prompt_completion_item
-from ludic.training.batching.shared_prefix import prompt_groups
-from ludic.training.forward import MicroBatch, micro_batch_loss, plan_micro_batches
+from ludic.training.layout.shared_prefix import prompt_groups
 from ludic.training.loss import MaskedCausalLMCrossEntropyLoss
 from ludic.training.presets import make_grpo
 from ludic.training.types import SAWItem

@@ -19,7 +19,7 @@ from ludic.training.batching import (
     requests_from_dataset,
     requests_from_queue,
 )
-from ludic.training.credit_assignment import ConstantCredit
+from ludic.training.credit.assigners import ConstantCredit
 from ludic.training.loss import MaskedCausalLMCrossEntropyLoss
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic.types import StepOutcome

@@ -20,7 +20,7 @@ from ludic.training.batching import (
     RolloutBatchSource,
     RolloutEngine,
 )
-from ludic.training.credit_assignment import EpisodicReturn, GroupNormalizedReturn
+from ludic.training.credit.assigners import EpisodicReturn, GroupNormalizedReturn
 from ludic.training.filters import combine, drop_incomplete_completions, drop_parse_errors, drop_truncated
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic.types import Rollout, Step, StepOutcome

@@ -15,8 +15,8 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
 from ludic.testing import tiny_model_path
 from ludic.training.batching import rollouts_to_saw_items
-from ludic.training.batching.micro_batching import collate_saw_items, truncate_item
 from ludic.training.batching.sequence_items import rollout_to_sequence_items
+from ludic.training.layout.micro_batching import collate_saw_items, truncate_item
 from ludic.training.loss import (
     CISPOLoss,
     MaskedCausalLMCrossEntropyLoss,

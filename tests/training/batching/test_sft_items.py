@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ludic.agents.prompt_ids import chat_template_ids
+from ludic.inference.template_ids import chat_template_ids
 from ludic.testing import tiny_model_path
 from ludic.training import sft_item, sft_items
 

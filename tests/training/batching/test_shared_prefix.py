@@ -9,15 +9,15 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.training._setup import forward_logits
-from ludic.training.batching.micro_batching import collate_saw_items
 from ludic.training.batching.saw_builder import prompt_completion_item
-from ludic.training.batching.shared_prefix import (
+from ludic.training.config import TrainerConfig
+from ludic.training.layout.micro_batching import collate_saw_items
+from ludic.training.layout.shared_prefix import (
     forward_shared_prefix_logits,
     pack_shared_prefix,
     prompt_groups,
     supports_shared_prefix,
 )
-from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
 from ludic.training.trainer import Trainer
 from ludic.training.types import SAWBatch, SAWItem

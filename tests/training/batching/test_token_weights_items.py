@@ -12,10 +12,10 @@ import torch
 
 from ludic.training.algorithm import center_weights, credit_units, drop_zero_weight
 from ludic.training.batching.jsonl import saw_item_from_dict, saw_item_to_dict
-from ludic.training.batching.micro_batching import collate_saw_items
-from ludic.training.batching.packing import PackPlan, Segment, pack_plan
-from ludic.training.batching.pipeline_codec import BadEntry, decode_entry, encode_item
-from ludic.training.distributed_batch import item_from_json, item_to_json
+from ludic.training.layout.micro_batching import collate_saw_items
+from ludic.training.layout.packing import PackPlan, Segment, pack_plan
+from ludic.training.parallel.batch import item_from_json, item_to_json
+from ludic.training.pipeline.codec import BadEntry, decode_entry, encode_item
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
 # two turns in one sequence: prompt, reply (weight 0.7), observation, reply (weight -0.3)
@@ -154,7 +154,7 @@ def sdpa_model() -> torch.nn.Module:
 
 
 def test_the_trainers_packed_and_padded_forwards_give_the_same_per_token_weighted_loss_and_gradient():
-    from ludic.training.forward import micro_batch_loss, plan_micro_batches
+    from ludic.training.layout.forward import micro_batch_loss, plan_micro_batches
     from ludic.training.loss import TokenClippedSurrogateLoss
 
     items = multi_turn_items()
@@ -189,7 +189,7 @@ def test_the_trainer_trains_one_sequence_as_the_sum_of_its_per_turn_items():
     is a mean over items, so the one item's update is exactly twice theirs (the sum, not the mean)."""
     from ludic.training.algorithm import RLAlgorithm
     from ludic.training.config import TrainerConfig
-    from ludic.training.credit_assignment import ConstantCredit
+    from ludic.training.credit.assigners import ConstantCredit
     from ludic.training.loss import ReinforceLoss
     from ludic.training.trainer import Trainer
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ludic.distributed.redis_server import RedisServer
 from ludic.training.batching.saw_builder import prompt_completion_item
+from ludic.training.pipeline.redis_server import RedisServer
 from ludic.training.types import SAWItem
 
 

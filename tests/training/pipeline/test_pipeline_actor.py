@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ludic.training.batching.pipeline_actor import run_pipeline_actor
-from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
-from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.pipeline.actor import run_pipeline_actor
+from ludic.training.pipeline.batch_source import PipelineBatchSource
+from ludic.training.pipeline.stream import PipelineStream
 from ludic.training.types import SAWBatch
 
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ludic.training.batching import token_arrays as ta
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
-from ludic.training.batching.packing import pack_plan, plan_packed_micro_batches
-from ludic.training.batching.pipeline_codec import decode_entry, encode_item
 from ludic.training.batching.saw_builder import prompt_completion_item
-from ludic.training.batching.shared_prefix import prompt_groups
-from ludic.training.forward import micro_batch_loss, plan_micro_batches
+from ludic.training.layout import token_arrays as ta
+from ludic.training.layout.forward import micro_batch_loss, plan_micro_batches
+from ludic.training.layout.micro_batching import collate_saw_items, split_items_by_token_budget
+from ludic.training.layout.packing import pack_plan, plan_packed_micro_batches
+from ludic.training.layout.shared_prefix import prompt_groups
+from ludic.training.pipeline.codec import decode_entry, encode_item
 from ludic.training.presets import make_grpo
 from ludic.training.types import SAWItem
 

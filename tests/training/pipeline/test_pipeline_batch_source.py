@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
-from ludic.training.batching.pipeline_codec import encode_item
-from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.pipeline.batch_source import PipelineBatchSource
+from ludic.training.pipeline.codec import encode_item
+from ludic.training.pipeline.stream import PipelineStream
 
 
 async def _push(url: str, run_id: str, items, *, ids=None) -> list[str]:
@@ -55,7 +55,7 @@ async def test_bad_entries_are_skipped_counted_and_logged(redis_server, run_id, 
     await stream.close()
     await _push(url, run_id, [make_item(3)])
     source = _source(redis_server, run_id, batch_size=3)
-    with caplog.at_level(logging.WARNING, logger="ludic.training.batching.pipeline_batch_source"):
+    with caplog.at_level(logging.WARNING, logger="ludic.training.pipeline.batch_source"):
         batch = await source.next_batch()
     assert [it.meta["n"] for it in batch.items] == [0, 1, 3]
     for reason in ("duplicate", "truncated", "foreign", "unknown_schema", "malformed"):
@@ -145,7 +145,7 @@ async def test_the_read_ahead_reaches_redis_before_the_batch_is_decoded(
 
     import redis
 
-    import ludic.training.batching.pipeline_batch_source as source_module
+    import ludic.training.pipeline.batch_source as source_module
 
     client = redis.Redis.from_url(redis_server.url)
     seen: list[int] = []
@@ -182,7 +182,7 @@ async def test_the_read_ahead_carries_the_consumed_count_of_the_entries_it_follo
 
     import redis
 
-    import ludic.training.batching.pipeline_batch_source as source_module
+    import ludic.training.pipeline.batch_source as source_module
 
     client = redis.Redis.from_url(redis_server.url)
     source = _source(redis_server, run_id, batch_size=2)

@@ -9,7 +9,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from ludic.training.batching.pipeline_codec import (
+from ludic.training.pipeline.codec import (
     SCHEMA_VERSION,
     BadEntry,
     _ones,

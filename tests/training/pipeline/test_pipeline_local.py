@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ludic.training.batching.pipeline_local import train_alongside
+from ludic.training.pipeline.local import train_alongside
 
 
 async def test_a_failed_actor_cancels_training_and_raises_its_error():

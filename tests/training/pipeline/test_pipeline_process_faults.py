@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.testing import tiny_model_path
 from ludic.training import Trainer, TrainerConfig, make_grpo
-from ludic.training.batching import PipelineBatchSource, PipelineStream, encode_item
+from ludic.training.pipeline import PipelineBatchSource, PipelineStream, encode_item
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "pipeline_rl"
 pytestmark = pytest.mark.slow

@@ -11,10 +11,10 @@ from transformers import AutoModelForCausalLM
 
 from ludic.testing import tiny_model_path
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
-from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
-from ludic.training.batching.pipeline_checks import EntryLimits, check_item
-from ludic.training.batching.pipeline_codec import BadEntry, encode_item
-from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.pipeline.batch_source import PipelineBatchSource
+from ludic.training.pipeline.checks import EntryLimits, check_item
+from ludic.training.pipeline.codec import BadEntry, encode_item
+from ludic.training.pipeline.stream import PipelineStream
 
 VOCAB = 259  # the tiny model's
 
@@ -60,7 +60,7 @@ async def test_entries_that_would_break_the_step_are_refused_counted_and_logged(
         redis_url=redis_server.url, run_id=run_id, batch_size=2, vocab_size=VOCAB, version_fn=lambda: 0,
         block_ms=50,
     )  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="ludic.training.batching.pipeline_batch_source"):
+    with caplog.at_level(logging.WARNING, logger="ludic.training.pipeline.batch_source"):
         batch = await source.next_batch()
     assert [it.meta["n"] for it in batch.items] == [0, 1]
     for reason, count in _expected_counts().items():

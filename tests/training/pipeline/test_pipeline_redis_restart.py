@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ludic.distributed.redis_server import RedisServer
-from ludic.training.batching import PipelineBatchSource, run_pipeline_actor
+from ludic.training.pipeline import PipelineBatchSource, run_pipeline_actor
+from ludic.training.pipeline.redis_server import RedisServer
 
 
 async def test_redis_restart_mid_run_loses_nothing_and_both_sides_reconnect(
@@ -41,7 +41,7 @@ async def test_redis_restart_mid_run_loses_nothing_and_both_sides_reconnect(
 async def test_a_count_sent_while_redis_is_down_reaches_the_restarted_server(tmp_path, run_id):
     """If Redis dies before the trainer's consumed count reaches it, the count must reach the restarted
     server (else actors would wait on a stale count for ever)."""
-    from ludic.training.batching import PipelineStream
+    from ludic.training.pipeline import PipelineStream
 
     server = RedisServer(data_dir=tmp_path / "redis", fsync="always").start()
     try:

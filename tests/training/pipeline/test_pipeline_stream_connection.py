@@ -9,8 +9,8 @@ import time
 import pytest
 import redis
 
-from ludic.distributed.redis_server import RedisServer
-from ludic.training.batching.pipeline_stream import PipelineStream
+from ludic.training.pipeline.redis_server import RedisServer
+from ludic.training.pipeline.stream import PipelineStream
 
 
 async def test_it_authenticates_and_selects_the_urls_database(redis_server, run_id):

@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from ludic.distributed.redis_server import RedisServer
-from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
-from ludic.training.batching.pipeline_codec import encode_item
-from ludic.training.batching.pipeline_stream import PipelineStream, StreamResetError
+from ludic.training.pipeline.batch_source import PipelineBatchSource
+from ludic.training.pipeline.codec import encode_item
+from ludic.training.pipeline.redis_server import RedisServer
+from ludic.training.pipeline.stream import PipelineStream, StreamResetError
 
 
 async def _push(url: str, run_id: str, make_item, numbers) -> None:
@@ -82,7 +82,7 @@ async def test_on_stream_reset_warn_logs_counts_and_reads_the_new_stream_from_it
     _restart_empty(server)
     await _push(server.url, run_id, make_item, range(12, 16))
     await source.next_batch()  # 4-7, read ahead before the restart
-    with caplog.at_level(logging.ERROR, logger="ludic.training.batching.pipeline_batch_source"):
+    with caplog.at_level(logging.ERROR, logger="ludic.training.pipeline.batch_source"):
         batch = await source.next_batch()
     assert [it.meta["n"] for it in batch.items] == [12, 13, 14, 15]
     assert batch.meta["pipeline/stream_resets"] == 1.0

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from ludic.distributed import ClientPublisher
 from ludic.testing import tiny_model_path
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
-from ludic.training.batching import PipelineBatchSource, PipelineVersionPublisher, run_pipeline_actor
+from ludic.training.pipeline import PipelineBatchSource, PipelineVersionPublisher, run_pipeline_actor
 
 
 def _trainer(url, run_id, client, out_dir) -> Trainer:

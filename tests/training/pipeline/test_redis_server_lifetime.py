@@ -11,7 +11,7 @@ from pathlib import Path
 
 _PARENT = """
 import sys, time
-from ludic.distributed.redis_server import RedisServer
+from ludic.training.pipeline.redis_server import RedisServer
 server = RedisServer(data_dir=sys.argv[1]).start()
 print(server.process.pid, flush=True)
 time.sleep(600)

@@ -1,62 +1,55 @@
 """From requests to SAW batches: the rollout engine, request strategies, batch sources, micro-batching."""
 
-from ludic.training.batching.jsonl import (
-    iter_jsonl,
-    rollout_from_dict,
-    rollout_to_dict,
-    saw_item_from_dict,
-    saw_item_to_dict,
-)
-from ludic.training.batching.micro_batching import collate_saw_items, split_items_by_token_budget
-from ludic.training.batching.offline_batch_source import OfflineBatchSource
-from ludic.training.batching.pipeline_actor import ActorStats, run_pipeline_actor
-from ludic.training.batching.pipeline_batch_source import PipelineBatchSource
-from ludic.training.batching.pipeline_codec import BadEntry, decode_entry, encode_item
-from ludic.training.batching.pipeline_stream import PipelineStream
-from ludic.training.batching.pipeline_version import PipelineVersionPublisher
-from ludic.training.batching.request_sources import (
-    Curriculum,
-    DatasetRequests,
-    requests_from_dataset,
-    requests_from_queue,
-)
-from ludic.training.batching.requests import (
-    GRPORequestStrategy,
-    IdentityRequestStrategy,
-    RequestStrategy,
-    derive_seed,
-    request_from_dict,
-    request_to_dict,
-)
-from ludic.training.batching.rollout_batch_source import RolloutBatchSource
-from ludic.training.batching.rollout_engine import EpisodeFailuresError, RolloutEngine
-from ludic.training.batching.saw_builder import (
-    prompt_completion_item,
-    rollouts_to_saw_items,
-    step_to_saw_item,
-    step_to_saw_items,
-)
-from ludic.training.batching.sft_items import end_of_turn_id, sft_item, sft_items
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ludic._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ludic.training.batching.jsonl import (
+        iter_jsonl,
+        rollout_from_dict,
+        rollout_to_dict,
+        saw_item_from_dict,
+        saw_item_to_dict,
+    )
+    from ludic.training.batching.offline_batch_source import OfflineBatchSource
+    from ludic.training.batching.request_sources import (
+        Curriculum,
+        DatasetRequests,
+        requests_from_dataset,
+        requests_from_queue,
+    )
+    from ludic.training.batching.requests import (
+        GRPORequestStrategy,
+        IdentityRequestStrategy,
+        RequestStrategy,
+        derive_seed,
+        request_from_dict,
+        request_to_dict,
+    )
+    from ludic.training.batching.rollout_batch_source import RolloutBatchSource
+    from ludic.training.batching.rollout_engine import EpisodeFailuresError, RolloutEngine
+    from ludic.training.batching.saw_builder import (
+        prompt_completion_item,
+        rollouts_to_saw_items,
+        step_to_saw_item,
+        step_to_saw_items,
+    )
+    from ludic.training.batching.sft_data import end_of_turn_id, sft_item, sft_items
 
 __all__ = [
-    "ActorStats",
-    "BadEntry",
     "Curriculum",
     "DatasetRequests",
     "EpisodeFailuresError",
     "GRPORequestStrategy",
     "IdentityRequestStrategy",
     "OfflineBatchSource",
-    "PipelineBatchSource",
-    "PipelineStream",
-    "PipelineVersionPublisher",
     "RequestStrategy",
     "RolloutBatchSource",
     "RolloutEngine",
-    "collate_saw_items",
-    "decode_entry",
     "derive_seed",
-    "encode_item",
     "end_of_turn_id",
     "iter_jsonl",
     "prompt_completion_item",
@@ -67,12 +60,40 @@ __all__ = [
     "rollout_from_dict",
     "rollout_to_dict",
     "rollouts_to_saw_items",
-    "run_pipeline_actor",
     "saw_item_from_dict",
     "saw_item_to_dict",
     "sft_item",
     "sft_items",
-    "split_items_by_token_budget",
     "step_to_saw_item",
     "step_to_saw_items",
 ]
+
+_EXPORTS = {
+    "Curriculum": ("ludic.training.batching.request_sources", "Curriculum"),
+    "DatasetRequests": ("ludic.training.batching.request_sources", "DatasetRequests"),
+    "EpisodeFailuresError": ("ludic.training.batching.rollout_engine", "EpisodeFailuresError"),
+    "GRPORequestStrategy": ("ludic.training.batching.requests", "GRPORequestStrategy"),
+    "IdentityRequestStrategy": ("ludic.training.batching.requests", "IdentityRequestStrategy"),
+    "OfflineBatchSource": ("ludic.training.batching.offline_batch_source", "OfflineBatchSource"),
+    "RequestStrategy": ("ludic.training.batching.requests", "RequestStrategy"),
+    "RolloutBatchSource": ("ludic.training.batching.rollout_batch_source", "RolloutBatchSource"),
+    "RolloutEngine": ("ludic.training.batching.rollout_engine", "RolloutEngine"),
+    "derive_seed": ("ludic.training.batching.requests", "derive_seed"),
+    "end_of_turn_id": ("ludic.training.batching.sft_data", "end_of_turn_id"),
+    "iter_jsonl": ("ludic.training.batching.jsonl", "iter_jsonl"),
+    "prompt_completion_item": ("ludic.training.batching.saw_builder", "prompt_completion_item"),
+    "request_from_dict": ("ludic.training.batching.requests", "request_from_dict"),
+    "request_to_dict": ("ludic.training.batching.requests", "request_to_dict"),
+    "requests_from_dataset": ("ludic.training.batching.request_sources", "requests_from_dataset"),
+    "requests_from_queue": ("ludic.training.batching.request_sources", "requests_from_queue"),
+    "rollout_from_dict": ("ludic.training.batching.jsonl", "rollout_from_dict"),
+    "rollout_to_dict": ("ludic.training.batching.jsonl", "rollout_to_dict"),
+    "rollouts_to_saw_items": ("ludic.training.batching.saw_builder", "rollouts_to_saw_items"),
+    "saw_item_from_dict": ("ludic.training.batching.jsonl", "saw_item_from_dict"),
+    "saw_item_to_dict": ("ludic.training.batching.jsonl", "saw_item_to_dict"),
+    "sft_item": ("ludic.training.batching.sft_data", "sft_item"),
+    "sft_items": ("ludic.training.batching.sft_data", "sft_items"),
+    "step_to_saw_item": ("ludic.training.batching.saw_builder", "step_to_saw_item"),
+    "step_to_saw_items": ("ludic.training.batching.saw_builder", "step_to_saw_items"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

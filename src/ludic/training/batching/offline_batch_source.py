@@ -105,7 +105,7 @@ class OfflineBatchSource:
             rollout = rollout_from_dict(record)
             assigner = self.credit_assigner
             if assigner is None:
-                from ludic.training.credit_assignment import ConstantCredit
+                from ludic.training.credit.assigners import ConstantCredit
 
                 assigner = self.credit_assigner = ConstantCredit(1.0)
             items = rollouts_to_saw_items([rollout], assigner.compute([rollout]))

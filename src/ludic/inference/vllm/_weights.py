@@ -1,0 +1,82 @@
+"""``VLLMChatClient``'s weight calls: Ludic's one-blob upload, and vLLM's LoRA adapter routes.
+
+``sync_weights`` uploads one safetensors blob to Ludic's ``/ludic/update_weights_blob`` (an
+``AdapterPayload`` with its config in the blob's metadata). ``load_lora_adapter_sync`` /
+``unload_lora_adapter_sync`` speak vLLM's ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``
+(``vllm serve --enable-lora`` with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; Ludic's server has them too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import torch
+
+from ludic.inference.http_client import RequestRefused, RetryPolicy, ServerError, server_message
+from ludic.inference.weight_sync.adapter_config import ADAPTER_METADATA_KEY
+
+
+class VLLMWeightsMixin:
+    """Needs ``base_url``, ``timeout_s``, ``enable_weight_updates``, ``retry``, ``_headers`` and ``sync_client()``."""
+
+    base_url: str
+    timeout_s: float
+    enable_weight_updates: bool
+    retry: RetryPolicy
+    _headers: dict[str, str]
+
+    def sync_client(self) -> httpx.Client: ...
+
+    def sync_weights(
+        self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None
+    ) -> str:
+        """POST the weights as one safetensors blob; blocking (the Trainer publishes from sync code). An
+        ``AdapterPayload`` (LoRA tensors) goes with its config in the blob's metadata (Ludic's server)."""
+        from safetensors.torch import save
+
+        if not self.enable_weight_updates:
+            raise RuntimeError("VLLMChatClient(enable_weight_updates=False) cannot sync weights")
+        config = getattr(params, "config", None)  # an AdapterPayload: its config rides in the metadata
+        metadata = None if config is None else {ADAPTER_METADATA_KEY: json.dumps(config.to_json())}
+        blob = save(_unshared_cpu(params), metadata=metadata)
+        path = "/ludic/update_weights_blob" + (f"?version={int(version)}" if version is not None else "")
+        headers = {**self._headers, "Content-Type": "application/octet-stream"}
+        payload = self.retry.call(
+            lambda: self.sync_client().post(self.base_url + path, content=blob, headers=headers, timeout=timeout_s),
+            path, retry=False,
+        )  # fmt: skip
+        return str(payload.get("status"))
+
+    # ---- LoRA adapters (vLLM's routes: ``vllm serve --enable-lora``, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) --
+    def load_lora_adapter_sync(self, name: str, path: str, *, load_inplace: bool = True,
+                               timeout_s: float | None = None) -> str:  # fmt: skip
+        """``POST /v1/load_lora_adapter {lora_name, lora_path, load_inplace}``: serve the peft folder at ``path``
+        (on the server's file system) as model ``name``; requests pick it with ``model=name``."""
+        body = {"lora_name": name, "lora_path": path, "load_inplace": load_inplace}
+        return self._post_text("/v1/load_lora_adapter", body, timeout_s)
+
+    def unload_lora_adapter_sync(self, name: str, *, timeout_s: float | None = None) -> str:
+        """``POST /v1/unload_lora_adapter {lora_name}``."""
+        return self._post_text("/v1/unload_lora_adapter", {"lora_name": name}, timeout_s)
+
+    def _post_text(self, path: str, body: dict[str, Any], timeout_s: float | None) -> str:
+        """vLLM answers its LoRA routes with plain text; a 4xx/5xx raises with the server's message."""
+        reply = self.sync_client().post(self.base_url + path, json=body, timeout=timeout_s or self.timeout_s)
+        if reply.status_code >= 400:
+            error = RequestRefused if reply.status_code < 500 else ServerError
+            raise error(f"{path} -> HTTP {reply.status_code}: {server_message(reply)}", reply.status_code)
+        return reply.text
+
+
+def _unshared_cpu(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CPU tensors safetensors can write: tied weights (embeddings = lm_head) get their own copy."""
+    out, seen = {}, set()
+    for name, tensor in params.items():
+        t = tensor.detach().contiguous().cpu()
+        ptr = t.untyped_storage().data_ptr()
+        out[name] = t.clone() if ptr in seen else t
+        seen.add(ptr)
+    return out

@@ -1,0 +1,1 @@
+"""Hand-tuned kernels: speed-ups behind the plain PyTorch / transformers path."""

@@ -1,0 +1,72 @@
+"""Resume a run where its latest checkpoint left it, or start it over on purpose.
+
+A resumed run continues with the same step counter, weights, optimizer, scheduler, RNG and batch
+source position (``Trainer.load_checkpoint``), serves the restored weights to inference at once,
+and keeps ``metrics.jsonl`` free of duplicate steps (records after the checkpoint are dropped:
+they belong to steps that will be trained again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ludic.distributed.lora_payload import lora_publish_mode
+from ludic.training._lora import publishable_state_dict
+
+
+class ResumeError(RuntimeError):
+    """Outputs of an earlier run are in the way and there is no checkpoint to resume from."""
+
+
+def resume_latest(trainer: Any, *, fallback: bool = True) -> int:
+    """Load the latest checkpoint into ``trainer`` and publish its weights; returns the step."""
+    trainer.load_checkpoint(fallback=fallback)
+    if trainer.publisher is not None:  # inference still holds the initial weights
+        mode = lora_publish_mode(trainer.publisher)  # a LoRA run publishing adapters sends the restored ones
+        weights = publishable_state_dict(trainer.model, trainer.param_filter, publish=mode)
+        trainer.publisher.publish(weights, version=trainer.step)
+    return trainer.step
+
+
+def drop_records_after(jsonl: Path, step: int) -> int:
+    """Rewrite ``jsonl`` (atomically) keeping records with ``step <= step``; returns how many were dropped."""
+    if not jsonl.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in jsonl.read_text(encoding="utf-8").splitlines():
+        try:
+            record_step = json.loads(line).get("step")
+        except ValueError:
+            dropped += 1  # a line cut short by the kill
+            continue
+        if isinstance(record_step, int) and record_step > step:
+            dropped += 1
+        else:
+            kept.append(line)
+    tmp = jsonl.with_name(f".{jsonl.name}.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, jsonl)
+    return dropped
+
+
+def describe_outputs(paths: list[Path]) -> list[str]:
+    """One line per existing output that a fresh start would overwrite."""
+    lines = []
+    for path in paths:
+        if path.is_file() and path.suffix == ".jsonl":
+            lines.append(f"{path} ({sum(1 for _ in path.open(encoding='utf-8'))} records)")
+        elif path.is_dir():
+            lines.append(f"{path}/ ({sum(1 for _ in path.iterdir())} entries)")
+        elif path.exists():
+            lines.append(str(path))
+    return lines
+
+
+def remove_outputs(paths: list[Path], *, owner_dir: Path, checkpoint_dir: Path | None = None) -> list[Path]:
+    """Delete only what an earlier Ludic run wrote (``run_outputs``); refuses, deleting nothing, otherwise."""
+    from ludic.training.run_outputs import clean_outputs
+
+    return clean_outputs(paths, owner_dir=owner_dir, checkpoint_dir=checkpoint_dir)

@@ -1,0 +1,27 @@
+"""A frozen model's view of the batch: the scorer, KL to a reference model, on-policy distillation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ludic._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ludic.training.reference.distill import make_distill
+    from ludic.training.reference.kl_penalty import RefModel, add_kl_penalty
+    from ludic.training.reference.scoring import FrozenModelScorer
+
+__all__ = [
+    "FrozenModelScorer",
+    "RefModel",
+    "add_kl_penalty",
+    "make_distill",
+]
+
+_EXPORTS = {
+    "FrozenModelScorer": ("ludic.training.reference.scoring", "FrozenModelScorer"),
+    "RefModel": ("ludic.training.reference.kl_penalty", "RefModel"),
+    "add_kl_penalty": ("ludic.training.reference.kl_penalty", "add_kl_penalty"),
+    "make_distill": ("ludic.training.reference.distill", "make_distill"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
