@@ -1,4 +1,4 @@
-"""From requests to SAW batches: the rollout engine, request strategies, batch sources, micro-batching."""
+"""From requests to SAW batches: request strategies, the rollout engine, batch sources, SAW builders, JSONL."""
 
 from __future__ import annotations
 

@@ -1,0 +1,103 @@
+"""The layers hold on the import graph: what importing a module loads, not what its file names.
+
+The graph is read from the source (``ast``): module-level imports, each with the packages above it
+(importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``). Imports inside functions and under
+``TYPE_CHECKING`` load nothing at import time and are left out, which is what lazy ``__init__``s rely on.
+A broken rule fails with the chain of imports that breaks it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+RULES = [  # (importing this module, never loads a module under any of these)
+    ("ludic.envs", ("ludic.agents", "ludic.inference", "ludic.training", "ludic.interaction")),
+    ("ludic.training.trainer", (
+        "ludic.training.pipeline", "ludic.training.batching", "ludic.envs", "ludic.agents",
+        "ludic.interaction", "ludic.quickstart",
+    )),
+    ("ludic.training.pipeline.batch_source", ("ludic.training.batching", "ludic.envs", "ludic.agents")),
+    ("ludic.inference.embedded.transformers_client", ("ludic.training", "ludic.distributed")),
+    ("ludic.inference.server.app", ("ludic.training", "ludic.distributed")),
+    ("ludic.inference.vllm.client", ("ludic.training", "ludic.distributed")),
+]  # fmt: skip
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and not _is_type_checking(node):
+            stack += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            stack += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+    return found
+
+
+def _with_parents(name: str, modules: set[str]) -> list[str]:
+    parts = name.split(".")
+    return [p for i in range(1, len(parts) + 1) if (p := ".".join(parts[:i])) in modules]
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in (SRC / "ludic").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        edges = set(_with_parents(name, set(files))) - {name}
+        for node in _top_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            for target in targets:
+                edges.update(_with_parents(target, set(files)))
+        graph[name] = edges
+    return graph
+
+
+def chain_to(graph: dict[str, set[str]], start: str, banned: tuple[str, ...]) -> list[str] | None:
+    """The shortest import chain from ``start`` to a module under ``banned``, or None."""
+    parent: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        current = queue.popleft()
+        if current != start and any(current == b or current.startswith(b + ".") for b in banned):
+            chain = [current]
+            while (step := parent[chain[-1]]) is not None:
+                chain.append(step)
+            return chain[::-1]
+        for nxt in sorted(graph.get(current, ())):
+            if nxt not in parent:
+                parent[nxt] = current
+                queue.append(nxt)
+    return None
+
+
+@pytest.mark.parametrize(("module", "banned"), RULES, ids=[m for m, _ in RULES])
+def test_module_never_loads_the_banned_layers(module: str, banned: tuple[str, ...]) -> None:
+    graph = import_graph()
+    assert module in graph
+    chain = chain_to(graph, module, banned)
+    assert chain is None, "import chain breaking the rule: " + " -> ".join(chain or [])
+
+
+def test_the_graph_sees_an_eager_chain() -> None:
+    graph = import_graph()
+    assert chain_to(graph, "ludic.training.batching.rollout_engine", ("ludic.envs",)) is not None
