@@ -30,18 +30,4 @@ __all__ = [
     "current_rank",
 ]
 
-_EXPORTS = {
-    "BroadcastPolicyPublisher": ("ludic.distributed.broadcast", "BroadcastPolicyPublisher"),
-    "ClientPublisher": ("ludic.distributed.publisher", "ClientPublisher"),
-    "PolicyPublisher": ("ludic.distributed.interfaces", "PolicyPublisher"),
-    "ProbeCheckedPublisher": ("ludic.distributed.sync_probe", "ProbeCheckedPublisher"),
-    "PublishError": ("ludic.distributed.broadcast", "PublishError"),
-    "Rank0OnlyPublisher": ("ludic.distributed.publisher", "Rank0OnlyPublisher"),
-    "SyncCheckError": ("ludic.distributed.sync_probe", "SyncCheckError"),
-    "SyncProbe": ("ludic.distributed.sync_probe", "SyncProbe"),
-    "VLLMLoraPublisher": ("ludic.distributed.lora_vllm", "VLLMLoraPublisher"),
-    "adapter_payload": ("ludic.distributed.lora_payload", "adapter_payload"),
-    "create_vllm_publisher": ("ludic.distributed.adapters.vllm", "create_vllm_publisher"),
-    "current_rank": ("ludic.distributed.publisher", "current_rank"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

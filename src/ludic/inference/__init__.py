@@ -24,14 +24,4 @@ __all__ = [
     "VersionedClient",
 ]
 
-_EXPORTS = {
-    "ChatClient": ("ludic.inference.client", "ChatClient"),
-    "ChatCompletionRequest": ("ludic.inference.request", "ChatCompletionRequest"),
-    "DEFAULT_MAX_TOKENS": ("ludic.inference.sampling", "DEFAULT_MAX_TOKENS"),
-    "InferenceSpec": ("ludic.inference.sampling", "InferenceSpec"),
-    "SamplingConfig": ("ludic.inference.sampling", "SamplingConfig"),
-    "TransformersChatClient": ("ludic.inference.embedded.transformers_client", "TransformersChatClient"),
-    "VLLMChatClient": ("ludic.inference.vllm.client", "VLLMChatClient"),
-    "VersionedClient": ("ludic.inference.client", "VersionedClient"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -13,7 +13,4 @@ __all__ = [
     "TransformersChatClient",
 ]
 
-_EXPORTS = {
-    "TransformersChatClient": ("ludic.inference.embedded.transformers_client", "TransformersChatClient"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -13,7 +13,4 @@ __all__ = [
     "VLLMChatClient",
 ]
 
-_EXPORTS = {
-    "VLLMChatClient": ("ludic.inference.vllm.client", "VLLMChatClient"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -68,32 +68,4 @@ __all__ = [
     "step_to_saw_items",
 ]
 
-_EXPORTS = {
-    "Curriculum": ("ludic.training.batching.request_sources", "Curriculum"),
-    "DatasetRequests": ("ludic.training.batching.request_sources", "DatasetRequests"),
-    "EpisodeFailuresError": ("ludic.training.batching.rollout_engine", "EpisodeFailuresError"),
-    "GRPORequestStrategy": ("ludic.training.batching.requests", "GRPORequestStrategy"),
-    "IdentityRequestStrategy": ("ludic.training.batching.requests", "IdentityRequestStrategy"),
-    "OfflineBatchSource": ("ludic.training.batching.offline_batch_source", "OfflineBatchSource"),
-    "RequestStrategy": ("ludic.training.batching.requests", "RequestStrategy"),
-    "RolloutBatchSource": ("ludic.training.batching.rollout_batch_source", "RolloutBatchSource"),
-    "RolloutEngine": ("ludic.training.batching.rollout_engine", "RolloutEngine"),
-    "derive_seed": ("ludic.training.batching.requests", "derive_seed"),
-    "end_of_turn_id": ("ludic.training.batching.sft_data", "end_of_turn_id"),
-    "iter_jsonl": ("ludic.training.batching.jsonl", "iter_jsonl"),
-    "prompt_completion_item": ("ludic.training.batching.saw_builder", "prompt_completion_item"),
-    "request_from_dict": ("ludic.training.batching.requests", "request_from_dict"),
-    "request_to_dict": ("ludic.training.batching.requests", "request_to_dict"),
-    "requests_from_dataset": ("ludic.training.batching.request_sources", "requests_from_dataset"),
-    "requests_from_queue": ("ludic.training.batching.request_sources", "requests_from_queue"),
-    "rollout_from_dict": ("ludic.training.batching.jsonl", "rollout_from_dict"),
-    "rollout_to_dict": ("ludic.training.batching.jsonl", "rollout_to_dict"),
-    "rollouts_to_saw_items": ("ludic.training.batching.saw_builder", "rollouts_to_saw_items"),
-    "saw_item_from_dict": ("ludic.training.batching.jsonl", "saw_item_from_dict"),
-    "saw_item_to_dict": ("ludic.training.batching.jsonl", "saw_item_to_dict"),
-    "sft_item": ("ludic.training.batching.sft_data", "sft_item"),
-    "sft_items": ("ludic.training.batching.sft_data", "sft_items"),
-    "step_to_saw_item": ("ludic.training.batching.saw_builder", "step_to_saw_item"),
-    "step_to_saw_items": ("ludic.training.batching.saw_builder", "step_to_saw_items"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

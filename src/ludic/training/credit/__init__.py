@@ -27,13 +27,4 @@ __all__ = [
     "PerTurnReturn",
 ]
 
-_EXPORTS = {
-    "ConstantCredit": ("ludic.training.credit.assigners", "ConstantCredit"),
-    "EpisodicReturn": ("ludic.training.credit.assigners", "EpisodicReturn"),
-    "GroupNormalizedReturn": ("ludic.training.credit.assigners", "GroupNormalizedReturn"),
-    "HybridNormalizedReturn": ("ludic.training.credit.assigners", "HybridNormalizedReturn"),
-    "MonteCarloReturn": ("ludic.training.credit.assigners", "MonteCarloReturn"),
-    "PerStepReward": ("ludic.training.credit.assigners", "PerStepReward"),
-    "PerTurnReturn": ("ludic.training.credit.per_turn", "PerTurnReturn"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

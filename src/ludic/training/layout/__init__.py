@@ -14,8 +14,4 @@ __all__ = [
     "split_items_by_token_budget",
 ]
 
-_EXPORTS = {
-    "collate_saw_items": ("ludic.training.layout.micro_batching", "collate_saw_items"),
-    "split_items_by_token_budget": ("ludic.training.layout.micro_batching", "split_items_by_token_budget"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

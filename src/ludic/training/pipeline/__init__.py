@@ -25,14 +25,4 @@ __all__ = [
     "run_pipeline_actor",
 ]
 
-_EXPORTS = {
-    "ActorStats": ("ludic.training.pipeline.actor", "ActorStats"),
-    "BadEntry": ("ludic.training.pipeline.codec", "BadEntry"),
-    "PipelineBatchSource": ("ludic.training.pipeline.batch_source", "PipelineBatchSource"),
-    "PipelineStream": ("ludic.training.pipeline.stream", "PipelineStream"),
-    "PipelineVersionPublisher": ("ludic.training.pipeline.version", "PipelineVersionPublisher"),
-    "decode_entry": ("ludic.training.pipeline.codec", "decode_entry"),
-    "encode_item": ("ludic.training.pipeline.codec", "encode_item"),
-    "run_pipeline_actor": ("ludic.training.pipeline.actor", "run_pipeline_actor"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)

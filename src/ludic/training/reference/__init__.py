@@ -18,10 +18,4 @@ __all__ = [
     "make_distill",
 ]
 
-_EXPORTS = {
-    "FrozenModelScorer": ("ludic.training.reference.scoring", "FrozenModelScorer"),
-    "RefModel": ("ludic.training.reference.kl_penalty", "RefModel"),
-    "add_kl_penalty": ("ludic.training.reference.kl_penalty", "add_kl_penalty"),
-    "make_distill": ("ludic.training.reference.distill", "make_distill"),
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
