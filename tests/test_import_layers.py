@@ -26,6 +26,14 @@ RULES = [  # (importing this module, never loads a module under any of these)
     ("ludic.inference.embedded.transformers_client", ("ludic.training", "ludic.distributed")),
     ("ludic.inference.server.app", ("ludic.training", "ludic.distributed")),
     ("ludic.inference.vllm.client", ("ludic.training", "ludic.distributed")),
+    *(  # kernels sit below training and inference: they get what they need passed in
+        (kernel, ("ludic.training", "ludic.inference", "ludic.distributed"))
+        for kernel in (
+            "ludic.kernels", "ludic.kernels.cpu", "ludic.kernels.switch", "ludic.kernels.private_ops", "ludic.kernels.cpu.onednn_linear",
+            "ludic.kernels.cpu.segment_attention", "ludic.kernels.cpu.lean_decoder",
+            "ludic.kernels.cpu.shared_prefix_cache", "ludic.kernels.cpu.sampling_kernel",
+        )
+    ),
 ]  # fmt: skip
 
 
@@ -101,3 +109,9 @@ def test_module_never_loads_the_banned_layers(module: str, banned: tuple[str, ..
 def test_the_graph_sees_an_eager_chain() -> None:
     graph = import_graph()
     assert chain_to(graph, "ludic.training.batching.rollout_engine", ("ludic.envs",)) is not None
+
+
+def test_every_kernel_module_is_under_the_kernels_rule() -> None:
+    ruled = {module for module, _ in RULES}
+    kernels = {name for name in import_graph() if name.startswith("ludic.kernels")}
+    assert kernels <= ruled, f"kernel modules without a layer rule: {sorted(kernels - ruled)}"

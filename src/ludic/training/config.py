@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ludic.kernels import CpuKernels, cpu_kernels_setting
 from ludic.training.schedule import LR_SCHEDULES
 
 _DEFAULT_LR = 1e-5
@@ -54,6 +55,12 @@ class TrainerConfig:
         through oneDNN instead of torch's default BLAS (``kernels/cpu/onednn_linear.py``: 1.5x the forward +
         backward of a 6M-parameter Qwen2 on the AMD EPYC measured); gradients equal to fp32 rounding, not
         bit for bit. Other dtypes and devices run torch's own path either way.
+    cpu_kernels: the CPU speed-ups' one switch (``ludic.kernels.select``): "auto" runs them on a CPU
+        model where this torch has the ops they need (a missing private op falls back to the plain path,
+        logged once), "on" requires them, "off" runs plain PyTorch; other devices always run plain
+        PyTorch (CUDA's block attention is FlexAttention). None: ``$LUDIC_CPU_KERNELS`` (default "auto"),
+        the same value the embedded engine reads. ``onednn_linears`` and ``block_attention`` stay as
+        overrides: False turns that one kernel off, True uses it where the switch allows.
     learning_rate: alias of ``lr`` (upstream Ludic's spelling); after construction both hold the same value.
     """
 
@@ -80,6 +87,7 @@ class TrainerConfig:
     seed: int | None = None
     step_in_thread: bool = False
     onednn_linears: bool = True
+    cpu_kernels: CpuKernels | None = None
     learning_rate: float | None = None
     sync_explicit: bool = field(init=False, default=False, repr=False)
 
@@ -107,6 +115,7 @@ class TrainerConfig:
             raise ValueError(f"TrainerConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainerConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        cpu_kernels_setting(self.cpu_kernels)  # "auto", "on" or "off" (None: the environment's, checked too)
         _positive_int("max_seq_len", self.max_seq_len)
         _positive_int("micro_token_budget", self.micro_token_budget)
         if self.micro_token_budget < self.max_seq_len:

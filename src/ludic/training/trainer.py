@@ -138,6 +138,7 @@ class Trainer:
             self.model, share, micro_token_budget=self.cfg.micro_token_budget,
             max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
             share_prompt_prefix=self.cfg.share_prompt_prefix, block_attention=self.cfg.block_attention,
+            cpu_kernels=self.cfg.cpu_kernels,
         ))  # fmt: skip
         loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
         step_stats = self._optimizer_step(loss_sum)
@@ -184,7 +185,7 @@ class Trainer:
         for i, mb in enumerate(micro_batches):
             with (
                 self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1),
-                micro_batch_kernels(self.model, mb, onednn=self.cfg.onednn_linears),
+                micro_batch_kernels(self.model, mb, onednn=self.cfg.onednn_linears, cpu_kernels=self.cfg.cpu_kernels),
             ):
                 mb_loss, stats, computed = micro_batch_loss(
                     self.model, self.algo.loss, mb, pad_token_id=self.pad_token_id, device=device

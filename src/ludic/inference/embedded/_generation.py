@@ -21,6 +21,7 @@ import torch
 from ludic.inference.embedded._rows import RowRequest, RowResult
 from ludic.inference.embedded._stop_strings import StopMatcher
 from ludic.inference.sampling import SamplingConfig
+from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.kernels.cpu.sampling_kernel import sample_tokens, sample_with_logprobs
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
@@ -40,6 +41,7 @@ class BatchGenerator:
     same way from the same per-row uniforms, so a seeded row gives the same tokens on either path
     (barring a draw within fp32 rounding of a token boundary). ``exact=True``: the lean path's logits
     equal the model's forward bit for bit (its own matmuls, each row its own copy of the prompt's K/V).
+    ``cpu_kernels``: the CPU kernels' switch (``ludic.kernels.select``); ``lean``/``share_prefix`` turn one off.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class BatchGenerator:
         lean: bool = True,
         share_prefix: bool = True,
         exact: bool = False,
+        cpu_kernels: CpuKernels | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -60,8 +63,9 @@ class BatchGenerator:
         self.pad_id = pad_id
         self.device = device
         self.forward_calls = 0
-        self.lean = LeanDecoder(model, exact=exact) if lean and lean_unsupported(model) is None else None
-        self.share_prefix = share_prefix and not exact  # lean path: rows of one prompt read its K/V once per step
+        kernels, lean = select(device, cpu_kernels), lean and lean_unsupported(model) is None
+        self.lean = LeanDecoder(model, exact=exact, packed=kernels.packed_linear) if lean and kernels.lean_decoder else None
+        self.share_prefix = share_prefix and not exact and kernels.shared_prefix_cache  # one K/V per prompt
 
     def _forward(self, **kwargs) -> tuple[torch.Tensor, object]:
         self.forward_calls += 1

@@ -25,6 +25,7 @@ from ludic.inference.embedded._weights import EngineWeightsMixin
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.weight_sync.pause import PauseGate, version_spans
+from ludic.kernels import CpuKernels
 from ludic.types import ChatResponse
 
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,6 +64,9 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
     the loop's thread was far slower (7-26 s vs 0.1-0.5 s per decode batch), so pass True, or
     set OMP_NUM_THREADS=1, on a busy machine. False blocks the loop while a batch decodes, which
     matters only when it has other work (``python -m ludic.inference.server`` passes True).
+
+    ``cpu_kernels``: the CPU speed-ups' switch (``ludic.kernels.select``, as ``TrainerConfig.cpu_kernels``):
+    "auto" (None: ``$LUDIC_CPU_KERNELS``, default "auto") on the CPU only, "on", "off".
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
         generate_in_thread: bool | None = None,
         dtype: str = "auto",
         max_pending: int = 4096,
+        cpu_kernels: CpuKernels | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -107,7 +112,9 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.policy_version = 0
         self._weights_lock = threading.Lock()
-        self._generator = BatchGenerator(self.model, tokenizer, self._eos_ids(), self._pad_id(), self.device)
+        self._generator = BatchGenerator(
+            self.model, tokenizer, self._eos_ids(), self._pad_id(), self.device, cpu_kernels=cpu_kernels
+        )
         self._pending: list[_Pending] = []
         self._running: list[_Pending] = []  # the batch being decoded (and requests that joined it)
         self._region: Region | None = None

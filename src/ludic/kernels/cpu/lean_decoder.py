@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
+from ludic.kernels.private_ops import LINEAR_POINTWISE, REORDER_LINEAR_WEIGHT, works
 
 SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 
@@ -166,14 +167,10 @@ def _fuse(linears: list[torch.nn.Linear], fuse: bool) -> list[tuple[torch.Tensor
 
 
 def _can_pack(model: torch.nn.Module) -> bool:
-    """oneDNN's packed fp32 matmul can run this model's weights (CPU, fp32, a build with oneDNN)."""
+    """oneDNN's packed fp32 matmul can run this model's weights (CPU, fp32, its private ops working)."""
     weight = model.lm_head.weight
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
+    on_cpu = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    return on_cpu and works(LINEAR_POINTWISE) and works(REORDER_LINEAR_WEIGHT)
 
 
 def _pack(weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -188,15 +185,16 @@ def _packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 class LeanDecoder:
     """One decoding step (one new token per live row) straight through a model's weights."""
 
-    def __init__(self, model: torch.nn.Module, *, exact: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, *, exact: bool = False, packed: bool = True) -> None:
         """``exact``: run the model's own matmuls (``F.linear``), so the logits equal its forward's bit for
         bit (with ``StaticKVCache``); otherwise, for fp32 weights on the CPU, oneDNN's packed matmuls
-        (about 2x faster than the default BLAS on the AMD EPYC measured; logits to fp32 rounding)."""
+        (about 2x faster than the default BLAS on the AMD EPYC measured; logits to fp32 rounding),
+        unless ``packed=False`` (``KernelChoice.packed_linear``)."""
         reason = lean_unsupported(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder cannot run this model: {reason}")
         self.model = model
-        self.packed = not exact and _can_pack(model)
+        self.packed = packed and not exact and _can_pack(model)
         self.linear = _packed_linear if self.packed else F.linear
         config = model.config
         self.heads = config.num_attention_heads

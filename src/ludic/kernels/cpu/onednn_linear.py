@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ludic.training.parallel.fsdp import is_fsdp_model
+from ludic.kernels.private_ops import LINEAR_BACKWARD_WEIGHTS, LINEAR_POINTWISE, works
 
 MIN_ROWS = 512
 """Fewer input rows than this: ``F.linear`` (MKL), forward and backward."""
@@ -46,12 +46,9 @@ MIN_WEIGHT_GRAD_MACS = 1 << 26
 
 
 def onednn_available() -> bool:
-    """This torch build has oneDNN and the inner-product ops used here."""
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-        and hasattr(torch.ops.aten, "mkldnn_linear_backward_weights")
-    )
+    """This torch build has oneDNN and runs the two private inner-product ops used here (probed once
+    per process, ``ludic.kernels.private_ops``; when not, layers keep torch's own linear)."""
+    return torch.backends.mkldnn.is_available() and works(LINEAR_POINTWISE) and works(LINEAR_BACKWARD_WEIGHTS)
 
 
 def _inner_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -140,12 +137,14 @@ def _onednn_forward(layer: nn.Linear) -> Callable[[Tensor], Tensor]:
 def onednn_linears(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Within the block, ``model``'s ``nn.Linear`` layers (exactly that class: LoRA's and the output layer's
     included, quantised subclasses not) run fp32 CPU inputs on oneDNN, forward and backward; a no-op when
-    ``enabled`` is False or this torch has no oneDNN.
+    ``enabled`` is False or this torch cannot run the ops (``onednn_available``).
 
     Layers are switched by an instance ``forward`` for the block's duration, so a backward run inside the
     block, and the forward that gradient checkpointing recomputes in it, take the same path as the
-    forward. FSDP2 models are left alone (their layers gather sharded weights around the forward)."""
-    if not enabled or not onednn_available() or is_fsdp_model(model):
+    forward. The caller passes ``enabled=False`` for FSDP2 models (their layers gather sharded weights
+    around the forward; ``training.layout.forward.micro_batch_kernels`` does), so kernels import no
+    training code."""
+    if not enabled or not onednn_available():
         yield
         return
     switched = [m for m in model.modules() if type(m) is nn.Linear and "forward" not in m.__dict__]

@@ -19,14 +19,42 @@ attention function without a mask function).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ludic.training.layout.attention_blocks import AttentionBlocks
+
+class Bucket(Protocol):
+    """One SDPA call's worth of blocks (``training.layout.attention_blocks.AttentionBucket`` is one):
+    ``query_index`` [b, Nq] / ``key_index`` [b, Nk] packed positions, ``mask`` [b, 1, Nq, Nk] (None:
+    causal), ``valid_slots``: which of the ``b * Nq`` query slots are real."""
+
+    @property
+    def query_index(self) -> Tensor: ...
+    @property
+    def key_index(self) -> Tensor: ...
+    @property
+    def mask(self) -> Tensor | None: ...
+    @property
+    def valid_slots(self) -> Tensor: ...
+
+
+class Blocks(Protocol):
+    """What the kernel reads of packed rows' attention blocks (``AttentionBlocks`` in
+    ``training/layout/attention_blocks.py`` builds them; passed in, so kernels import no training code)."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def row_length(self) -> int: ...
+    @property
+    def buckets(self) -> Sequence[Bucket]: ...
+    @property
+    def output_index(self) -> Tensor: ...
+
 
 SEGMENT_ATTENTION = "ludic_segments"
 BLOCKS_KWARG = "ludic_attention_blocks"
@@ -46,7 +74,7 @@ def segment_attention_forward(
     **kwargs: Any,
 ) -> tuple[Tensor, None]:
     """``query`` [R, H, L, D], ``key``/``value`` [R, Hkv, L, D] -> output [R, L, H, D] (transformers' layout)."""
-    blocks: AttentionBlocks | None = kwargs.get(BLOCKS_KWARG)
+    blocks: Blocks | None = kwargs.get(BLOCKS_KWARG)
     if blocks is None:
         raise ValueError(
             f"attention '{SEGMENT_ATTENTION}' needs the packed rows' blocks as the keyword {BLOCKS_KWARG}; "
@@ -77,7 +105,7 @@ def segment_attention_forward(
     return out.view(R, L, H, D), None
 
 
-def unusable_mask(blocks: AttentionBlocks) -> Tensor:
+def unusable_mask(blocks: Blocks) -> Tensor:
     """The ``attention_mask`` to pass beside the blocks: an empty [R, 1, 0, 0] mask that transformers
     hands to the attention function as it is and that any other attention (SDPA, eager) refuses on its
     shape. Without it a model not switched to ``SEGMENT_ATTENTION`` (a forward that activation

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.segment_attention import BLOCKS_KWARG, SWITCHABLE, segment_attention, unusable_mask
 from ludic.training.layout.packing import PackedBatch
 
@@ -52,13 +53,14 @@ def flex_available() -> bool:
     return True
 
 
-def block_kernel(device: torch.device | str) -> str | None:
+def block_kernel(device: torch.device | str, segments: bool = True) -> str | None:
     """The kernel packed rows run by blocks on ``device``: ``"flex"`` on CUDA (None when this torch lacks
-    FlexAttention: the rows keep the dense mask), ``"segments"`` (bucketed SDPA) elsewhere."""
+    FlexAttention: the rows keep the dense mask), ``"segments"`` (bucketed SDPA, a CPU kernel) elsewhere
+    unless ``segments`` is False (the CPU-kernel switch said no: the dense mask)."""
     kind = torch.device(device).type
     if kind == "cuda":
         return FLEX if flex_available() else None
-    return SEGMENTS
+    return SEGMENTS if segments else None
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -66,9 +68,11 @@ def model_device(model: nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def has_block_kernel(model: nn.Module) -> bool:
-    """True when ``model``'s device has a kernel for packed rows by blocks (``block_kernel``)."""
-    return block_kernel(model_device(model)) is not None
+def has_block_kernel(model: nn.Module, cpu_kernels: CpuKernels | None = None) -> bool:
+    """True when ``model``'s device has a kernel for packed rows by blocks (``block_kernel``) that the
+    CPU-kernel switch allows (``ludic.kernels.select``; None: ``$LUDIC_CPU_KERNELS``)."""
+    device = model_device(model)
+    return block_kernel(device, select(device, cpu_kernels).segment_attention) is not None
 
 
 @dataclass(frozen=True)

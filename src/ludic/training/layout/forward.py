@@ -24,11 +24,12 @@ from typing import Any, TypeGuard
 import torch
 from torch import Tensor, nn
 
+from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.onednn_linear import onednn_linears
 from ludic.kernels.cpu.segment_attention import can_switch
 from ludic.training._setup import forward_logits
 from ludic.training.layout.flex_attention import block_attention as block_attention_kernel
-from ludic.training.layout.flex_attention import block_inputs, has_block_kernel
+from ludic.training.layout.flex_attention import block_inputs, has_block_kernel, model_device
 from ludic.training.layout.micro_batching import collate_saw_items, split_items_by_token_budget
 from ludic.training.layout.packing import (
     ATTENTION_WEIGHT,
@@ -83,11 +84,13 @@ def plan_micro_batches(
     share_prompt_prefix: bool = True,
     block_attention: bool = True,
     cuda_packed_max_ratio: float | None = CUDA_PACKED_MAX_RATIO,
+    cpu_kernels: CpuKernels | None = None,
 ) -> list[MicroBatch]:
     """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise.
 
     ``block_attention``: packed rows of a model on SDPA run attention by blocks, not a dense mask
-    (bucketed SDPA on the CPU, FlexAttention on CUDA: ``flex_attention.block_kernel``).
+    (bucketed SDPA on the CPU where ``cpu_kernels`` allows it, FlexAttention on CUDA:
+    ``flex_attention.block_kernel``).
     ``cuda_packed_max_ratio``: on CUDA pack only at most this fraction of the padded positions
     (``CUDA_PACKED_MAX_RATIO``); None: pack whenever the cost estimate says so, as on the CPU.
     """
@@ -99,7 +102,7 @@ def plan_micro_batches(
     groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
     hidden = getattr(getattr(model, "config", None), "hidden_size", None)
     weight = 1 / (6 * hidden) if isinstance(hidden, int) and hidden > 0 else ATTENTION_WEIGHT
-    blocks = block_attention and can_switch(model) and has_block_kernel(model)
+    blocks = block_attention and can_switch(model) and has_block_kernel(model, cpu_kernels)
     plans = plan_packed_micro_batches(
         cut, groups, micro_token_budget=micro_token_budget, attention_weight=weight, dense_attention=not blocks
     )
@@ -111,11 +114,15 @@ def plan_micro_batches(
 
 
 @contextlib.contextmanager
-def micro_batch_kernels(model: nn.Module, mb: MicroBatch, *, onednn: bool = True) -> Iterator[None]:
-    """The kernels ``mb``'s forward and backward run with: oneDNN linears (``onednn``, fp32 on the CPU)
-    and, for block-attention micro-batches, the model switched to its device's block kernel
-    (``flex_attention.block_attention``). Wrap both the forward and the backward (activation
-    checkpointing recomputes the forward inside the backward)."""
+def micro_batch_kernels(
+    model: nn.Module, mb: MicroBatch, *, onednn: bool = True, cpu_kernels: CpuKernels | None = None
+) -> Iterator[None]:
+    """The kernels ``mb``'s forward and backward run with: oneDNN linears (``onednn``, fp32 on the CPU,
+    where ``cpu_kernels`` allows them and the model is not FSDP2-sharded) and, for block-attention
+    micro-batches, the model switched to its device's block kernel (``flex_attention.block_attention``).
+    Wrap both the forward and the backward (activation checkpointing recomputes the forward inside the
+    backward)."""
+    onednn = onednn and select(model_device(model), cpu_kernels).onednn_linear and not is_fsdp_model(model)
     with onednn_linears(model, onednn), block_attention_kernel(model, enabled=mb.block_attention):
         yield
 

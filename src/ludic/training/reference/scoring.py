@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ludic.kernels import CpuKernels, cpu_kernels_setting
 from ludic.training.layout.forward import (
     MicroBatch,
     micro_batch_kernels,
@@ -41,6 +42,7 @@ class FrozenModelScorer:
         it is; a directory loads on CPU in its saved dtype).
     onednn_linears: fp32 on the CPU, run the linear layers through oneDNN (``kernels/cpu/onednn_linear.py``;
         as ``TrainerConfig.onednn_linears``); log-probs equal to fp32 rounding.
+    cpu_kernels: the CPU speed-ups' switch, as ``TrainerConfig.cpu_kernels`` (None: ``$LUDIC_CPU_KERNELS``).
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class FrozenModelScorer:
         pad_token_id: int = 0,
         snapshot: bool = True,
         onednn_linears: bool = True,
+        cpu_kernels: CpuKernels | None = None,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"FrozenModelScorer.key must be a non-empty string, got {key!r}")
@@ -63,6 +66,7 @@ class FrozenModelScorer:
         self.micro_token_budget = micro_token_budget
         self.pad_token_id = int(pad_token_id)
         self.onednn_linears = onednn_linears
+        self.cpu_kernels = cpu_kernels_setting(cpu_kernels) if cpu_kernels is not None else None
         self.model = _load_frozen(model, device=device, dtype=dtype, snapshot=snapshot)
         self.device = next(self.model.parameters()).device
 
@@ -78,14 +82,17 @@ class FrozenModelScorer:
         plain = [_plain(it, i) for i, it in enumerate(items)]
         longest = max(len(it.input_ids) for it in plain)  # nothing is truncated: every action token is scored
         budget = max(self.micro_token_budget, longest)
-        for mb in plan_micro_batches(self.model, plain, micro_token_budget=budget, max_seq_len=longest):
+        mbs = plan_micro_batches(
+            self.model, plain, micro_token_budget=budget, max_seq_len=longest, cpu_kernels=self.cpu_kernels
+        )
+        for mb in mbs:
             for index, values in self._score_micro_batch(mb):
                 items[index].attachments.frozen_logps[self.key] = values
 
     @torch.no_grad()
     def _score_micro_batch(self, mb: MicroBatch) -> list[tuple[int, list[float]]]:
         """(item index, its action tokens' log-probs) for one micro-batch, through the trainer's path."""
-        with micro_batch_kernels(self.model, mb, onednn=self.onednn_linears):
+        with micro_batch_kernels(self.model, mb, onednn=self.onednn_linears, cpu_kernels=self.cpu_kernels):
             batch, logps = micro_batch_token_logps(self.model, mb, pad_token_id=self.pad_token_id, device=self.device)
         mask = batch["action_mask"].bool()  # [B, T]
         logps = logps.float().cpu()
