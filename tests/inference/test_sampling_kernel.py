@@ -38,3 +38,54 @@ def test_temperature_zero_is_greedy_in_a_mixed_batch():
     params = torch.tensor([[0.0, 1.0], [0.0, 0.5]])
     picks = sample_tokens(logits, params, torch.tensor([0.99, 0.99]))
     assert picks.tolist() == [0, len(LOGITS) - 1]
+
+
+def reference_draw(logits: torch.Tensor, temperature: float, top_p: float, u: float) -> tuple[int, float]:
+    """One row drawn the plain way, from the definition: softmax(logits / T); with a nucleus, the
+    smallest prefix of the probabilities sorted high to low whose mass reaches top_p, renormalised;
+    the token where the cumulative mass first reaches u (vocabulary order without a nucleus)."""
+    if temperature == 0:
+        token = int(logits.argmax())
+        return token, float(torch.log_softmax(logits, -1)[token])
+    probs = torch.softmax(logits / temperature, -1).double()
+    order = torch.argsort(probs, descending=True, stable=True) if top_p < 1 else torch.arange(len(probs))
+    kept, mass = [], 0.0
+    for i in order.tolist():
+        if top_p < 1 and mass > top_p:
+            break
+        kept.append(i)
+        mass += float(probs[i])
+    running = 0.0
+    for i in kept:
+        running += float(probs[i])
+        if running >= u * mass:
+            return i, float(torch.log(probs[i] / mass))
+    return kept[-1], float(torch.log(probs[kept[-1]] / mass))
+
+
+def test_tokens_and_logprobs_equal_the_plain_reference_row_by_row():
+    from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(64, 11, generator=gen) * 2
+    settings = [(1.0, 1.0), (0.7, 1.0), (1.0, 0.6), (1.3, 0.9), (0.0, 1.0), (0.0, 0.5)]
+    params = torch.tensor([settings[i % len(settings)] for i in range(64)])
+    uniforms = torch.rand(64, generator=gen)
+    tokens, logps = sample_with_logprobs(logits, params, uniforms)
+    for row in range(64):
+        (temperature, top_p), u = settings[row % len(settings)], float(uniforms[row])
+        token, logp = reference_draw(logits[row], temperature, top_p, u)
+        assert int(tokens[row]) == token, row
+        assert float(logps[row]) == pytest.approx(logp, abs=1e-5), row
+
+
+def test_a_rows_draw_does_not_depend_on_the_other_rows_of_the_batch():
+    """A row without a nucleus drew in sorted order when another row of the batch had one, and in
+    vocabulary order otherwise: a seeded request's tokens changed with its batch-mates."""
+    from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
+
+    logits = torch.tensor([[0.1, 2.0, 0.3, 1.5, -1.0]] * 2)
+    u = torch.tensor([0.65, 0.65])  # vocabulary order: token 2; sorted order: token 3
+    alone, _ = sample_with_logprobs(logits[:1], torch.tensor([[1.0, 1.0]]), u[:1])
+    mixed, _ = sample_with_logprobs(logits, torch.tensor([[1.0, 1.0], [1.0, 0.5]]), u)
+    assert int(mixed[0]) == int(alone[0])

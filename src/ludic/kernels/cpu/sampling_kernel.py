@@ -28,10 +28,9 @@ def sample_with_logprobs(
     scaled = logits.float() / torch.where(greedy, 1.0, temperature)[:, None]
     log_probs = torch.log_softmax(scaled, dim=-1)  # [B, V]
     probs = log_probs.exp()
-    if bool((top_p >= 1.0).all()):  # no nucleus to cut: skip the vocabulary sort
-        cdf = torch.cumsum(probs, dim=-1)
-        pick = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1)).clamp(max=cdf.shape[-1] - 1)
-        tokens = torch.where(greedy, torch.argmax(logits, dim=-1), pick.squeeze(-1))
+    whole = top_p >= 1.0  # rows without a nucleus draw in vocabulary order, whatever else is in the batch
+    if bool(whole.all()):  # no nucleus to cut: skip the vocabulary sort
+        tokens = torch.where(greedy, torch.argmax(logits, dim=-1), _vocab_order_pick(probs, uniforms))
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > top_p[:, None]
@@ -40,8 +39,15 @@ def sample_with_logprobs(
     cdf = torch.cumsum(sorted_probs, dim=-1)
     target = (uniforms * cdf[:, -1]).unsqueeze(-1)
     pick = torch.searchsorted(cdf, target).clamp(max=cdf.shape[-1] - 1)
-    sampled = order.gather(-1, pick).squeeze(-1)
+    sampled = torch.where(whole, _vocab_order_pick(probs, uniforms), order.gather(-1, pick).squeeze(-1))
     tokens = torch.where(greedy, torch.argmax(logits, dim=-1), sampled)
     # log p_nucleus(x) = log p(x) - log(mass kept): the renormalised nucleus distribution
     logps = log_probs.gather(-1, tokens[:, None]).squeeze(-1) - torch.log(cdf[:, -1])
     return tokens, logps
+
+
+def _vocab_order_pick(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """[B] the token where each row's cumulative mass (vocabulary order) first reaches ``u * total``."""
+    cdf = torch.cumsum(probs, dim=-1)
+    pick = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1)).clamp(max=cdf.shape[-1] - 1)
+    return pick.squeeze(-1)
