@@ -186,7 +186,7 @@ def test_unknown_trainer_key_lists_trainer_config_fields(tmp_path: Path) -> None
     errors = _errors(tmp_path, "config.toml", MINIMAL + "[trainer]\nlrr = 0.1\n")
     assert len(errors) == 1
     assert errors[0].startswith(
-        "config.toml: [trainer].lrr: unknown key; known keys: betas, block_attention, eval_concurrency,"
+        "config.toml: [trainer].lrr: unknown key; known keys: betas, block_attention, cpu_kernels, eval_concurrency,"
     )
 
 
