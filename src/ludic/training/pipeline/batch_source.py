@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ludic.training.pipeline.checks import EntryLimits, check_item
+from ludic.training.pipeline.checks import EntryLimits, check_item, ids_in_vocab
 from ludic.training.pipeline.codec import BadEntry, decode_fields
 from ludic.training.pipeline.stream import PipelineStream, StreamResetError
 from ludic.training.types import SAWBatch, SAWItem
@@ -201,14 +201,18 @@ class PipelineBatchSource:
     def _consume(self, entries: list[Any], version: int, items: list[SAWItem]) -> int:
         """Advance the cursor past ``entries`` (``[id, fields]`` as Redis sends them), one at a time, appending
         each to be trained on to ``items``; the sum of their staleness."""
-        recent, run, staleness = self._recent, self._run, 0
-        for raw_id, fields in entries:
+        recent, staleness = self._recent, 0
+        decoded = [self._decode(fields) for _, fields in entries]
+        ids_checked = ids_in_vocab([d[2] for d in decoded if not isinstance(d, BadEntry)], self.limits.vocab_size)
+        for (raw_id, _), result in zip(entries, decoded, strict=True):
             entry_id = raw_id.decode()
             self.last_id = entry_id
             self.consumed += 1
             try:
-                item_id, policy_version, item = decode_fields(fields, run)
-                check_item(item, self.limits)
+                if isinstance(result, BadEntry):
+                    raise result
+                item_id, policy_version, item = result
+                check_item(item, self.limits, ids_checked=ids_checked)
             except BadEntry as exc:
                 self._count(f"pipeline/skipped_{exc.reason}")
                 log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)
@@ -230,6 +234,12 @@ class PipelineBatchSource:
             items.append(item)
             staleness += version - policy_version
         return staleness
+
+    def _decode(self, fields: Any) -> tuple[str, int | None, SAWItem] | BadEntry:
+        try:
+            return decode_fields(fields, self._run)
+        except BadEntry as exc:
+            return exc
 
     def _count(self, key: str) -> None:
         self.counters[key] = self.counters.get(key, 0) + 1
