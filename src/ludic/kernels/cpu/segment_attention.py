@@ -19,7 +19,7 @@ attention function without a mask function).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -128,15 +128,23 @@ def can_switch(model: nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def segment_attention(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Within the block, ``model`` (on SDPA) runs ``SEGMENT_ATTENTION``; a no-op otherwise or when nested."""
+def switched_attention(
+    model: nn.Module, name: str, register_kernel: Callable[[], None], enabled: bool = True
+) -> Iterator[None]:
+    """Within the block, ``model`` (on SDPA) runs the attention implementation ``name`` (registered by
+    ``register_kernel``); a no-op when disabled, for other kernels, or when nested."""
     config = getattr(model, "config", None)
     if not enabled or config is None or getattr(config, "_attn_implementation", None) != SWITCHABLE:
         yield
         return
-    register()
-    config._attn_implementation = SEGMENT_ATTENTION
+    register_kernel()
+    config._attn_implementation = name
     try:
         yield
     finally:
         config._attn_implementation = SWITCHABLE
+
+
+def segment_attention(model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Within the block, ``model`` (on SDPA) runs ``SEGMENT_ATTENTION``; a no-op otherwise or when nested."""
+    return switched_attention(model, SEGMENT_ATTENTION, register, enabled)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,12 @@ import torch
 from torch import Tensor, nn
 
 from ludic.kernels import CpuKernels, select
-from ludic.kernels.cpu.segment_attention import BLOCKS_KWARG, SWITCHABLE, segment_attention, unusable_mask
+from ludic.kernels.cpu.segment_attention import (
+    BLOCKS_KWARG,
+    segment_attention,
+    switched_attention,
+    unusable_mask,
+)
 from ludic.training.layout.packing import PackedBatch
 
 FLEX_ATTENTION = "ludic_flex"
@@ -165,19 +170,9 @@ def register() -> None:
     AttentionInterface.register(FLEX_ATTENTION, flex_attention_forward)
 
 
-@contextlib.contextmanager
-def flex_attention(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+def flex_attention(model: nn.Module, enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Within the block, ``model`` (on SDPA) runs ``FLEX_ATTENTION``; a no-op otherwise or when nested."""
-    config = getattr(model, "config", None)
-    if not enabled or config is None or getattr(config, "_attn_implementation", None) != SWITCHABLE:
-        yield
-        return
-    register()
-    config._attn_implementation = FLEX_ATTENTION
-    try:
-        yield
-    finally:
-        config._attn_implementation = SWITCHABLE
+    return switched_attention(model, FLEX_ATTENTION, register, enabled)
 
 
 def block_attention(
