@@ -156,9 +156,23 @@ def export_pretrained(model: nn.Module, out_dir: str | Path, *, tokenizer: Any =
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         if final.exists():
+            _check_replaceable(final, written={p.name for p in tmp.iterdir()})
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _check_replaceable(final: Path, written: set[str]) -> None:
+    """An existing ``out_dir`` is replaced only when the new export rewrites every file in it (an earlier
+    export); anything else there is the user's, and nothing of it is deleted."""
+    if not final.is_dir():
+        raise FileExistsError(f"export_pretrained: {final} exists and is not a directory; choose another out_dir")
+    foreign = sorted(p.name for p in final.iterdir() if p.name not in written)
+    if foreign:
+        raise FileExistsError(
+            f"export_pretrained: {final} holds files an export does not write ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}); choose an empty or new out_dir (nothing was deleted)"
+        )
