@@ -67,3 +67,21 @@ def exact_kl(policy: torch.nn.Module, ref: torch.nn.Module) -> float:
         lp, lq = policy(input_ids=x).logits.log_softmax(-1), ref(input_ids=x).logits.log_softmax(-1)
     kl = (lp.exp() * (lp - lq)).sum(-1)[:, len(PROMPT) - 1 : -1]  # the positions that predict actions
     return kl.mean().item()
+
+
+class StepIndexedSource:
+    """Batch k is a pure function of k, so a resumed run sees the same data as an uninterrupted one.
+    ``min_len`` and ``id_offset`` shape the items (3 per batch, 2 prompt tokens each)."""
+
+    def __init__(self, start: int = 0, *, min_len: int = 5, id_offset: int = 2) -> None:
+        self.k, self.min_len, self.id_offset = start, min_len, id_offset
+
+    async def next_batch(self) -> SAWBatch:
+        self.k += 1
+        items = []
+        for j in range(3):
+            n = self.min_len + (self.k + j) % 4
+            ids = [(self.k * 11 + j * 5 + i * 3) % 60 + self.id_offset for i in range(n)]
+            w = 1.0 if (self.k + j) % 2 else -0.5
+            items.append(SAWItem(ids, [1] * n, [0, 0] + [1] * (n - 2), w, {"rollout_id": f"{self.k}-{j}"}))
+        return SAWBatch(items=items, meta={})

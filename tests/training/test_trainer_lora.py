@@ -17,6 +17,8 @@ from ludic.training.loss import ReinforceLoss
 from ludic.training.trainer import Trainer
 from ludic.training.types import SAWBatch, SAWItem
 
+from .onpolicy import StepIndexedSource
+
 
 class NoCredit:
     """Credit is assigned by the batch source, never by the Trainer: calling this is a bug."""
@@ -111,21 +113,6 @@ def test_merged_export_matches_peft_merge_and_leaves_the_adapter_alone() -> None
 # ---- adapter publishing: a LoRA run against a real server, checkpointed and resumed ----------------------
 
 
-class StepIndexedSource:
-    """Batch k is a pure function of k, so a resumed run sees the same data as an uninterrupted one."""
-
-    def __init__(self, start: int = 0) -> None:
-        self.k = start
-
-    async def next_batch(self) -> SAWBatch:
-        self.k += 1
-        items = []
-        for j in range(3):
-            n = 6 + (self.k + j) % 4
-            ids = [(self.k * 11 + j * 5 + i * 3) % 60 + 5 for i in range(n)]
-            w = 1.0 if (self.k + j) % 2 else -0.5
-            items.append(SAWItem(ids, [1] * n, [0, 0] + [1] * (n - 2), w, {"rollout_id": f"{self.k}-{j}"}))
-        return SAWBatch(items=items, meta={})
 
 
 class RecordingAdapterPublisher:
@@ -165,7 +152,7 @@ def test_a_resumed_lora_run_publishes_its_adapters_and_continues_bit_identically
 
     model_dir = build_tiny_model(tmp_path / "base", seed=0, hidden_size=64, num_layers=2, intermediate_size=128)
     recorder = RecordingAdapterPublisher()
-    straight = _lora_trainer(_lora_on(model_dir, 1), StepIndexedSource(), recorder)
+    straight = _lora_trainer(_lora_on(model_dir, 1), StepIndexedSource(min_len=6, id_offset=5), recorder)
     expected = [straight.train_step_sync()["train/loss"] for _ in range(4)]
     assert recorder.kinds == [("AdapterPayload", 12)] * 4  # A and B of 3 modules in 2 layers, every step
     ckpt = CheckpointConfig(output_dir=tmp_path / "ckpt", every_n_steps=2, max_to_keep=1)
@@ -177,13 +164,13 @@ def test_a_resumed_lora_run_publishes_its_adapters_and_continues_bit_identically
             return ProbeCheckedPublisher(inner, SyncProbe(model, client, [5, 9, 13, 17, 21, 25], tolerance=1e-4))
 
         first_model = _lora_on(model_dir, 1)
-        first = _lora_trainer(first_model, StepIndexedSource(), publisher(first_model), ckpt)
+        first = _lora_trainer(first_model, StepIndexedSource(min_len=6, id_offset=5), publisher(first_model), ckpt)
         head = [first.train_step_sync()["train/loss"] for _ in range(2)]
         adapter_bytes = sum(p.numel() * 4 for k, p in first_model.named_parameters() if "lora_" in k)
         assert first.publisher.last_stats["publish_bytes"] == adapter_bytes  # the adapter alone was sent
 
         resumed_model = _lora_on(model_dir, 123)  # another adapter init: the checkpoint must restore it
-        resumed = _lora_trainer(resumed_model, StepIndexedSource(start=2), publisher(resumed_model), ckpt)
+        resumed = _lora_trainer(resumed_model, StepIndexedSource(start=2, min_len=6, id_offset=5), publisher(resumed_model), ckpt)
         assert resume_latest(resumed) == 2  # publishes the restored adapter at version 2; the probe checks it
         assert resumed.publisher.last_stats["sync_probe_gap"] < 1e-4
         assert resumed.publisher.last_stats["publish_tensors"] == 2 * 3 * 2  # A and B of 3 modules, 2 layers

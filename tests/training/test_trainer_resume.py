@@ -11,26 +11,8 @@ from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.loss import ReinforceLoss
 from ludic.training.trainer import Trainer
-from ludic.training.types import SAWBatch, SAWItem
 
-from .onpolicy import NoCredit, tiny_model
-
-
-class StepIndexedSource:
-    """Batch k is a pure function of k, so a resumed run sees the same data as an uninterrupted one."""
-
-    def __init__(self, start: int = 0) -> None:
-        self.k = start
-
-    async def next_batch(self) -> SAWBatch:
-        self.k += 1
-        items = []
-        for j in range(3):
-            n = 5 + (self.k + j) % 4
-            ids = [(self.k * 11 + j * 5 + i * 3) % 60 + 2 for i in range(n)]
-            w = 1.0 if (self.k + j) % 2 else -0.5
-            items.append(SAWItem(ids, [1] * n, [0, 0] + [1] * (n - 2), w, {"rollout_id": f"{self.k}-{j}"}))
-        return SAWBatch(items=items, meta={})
+from .onpolicy import NoCredit, StepIndexedSource, tiny_model
 
 
 def _trainer(model: torch.nn.Module, source: StepIndexedSource, ckpt: CheckpointConfig | None) -> Trainer:
