@@ -34,17 +34,17 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.registry.builtins import plain_parser
 from ludic.training import (
     EnvSpec,
-    OfflineBatchSource,
     PerTurnReturn,
     ProtocolSpec,
-    RolloutBatchSource,
     RolloutEngine,
     RolloutRequest,
+    SeededRequests,
     Trainer,
     TrainerConfig,
     make_grpo,
-    make_sft,
+    online_trainer,
     sft_items,
+    sft_trainer,
 )
 from ludic.training.loggers import progress_and_metrics
 
@@ -112,11 +112,8 @@ async def warm_start(model: Any, tokenizer: Any, client: Any, args: argparse.Nam
     """SFT on the env's demonstrations, prompts tokenised as the agent sends them."""
     demos = TextArenaEnv(**GAME).demonstrations(args.sft_moves, seed=args.seed)
     items = sft_items(tokenizer, [(d.prompt, d.answer) for d in demos])
-    source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=args.seed)
     cfg = TrainerConfig(lr=args.sft_lr, max_seq_len=1024, micro_token_budget=16384)
-    sft = Trainer(
-        model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=cfg
-    )
+    sft = sft_trainer(model, items, batch_size=16, seed=args.seed, publisher=ClientPublisher(client), cfg=cfg)
     await sft.train(args.sft_steps)
     client.restart_versions(0)  # the RL trainer publishes version = its step, counting from 1 again
 
@@ -130,10 +127,9 @@ def rl_trainer(model: Any, engine: RolloutEngine, client: Any, args: argparse.Na
         make_grpo(group_size=args.group_size, positive_only=args.positive_only), credit_assigner=turn
     )
     sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
-    seeds = iter(range(args.seed * 100_000, EVAL_SEEDS))
-    source = RolloutBatchSource(
-        engine=engine, algorithm=algo, max_steps=args.max_turns, concurrency=args.group_size * args.prompts_per_step,
-        request_fn=lambda: [game(next(seeds), sampling) for _ in range(args.prompts_per_step)],
+    games = SeededRequests(
+        lambda seed: game(seed, sampling), per_step=args.prompts_per_step, next_seed=args.seed * 100_000,
+        stop=EVAL_SEEDS,
     )  # fmt: skip
     cfg = TrainerConfig(
         lr=args.lr, lr_schedule="linear", warmup_steps=min(5, args.steps), total_steps=args.steps,
@@ -142,14 +138,11 @@ def rl_trainer(model: Any, engine: RolloutEngine, client: Any, args: argparse.Na
     logger = progress_and_metrics(
         Path(args.output_dir) / "metrics.jsonl", "[textarena]", total_steps=args.steps
     )
-    return Trainer(
-        model=model,
-        algo=algo,
-        batch_source=source,
-        publisher=ClientPublisher(client),
-        cfg=cfg,
+    return online_trainer(
+        model, engine=engine, algo=algo, request_fn=games, max_steps=args.max_turns,
+        concurrency=args.group_size * args.prompts_per_step, publisher=ClientPublisher(client), cfg=cfg,
         train_logger=logger,
-    )
+    )  # fmt: skip
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

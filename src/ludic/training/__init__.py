@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         SAWBatch,
         SAWItem,
     )
+    from ludic.training.wiring import SeededRequests, online_trainer, sft_trainer
 
 __all__ = [
     "ActorTokenLogps",
@@ -105,6 +106,7 @@ __all__ = [
     "SAWBatch",
     "SAWItem",
     "SampleAttachments",
+    "SeededRequests",
     "TeeLogger",
     "TokenClippedSurrogateLoss",
     "TokenKLLoss",
@@ -123,9 +125,11 @@ __all__ = [
     "make_reinforce_baseline",
     "make_scalerl",
     "make_sft",
+    "online_trainer",
     "run_pipeline_actor",
     "sft_item",
     "sft_items",
+    "sft_trainer",
     "validate_actor_logps",
 ]
 
