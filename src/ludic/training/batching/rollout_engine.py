@@ -5,6 +5,10 @@ episode (an env that raises, a client that gives up, a timeout) never takes the 
 it is recorded as a failed rollout (``meta["failed"]``, ``meta["error"]``), counted in
 ``failed_rollouts`` and left out of training; if more than ``max_failure_frac`` of the episodes fail,
 the call raises with the first error chained.
+
+A rollout with no steps (a self-play seat the game ended before it moved) is not a failure: it is
+labelled ``meta["empty"]``, counted in the batch's ``empty_rollouts`` and never trained; its
+(``group_id``, ``agent_id``) group leaves the batch, since its reward would skew the group's baseline.
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ class RolloutEngine:
             return [Rollout(meta={**base_meta, "failed": True, "error": _describe(exc)})], exc
         for rollout in rollouts:
             rollout.meta.update(base_meta)
+            if not rollout.steps:
+                rollout.meta["empty"] = True
         return list(rollouts), None
 
     def _check_failures(self, errors: Sequence[Exception], *, total: int) -> None:
@@ -149,7 +155,8 @@ class RolloutEngine:
 
         ``algorithm.preprocess`` is NOT applied here: the Trainer applies it to every batch.
         A failed episode takes its whole GRPO group (same ``group_id``) out of the batch, since
-        group normalisation needs complete groups.
+        group normalisation needs complete groups; an empty rollout (counted in ``empty_rollouts``) takes its
+        seat's group (same ``group_id`` and ``agent_id``) out.
         """
         rollouts = await self.generate_rollouts(
             requests=requests,
@@ -159,8 +166,14 @@ class RolloutEngine:
             include_failed=True,
         )
         failed = [r for r in rollouts if r.meta.get("failed")]
+        empty = [r for r in rollouts if r.meta.get("empty")]
         broken_groups = {_group_id(r) for r in failed} - {None}
-        usable = [r for r in rollouts if not r.meta.get("failed") and _group_id(r) not in broken_groups]
+        broken_seats = {_seat_group(r) for r in empty if _group_id(r) is not None}
+        usable = [
+            r for r in rollouts
+            if not (r.meta.get("failed") or r.meta.get("empty"))
+            and _group_id(r) not in broken_groups and _seat_group(r) not in broken_seats
+        ]  # fmt: skip
         weights = algorithm.credit_assigner.compute(usable)
         build = rollouts_to_sequence_items if self.one_sequence else rollouts_to_saw_items
         items = build(usable, weights)
@@ -173,7 +186,8 @@ class RolloutEngine:
             items=items,
             failed=len(failed),
         )
-        meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(usable))
+        meta["empty_rollouts"] = float(len(empty))
+        meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(empty) - len(usable))
         meta["num_samples_before_filter"] = float(num_before_filter)
         meta["num_samples_filtered"] = float(num_before_filter - len(items))
         return SAWBatch(items=items, meta=meta)
@@ -205,6 +219,11 @@ def _check_lengths(rollouts: Sequence[Rollout], max_steps: int, protocol_kind: s
 
 def _group_id(rollout: Rollout) -> Any:
     return (rollout.meta.get("request_meta") or {}).get("group_id")
+
+
+def _seat_group(rollout: Rollout) -> tuple[Any, Any]:
+    """The group credit is normalised over: (group_id, agent_id), one per seat in multi-agent games."""
+    return _group_id(rollout), rollout.meta.get("agent_id")
 
 
 def _describe(exc: BaseException) -> dict[str, str]:
