@@ -16,33 +16,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorial"))
 
-from common import held_out_reward, print_report, tiny_policy, warm_start
-from single_turn import LETTERS, NextLetterEnv, whole_reply
+from common import grpo, held_out_evaluator, held_out_reward, print_report, tiny_policy, warm_start
+from single_turn import NextLetterEnv, demonstrations, whole_reply
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.distributed import ClientPublisher
-from ludic.eval import Evaluator
-from ludic.inference import InferenceSpec, SamplingConfig
+from ludic.inference import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
-from ludic.training import (
-    EnvSpec,
-    ProtocolSpec,
-    RolloutBatchSource,
-    RolloutEngine,
-    RolloutRequest,
-    Trainer,
-    TrainerConfig,
-    make_grpo,
-    sft_items,
-)  # fmt: skip
-from ludic.training.loggers import progress_and_metrics
+from ludic.training import RolloutEngine, seeded_episode, sft_items
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -51,7 +38,9 @@ def with_lora(model, rank: int):
     """The warm-started model with trainable rank-``rank`` adapters on every linear layer (the rest frozen)."""
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=TARGETS))
+    return get_peft_model(
+        model, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=TARGETS)
+    )
 
 
 async def main(mode: str, steps: int, sft_steps: int, seed: int, out: Path, lr: float | None = None,
@@ -59,36 +48,25 @@ async def main(mode: str, steps: int, sft_steps: int, seed: int, out: Path, lr: 
     model, tokenizer, client = tiny_policy(out, seed)
 
     def protocol() -> SingleAgentProtocol:
-        return SingleAgentProtocol(agent=Agent(client=client, model="policy", ctx=FullDialog(), parser=whole_reply))
+        return SingleAgentProtocol(
+            agent=Agent(client=client, model="policy", ctx=FullDialog(), parser=whole_reply)
+        )
 
     engine = RolloutEngine(env_registry={"next_letter": NextLetterEnv}, protocol_registry={"agent": protocol})
-    sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=4))
-
-    def episode(env_seed: int) -> RolloutRequest:
-        return RolloutRequest(EnvSpec("next_letter"), ProtocolSpec("agent"), env_seed=env_seed,
-                              sampling_seed=env_seed, inference=sampling)  # fmt: skip
-
-    evaluator = Evaluator(engine=engine, requests=[episode(10**6 + i) for i in range(eval_episodes)], max_steps=1,
-                          concurrency=64)  # fmt: skip
+    sampling = SamplingConfig(temperature=1.0, max_tokens=4)
+    episode = seeded_episode("next_letter", "agent", sampling=sampling)  # episode(seed) -> a RolloutRequest
+    evaluator = held_out_evaluator(engine, episode, eval_episodes)
     report = {"initial": await held_out_reward(evaluator)}
-    rng = random.Random(seed)
-    demos = [(f"What letter comes after {c}?", LETTERS[LETTERS.index(c) + 1])
-             for c in (rng.choice(LETTERS[:-1]) for _ in range(320))]  # fmt: skip
-    await warm_start(model, client, sft_items(tokenizer, demos), steps=sft_steps, lr=1e-3, seed=seed)
+    await warm_start(
+        model, client, sft_items(tokenizer, demonstrations(seed)), steps=sft_steps, lr=1e-3, seed=seed
+    )
     report["start_of_rl"] = await held_out_reward(evaluator)
 
     if mode == "lora":  # the engine serves the warm-started weights: the adapters' base
         model = with_lora(model, rank=8)
-    algo = make_grpo(group_size=8)
-    seeds = iter(range(seed * 10**5, 10**6))
-    source = RolloutBatchSource(engine=engine, request_fn=lambda: [episode(next(seeds)) for _ in range(4)],
-                                algorithm=algo, max_steps=1, concurrency=64)  # fmt: skip
-    cfg = TrainerConfig(lr=lr or (2e-3 if mode == "lora" else 5e-4), lr_schedule="linear",
-                        warmup_steps=min(10, steps), total_steps=steps, max_seq_len=512, micro_token_budget=8192)  # fmt: skip
     publisher = ClientPublisher(client, lora="adapter")  # a full-weight model publishes its weights anyway
-    logger = progress_and_metrics(out / "metrics.jsonl", f"[lora:{mode}]", total_steps=steps)
-    trainer = Trainer(model=model, algo=algo, batch_source=source, publisher=publisher, cfg=cfg, train_logger=logger)
-    await trainer.train(steps)
+    await grpo(model, client, engine, episode, steps=steps, seed=seed, lr=lr or (2e-3 if mode == "lora" else 5e-4),
+               log_path=out / "metrics.jsonl", prefix=f"[lora:{mode}]", publisher=publisher)  # fmt: skip
     report["end"] = await held_out_reward(evaluator)
     report["publish_bytes"] = publisher.last_stats.get("publish_bytes", 0.0)
     return report
@@ -100,8 +78,12 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--sft-steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=None,
-                   help="RL learning rate (default: LoRA 2e-3, as 3e-3 and 5e-3 collapsed; full 5e-4)")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="RL learning rate (default: LoRA 2e-3, as 3e-3 and 5e-3 collapsed; full 5e-4)",
+    )
     p.add_argument("--output-dir", type=Path, default=None)
     a = p.parse_args()
     out = a.output_dir or Path(f"runs/lora/next_letter_{a.mode}")

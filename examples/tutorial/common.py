@@ -14,17 +14,19 @@ from ludic.distributed import ClientPublisher
 from ludic.eval import Evaluator
 from ludic.inference import TransformersChatClient
 from ludic.training import (
-    OfflineBatchSource,
-    RolloutBatchSource,
     RolloutEngine,
     RolloutRequest,
     SAWItem,
-    Trainer,
+    SeededRequests,
     TrainerConfig,
     make_grpo,
-    make_sft,
+    online_trainer,
+    sft_trainer,
 )
 from ludic.training.loggers import ProgressLogger, before_after, progress_and_metrics
+
+HELD_OUT_SEEDS = 10**6
+"""Held-out episodes use env seeds from here up; training seeds stay below."""
 
 
 def tiny_policy(out: Path, seed: int) -> tuple[Any, Any, TransformersChatClient]:
@@ -40,15 +42,21 @@ def tiny_policy(out: Path, seed: int) -> tuple[Any, Any, TransformersChatClient]
     return model, AutoTokenizer.from_pretrained(path), TransformersChatClient(path, model_name="policy")
 
 
+def held_out_evaluator(
+    engine: RolloutEngine, episode: Callable[[int], RolloutRequest], n: int, *, max_turns: int = 1,
+    concurrency: int = 64,
+) -> Evaluator:  # fmt: skip
+    """``n`` fixed held-out episodes (seeds from ``HELD_OUT_SEEDS``, never trained on)."""
+    requests = [episode(HELD_OUT_SEEDS + i) for i in range(n)]
+    return Evaluator(engine=engine, requests=requests, max_steps=max_turns, concurrency=concurrency)
+
+
 async def warm_start(
     model: Any, client: Any, items: list[SAWItem], *, steps: int, lr: float, seed: int
 ) -> None:
     """SFT on demonstrations (``sft_data``), then push the weights to the engine."""
-    source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=seed)
     cfg = TrainerConfig(lr=lr, max_seq_len=256, micro_token_budget=8192)
-    trainer = Trainer(
-        model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=cfg
-    )
+    trainer = sft_trainer(model, items, batch_size=16, seed=seed, publisher=ClientPublisher(client), cfg=cfg)
     await trainer.train(steps)
     client.restart_versions(0)  # the RL trainer publishes version = its step, counting from 1 again
 
@@ -57,24 +65,26 @@ async def grpo(
     model: Any,
     client: Any,
     engine: RolloutEngine,
-    request_fn: Callable[[], list[RolloutRequest]],
+    episode: Callable[[int], RolloutRequest],
     *,
     steps: int,
+    seed: int,
+    prompts_per_step: int = 4,
     group_size: int = 8,
     lr: float = 5e-4,
     max_turns: int = 1,
     log_path: Path | None = None,
     prefix: str = "[tutorial]",
+    publisher: Any = None,
 ) -> list[dict[str, float]]:
     """GRPO with warm-up + linear decay; returns the per-step stats (``Trainer.train``'s history).
 
+    Each step plays ``prompts_per_step`` new episodes (env seeds from ``seed * 10**5`` up), each by a
+    group of ``group_size``. ``publisher`` defaults to ``ClientPublisher(client)`` (full weights).
     Prints one short line per step (``prefix step 3/150  reward 0.250  loss -0.012  0.4 s``); every
     stat goes to ``log_path`` (a metrics JSONL) when given.
     """
-    algo = make_grpo(group_size=group_size)  # the batch source forms groups of this size
-    source = RolloutBatchSource(
-        engine=engine, request_fn=request_fn, algorithm=algo, max_steps=max_turns, concurrency=64
-    )
+    requests = SeededRequests(episode, per_step=prompts_per_step, next_seed=seed * 10**5, stop=HELD_OUT_SEEDS)
     cfg = TrainerConfig(
         lr=lr,
         lr_schedule="linear",
@@ -88,11 +98,13 @@ async def grpo(
         if log_path is not None
         else ProgressLogger(prefix, total_steps=steps)
     )
-    trainer = Trainer(
-        model=model,
-        algo=algo,
-        batch_source=source,
-        publisher=ClientPublisher(client),
+    trainer = online_trainer(
+        model,
+        engine=engine,
+        algo=make_grpo(group_size=group_size),  # the batch source forms groups of this size
+        request_fn=requests,
+        max_steps=max_turns,
+        publisher=publisher or ClientPublisher(client),
         cfg=cfg,
         train_logger=logger,
     )

@@ -19,16 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out, plot, print_report, tiny_policy, warm_start
+from common import grpo, held_out, held_out_evaluator, plot, print_report, tiny_policy, warm_start
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.envs import SingleAgentEnv
-from ludic.eval import Evaluator
-from ludic.inference import InferenceSpec, SamplingConfig
+from ludic.inference import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
-from ludic.training import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest, sft_items
+from ludic.training import RolloutEngine, seeded_episode, sft_items
 from ludic.types import StepOutcome
 
 
@@ -74,36 +73,18 @@ async def main(
         )
 
     engine = RolloutEngine(env_registry={"countdown": CountDownEnv}, protocol_registry={"agent": protocol})
-    sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=4))
-
-    def episode(env_seed: int) -> RolloutRequest:
-        return RolloutRequest(
-            EnvSpec("countdown"),
-            ProtocolSpec("agent"),
-            env_seed=env_seed,
-            sampling_seed=env_seed,
-            inference=sampling,
-        )
-
-    evaluator = Evaluator(
-        engine=engine, requests=[episode(10**6 + i) for i in range(eval_episodes)], max_steps=6, concurrency=64
-    )
+    sampling = SamplingConfig(temperature=1.0, max_tokens=4)
+    episode = seeded_episode("countdown", "agent", sampling=sampling)  # episode(seed) -> a RolloutRequest
+    evaluator = held_out_evaluator(engine, episode, eval_episodes, max_turns=6)
     report = {"initial": await held_out(evaluator)}
     rng = random.Random(seed)
     demos = [pair for _ in range(80) for pair in demonstration(rng.randint(3, 6))]
     await warm_start(model, client, sft_items(tokenizer, demos), steps=sft_steps, lr=1e-3, seed=seed)
     report["start_of_rl"] = await held_out(evaluator)
-    seeds = iter(range(seed * 10**5, 10**6))
     history = await grpo(
-        model,
-        client,
-        engine,
-        lambda: [episode(next(seeds)) for _ in range(4)],
-        steps=steps,
-        max_turns=6,
-        log_path=out / "metrics.jsonl",
+        model, client, engine, episode, steps=steps, seed=seed, max_turns=6, log_path=out / "metrics.jsonl",
         prefix="[multi_turn]",
-    )
+    )  # fmt: skip
     report["end"] = await held_out(evaluator)
     plot(history, out / "training_curve.png", "count down: GRPO after SFT warm start")
     return report

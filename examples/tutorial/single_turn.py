@@ -17,16 +17,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out_reward, plot, print_report, tiny_policy, warm_start
+from common import (
+    grpo,
+    held_out_evaluator,
+    held_out_reward,
+    plot,
+    print_report,
+    tiny_policy,
+    warm_start,
+)
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.envs import SingleAgentEnv
-from ludic.eval import Evaluator
-from ludic.inference import InferenceSpec, SamplingConfig
+from ludic.inference import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
-from ludic.training import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest, sft_items
+from ludic.training import RolloutEngine, seeded_episode, sft_items
 from ludic.types import StepOutcome
 
 LETTERS = string.ascii_lowercase[:9]  # questions about a-h (answers b-i): small enough for a tiny model
@@ -54,6 +61,13 @@ def whole_reply(text: str) -> ParseResult:
     return ParseResult(action=text.strip(), reward=0.0, obs=None)
 
 
+def demonstrations(seed: int, n: int = 320) -> list[tuple[str, str]]:
+    """``n`` (question, right letter) pairs for the SFT warm start, questions drawn by ``seed``."""
+    rng = random.Random(seed)
+    letters = [rng.choice(LETTERS[:-1]) for _ in range(n)]
+    return [(f"What letter comes after {c}?", LETTERS[LETTERS.index(c) + 1]) for c in letters]
+
+
 async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: int = 64) -> dict[str, float]:
     model, tokenizer, client = tiny_policy(out, seed)
 
@@ -63,40 +77,27 @@ async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: 
         )
 
     engine = RolloutEngine(env_registry={"next_letter": NextLetterEnv}, protocol_registry={"agent": protocol})
-    sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=4))
-
-    def episode(env_seed: int) -> RolloutRequest:
-        return RolloutRequest(
-            EnvSpec("next_letter"),
-            ProtocolSpec("agent"),
-            env_seed=env_seed,
-            sampling_seed=env_seed,
-            inference=sampling,
-        )
+    sampling = SamplingConfig(temperature=1.0, max_tokens=4)
+    episode = seeded_episode("next_letter", "agent", sampling=sampling)  # episode(seed) -> a RolloutRequest
 
     # held-out episodes (seeds never trained on), sampled at temperature 1: the policy's expected reward
-    evaluator = Evaluator(
-        engine=engine, requests=[episode(10**6 + i) for i in range(eval_episodes)], max_steps=1, concurrency=64
-    )
+    evaluator = held_out_evaluator(engine, episode, eval_episodes)
     report = {"initial": await held_out_reward(evaluator)}
 
     # 1. SFT warm start: a few demonstrations so GRPO groups are not all-zero (no signal)
-    rng = random.Random(seed)
-    demos = [
-        (f"What letter comes after {c}?", LETTERS[LETTERS.index(c) + 1])
-        for c in (rng.choice(LETTERS[:-1]) for _ in range(320))
-    ]
-    await warm_start(model, client, sft_items(tokenizer, demos), steps=sft_steps, lr=1e-3, seed=seed)
+    await warm_start(
+        model, client, sft_items(tokenizer, demonstrations(seed)), steps=sft_steps, lr=1e-3, seed=seed
+    )
     report["start_of_rl"] = await held_out_reward(evaluator)
 
     # 2. GRPO: 4 prompts per step, each played by a group of 8 (the batch source forms the groups)
-    seeds = iter(range(seed * 10**5, 10**6))
     history = await grpo(
         model,
         client,
         engine,
-        lambda: [episode(next(seeds)) for _ in range(4)],
+        episode,
         steps=steps,
+        seed=seed,
         log_path=out / "metrics.jsonl",
         prefix="[single_turn]",
     )

@@ -22,16 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out_reward, plot, print_report, tiny_policy
+from common import grpo, held_out_evaluator, held_out_reward, plot, print_report, tiny_policy
 
 from ludic.agents import ToolAgent
 from ludic.context import FullDialog
 from ludic.envs import SingleAgentEnv
-from ludic.eval import Evaluator
-from ludic.inference import InferenceSpec, SamplingConfig, TransformersChatClient
+from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
-from ludic.training import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
+from ludic.training import RolloutEngine, seeded_episode
 from ludic.types import StepOutcome
 
 
@@ -59,7 +58,9 @@ class SumEnv(SingleAgentEnv):
         return f"What is {self.a} + {self.b}? Reply with the number only."
 
 
-async def main(steps: int, seed: int, out: Path, model_name: str | None, eval_episodes: int = 64) -> dict[str, float]:
+async def main(
+    steps: int, seed: int, out: Path, model_name: str | None, eval_episodes: int = 64
+) -> dict[str, float]:
     if model_name is None:
         model, _, client = tiny_policy(out, seed)
     else:
@@ -76,31 +77,14 @@ async def main(steps: int, seed: int, out: Path, model_name: str | None, eval_ep
         return SingleAgentProtocol(agent=agent)
 
     engine = RolloutEngine(env_registry={"sum": SumEnv}, protocol_registry={"agent": protocol})
-    sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=48))
-
-    def episode(env_seed: int) -> RolloutRequest:
-        return RolloutRequest(
-            EnvSpec("sum"),
-            ProtocolSpec("agent"),
-            env_seed=env_seed,
-            sampling_seed=env_seed,
-            inference=sampling,
-        )
-
-    evaluator = Evaluator(
-        engine=engine, requests=[episode(10**6 + i) for i in range(eval_episodes)], max_steps=1, concurrency=32
-    )
+    sampling = SamplingConfig(temperature=1.0, max_tokens=48)
+    episode = seeded_episode("sum", "agent", sampling=sampling)  # episode(seed) -> a RolloutRequest
+    evaluator = held_out_evaluator(engine, episode, eval_episodes, concurrency=32)
     report = {"start_of_rl": await held_out_reward(evaluator)}
-    seeds = iter(range(seed * 10**5, 10**6))
     history = await grpo(
-        model,
-        client,
-        engine,
-        lambda: [episode(next(seeds)) for _ in range(2)],
-        steps=steps,
-        log_path=out / "metrics.jsonl",
+        model, client, engine, episode, steps=steps, seed=seed, prompts_per_step=2, log_path=out / "metrics.jsonl",
         prefix="[tool_agent]",
-    )
+    )  # fmt: skip
     report["end"] = await held_out_reward(evaluator)
     report["tool_calls_in_last_eval"] = float(
         sum(len(s.info.get("tool_calls") or []) for r in evaluator.last_rollouts for s in r.steps)

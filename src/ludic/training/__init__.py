@@ -66,7 +66,7 @@ if TYPE_CHECKING:
         SAWBatch,
         SAWItem,
     )
-    from ludic.training.wiring import SeededRequests, online_trainer, sft_trainer
+    from ludic.training.wiring import SeededRequests, online_trainer, seeded_episode, sft_trainer
 
 __all__ = [
     "ActorTokenLogps",
@@ -127,6 +127,7 @@ __all__ = [
     "make_sft",
     "online_trainer",
     "run_pipeline_actor",
+    "seeded_episode",
     "sft_item",
     "sft_items",
     "sft_trainer",

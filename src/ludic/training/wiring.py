@@ -6,20 +6,48 @@ shows it). ``online_trainer`` is that chain with the one rule it has: the batch 
 assigner and the trainer's loss come from the same algorithm object, so the group size is given
 once. ``sft_trainer`` is the SFT warm start's ``OfflineBatchSource`` + ``make_sft()`` + ``Trainer``.
 ``SeededRequests`` is the ``request_fn`` the RL scripts write as ``iter(range(...))`` plus a lambda,
-with a data position a Trainer checkpoint saves and restores.
+with a data position a Trainer checkpoint saves and restores; ``seeded_episode`` is the
+``episode(seed) -> RolloutRequest`` they write for it and for their held-out requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ludic.inference.sampling import InferenceSpec, SamplingConfig
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching import OfflineBatchSource, RolloutBatchSource, RolloutEngine
 from ludic.training.presets import make_sft
 from ludic.training.trainer import Trainer
-from ludic.training.types import RolloutRequest, SAWItem
+from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest, SAWItem
+
+
+def seeded_episode(
+    env: str,
+    protocol: str,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    sampling: SamplingConfig | None = None,
+    seed_sampling: bool = True,
+) -> Callable[[int], RolloutRequest]:
+    """``episode(seed)``: the request for one episode of env kind ``env`` played by protocol kind ``protocol``.
+
+    The seed is the env seed and, with ``seed_sampling``, the sampling seed too (the same seed gives
+    the same episode: what held-out requests need). ``sampling`` goes into every request's
+    ``InferenceSpec``; ``env_kwargs`` to the env factory.
+    """
+    inference = InferenceSpec(sampling) if sampling is not None else None
+    kwargs = dict(env_kwargs or {})
+
+    def episode(seed: int) -> RolloutRequest:
+        return RolloutRequest(
+            EnvSpec(env, dict(kwargs)), ProtocolSpec(protocol), env_seed=seed,
+            sampling_seed=seed if seed_sampling else None, inference=inference,
+        )  # fmt: skip
+
+    return episode
 
 
 @dataclass
