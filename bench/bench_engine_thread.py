@@ -22,19 +22,17 @@ from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.distributed import ClientPublisher
 from ludic.envs import SingleAgentEnv
-from ludic.inference import InferenceSpec, SamplingConfig, TransformersChatClient
+from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import ParseResult
 from ludic.testing import build_tiny_model
 from ludic.training import (
-    EnvSpec,
-    ProtocolSpec,
-    RolloutBatchSource,
     RolloutEngine,
-    RolloutRequest,
-    Trainer,
+    SeededRequests,
     TrainerConfig,
     make_grpo,
+    online_trainer,
+    seeded_episode,
 )
 from ludic.types import StepOutcome
 
@@ -61,21 +59,14 @@ async def seconds_per_step(model_dir: str, in_thread: bool, steps: int) -> float
         )
 
     engine = RolloutEngine(env_registry={"say": SayLetter}, protocol_registry={"one": protocol})
-    spec = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=16))
-    seeds = iter(range(10**9))
-    source = RolloutBatchSource(
-        engine=engine,
-        request_fn=lambda: [
-            RolloutRequest(EnvSpec("say"), ProtocolSpec("one"), env_seed=next(seeds), inference=spec)
-            for _ in range(4)
-        ],
-        algorithm=make_grpo(group_size=8),
-        max_steps=1,
-        concurrency=32,
+    say = seeded_episode(
+        "say", "one", sampling=SamplingConfig(temperature=1.0, max_tokens=16), seed_sampling=False
     )
-    cfg = TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=4096, seed=0)
-    trainer = Trainer(model=model, algo=make_grpo(group_size=8), batch_source=source,
-                      publisher=ClientPublisher(client), cfg=cfg)  # fmt: skip
+    trainer = online_trainer(
+        model, engine=engine, algo=make_grpo(group_size=8), request_fn=SeededRequests(say, per_step=4),
+        concurrency=32, publisher=ClientPublisher(client),
+        cfg=TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=4096, seed=0),
+    )  # fmt: skip
     await trainer.train(2)  # warm-up
     t0 = time.perf_counter()
     await trainer.train(steps)

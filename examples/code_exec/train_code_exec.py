@@ -35,14 +35,12 @@ from ludic.parsers import ParseResult
 from ludic.testing import build_tiny_model
 from ludic.training import (
     EnvSpec,
-    GRPORequestStrategy,
     ProtocolSpec,
-    RolloutBatchSource,
     RolloutEngine,
     RolloutRequest,
-    Trainer,
     TrainerConfig,
     make_grpo,
+    online_trainer,
 )
 from ludic.training.loggers import ProgressLogger, before_after, progress_and_metrics
 from ludic.training.stats import Reducer, default_reducers
@@ -50,8 +48,12 @@ from ludic.training.stats import Reducer, default_reducers
 PROBLEMS = Path(__file__).with_name("problems.jsonl")
 REDUCERS = {
     **default_reducers(),
-    "all_passed_rate": Reducer(kind="count_true", source="all_passed", normalize_by="rollouts", as_percent=True),
-    "compile_fail_rate": Reducer(kind="count_true", source="compile_failed", normalize_by="rollouts", as_percent=True),
+    "all_passed_rate": Reducer(
+        kind="count_true", source="all_passed", normalize_by="rollouts", as_percent=True
+    ),
+    "compile_fail_rate": Reducer(
+        kind="count_true", source="compile_failed", normalize_by="rollouts", as_percent=True
+    ),
     "avg_pass_rate": Reducer(kind="mean", source="pass_rate"),
 }
 
@@ -85,23 +87,19 @@ async def main(
 
     rng = random.Random(0)
     sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=max_tokens))
-    algo = make_grpo(group_size=group_size)
-    batch_source = RolloutBatchSource(
+    trainer = online_trainer(
+        model,
         engine=RolloutEngine(env_registry={"code": env}, protocol_registry={"single": protocol}),
+        algo=make_grpo(group_size=group_size),  # the batch source plays each request group_size times
         request_fn=lambda: [
-            RolloutRequest(EnvSpec("code", {"index": rng.randrange(len(problems))}), ProtocolSpec("single"),
-                           inference=sampling)
+            RolloutRequest(
+                EnvSpec("code", {"index": rng.randrange(len(problems))}),
+                ProtocolSpec("single"),
+                inference=sampling,
+            )
             for _ in range(prompts_per_step)
         ],
-        algorithm=algo,
-        max_steps=1,
-        request_strategy=GRPORequestStrategy(group_size=group_size),
         concurrency=16,
-    )
-    trainer = Trainer(
-        model=model,
-        algo=algo,
-        batch_source=batch_source,
         publisher=ClientPublisher(client),
         cfg=TrainerConfig(lr=1e-4, max_seq_len=512, micro_token_budget=8192, pad_token_id=0),
         reducers=REDUCERS,

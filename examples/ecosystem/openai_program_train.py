@@ -30,43 +30,34 @@ from openai_program import draft_then_revise
 from ludic.distributed import ClientPublisher
 from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.eval import Evaluator
-from ludic.inference import InferenceSpec, SamplingConfig, VLLMChatClient
+from ludic.inference import SamplingConfig, VLLMChatClient
 from ludic.interaction import OpenAIProgramProtocol
 from ludic.quickstart.demonstrations import demonstration_items
 from ludic.testing import build_tiny_model
 from ludic.testing.server_process import running_server
 from ludic.training import (
-    EnvSpec,
-    OfflineBatchSource,
-    ProtocolSpec,
-    RolloutBatchSource,
     RolloutEngine,
-    RolloutRequest,
-    Trainer,
+    SeededRequests,
     TrainerConfig,
     make_grpo,
-    make_sft,
-)  # fmt: skip
+    online_trainer,
+    seeded_episode,
+    sft_trainer,
+)
 from ludic.training.loggers import before_after, progress_and_metrics
 
 LETTERS = "abcdefgh"  # the quickstart's letters: chance reward is about 1/8
 EVAL_SEED, SFT_SEED, TRAIN_SEEDS_PER_RUN = 1_000_000, 500_000, 100_000  # disjoint env seed ranges
-SAMPLING = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=8))  # what the program leaves out
-
-
-def episode(env_seed: int, num_episodes: int = 1) -> RolloutRequest:
-    """One letter_repeat prompt played by the program (a GRPO group when ``num_episodes`` > 1)."""
-    return RolloutRequest(EnvSpec("letter_repeat", {"letters": LETTERS}), ProtocolSpec("program"),
-                          env_seed=env_seed, sampling_seed=env_seed, num_episodes=num_episodes,
-                          inference=SAMPLING)  # fmt: skip
+SAMPLING = SamplingConfig(temperature=1.0, max_tokens=8)  # what the program leaves out
+# One letter_repeat prompt played by the program (RolloutBatchSource makes it a GRPO group).
+episode = seeded_episode("letter_repeat", "program", env_kwargs={"letters": LETTERS}, sampling=SAMPLING)
 
 
 async def sft_warm_start(model, tokenizer, *, steps: int, seed: int) -> None:
     """The quickstart's demonstrations (single-turn answers), trained in this process (no publish yet)."""
     items = demonstration_items(tokenizer, seeds=range(SFT_SEED, SFT_SEED + 16 * steps), letters=LETTERS)
-    source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=seed)
     cfg = TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=8192)
-    await Trainer(model=model, algo=make_sft(), batch_source=source, cfg=cfg).train(steps)
+    await sft_trainer(model, items, batch_size=16, seed=seed, cfg=cfg).train(steps)
 
 
 async def train(args: argparse.Namespace, model, tokenizer, url: str) -> dict[str, float]:
@@ -93,14 +84,13 @@ async def train(args: argparse.Namespace, model, tokenizer, url: str) -> dict[st
     publisher.publish(model.state_dict(), version=served)
     report["start_of_rl"] = await held_out()
 
-    algo = make_grpo(group_size=args.group_size)
-    seeds = iter(range(args.seed * TRAIN_SEEDS_PER_RUN, (args.seed + 1) * TRAIN_SEEDS_PER_RUN))
-    source = RolloutBatchSource(engine=engine, request_fn=lambda: [episode(next(seeds)) for _ in range(args.prompts)],
-                                algorithm=algo, max_steps=2, concurrency=64)  # fmt: skip
+    first = args.seed * TRAIN_SEEDS_PER_RUN  # each run's seed range of its own
+    requests = SeededRequests(episode, per_step=args.prompts, next_seed=first, stop=first + TRAIN_SEEDS_PER_RUN)
     cfg = TrainerConfig(lr=args.lr, lr_schedule="linear", warmup_steps=min(5, args.steps),
                         total_steps=args.steps, max_seq_len=512, micro_token_budget=8192)  # fmt: skip
     logger = progress_and_metrics(args.output_dir / "metrics.jsonl", "[openai_program]", total_steps=args.steps)
-    trainer = Trainer(model=model, algo=algo, batch_source=source, publisher=publisher, cfg=cfg, train_logger=logger)
+    trainer = online_trainer(model, engine=engine, algo=make_grpo(group_size=args.group_size), request_fn=requests,
+                             max_steps=2, publisher=publisher, cfg=cfg, train_logger=logger)  # fmt: skip
     rl_start = time.perf_counter()
     await trainer.train(args.steps)
     report["rl_seconds"] = time.perf_counter() - rl_start

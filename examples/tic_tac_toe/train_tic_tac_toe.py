@@ -38,16 +38,15 @@ from ludic.inference import InferenceSpec, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.training import (
     EnvSpec,
-    OfflineBatchSource,
     PerTurnReturn,
     ProtocolSpec,
-    RolloutBatchSource,
     RolloutEngine,
     RolloutRequest,
-    Trainer,
+    SeededRequests,
     TrainerConfig,
     make_grpo,
-    make_sft,
+    online_trainer,
+    sft_trainer,
 )
 from ludic.training.loggers import before_after, progress_and_metrics
 
@@ -199,31 +198,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             tokenizer, seeds=range(SFT_SEEDS, SFT_SEEDS + args.sft_games), player=args.sft_player,
             board_only=args.board_only,
         )
-        source = OfflineBatchSource(items, batch_size=16, shuffle=True, seed=args.seed)
         sft_cfg = TrainerConfig(
             model_device=args.device, lr=args.sft_lr, max_seq_len=256, micro_token_budget=8192
         )
-        sft = Trainer(
-            model=model, algo=make_sft(), batch_source=source, publisher=ClientPublisher(client), cfg=sft_cfg
-        )
+        sft = sft_trainer(model, items, batch_size=16, seed=args.seed, publisher=ClientPublisher(client), cfg=sft_cfg)
         await sft.train(args.sft_steps)
         client.restart_versions(0)  # the RL trainer publishes version = its step, counting from 1 again
     report["start_of_rl"] = await evaluate(evaluator, 0)
 
     sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
-    seeds = iter(range(args.seed * 100_000, 10**9))
     algo = rl_algorithm(args.credit, args.group_size, positive_only=args.positive_only, gamma=args.gamma)
-    source = RolloutBatchSource(
-        engine=engine, algorithm=algo, max_steps=args.max_turns, concurrency=args.group_size * args.prompts_per_step,
-        request_fn=lambda: [game(next(seeds), args.opponent, sampling) for _ in range(args.prompts_per_step)],
+    games = SeededRequests(
+        lambda seed: game(seed, args.opponent, sampling), per_step=args.prompts_per_step,
+        next_seed=args.seed * 100_000,
     )  # fmt: skip
     cfg = TrainerConfig(
         model_device=args.device, lr=args.lr, lr_schedule="linear", warmup_steps=min(args.warmup_steps, args.steps),
         total_steps=args.steps, max_seq_len=256, micro_token_budget=8192, log_every=args.log_every,
     )  # fmt: skip
     logger = progress_and_metrics(out / "metrics.jsonl", "[tic_tac_toe]", total_steps=args.steps)
-    trainer = Trainer(model=model, algo=algo, batch_source=source, publisher=ClientPublisher(client), cfg=cfg,
-                      train_logger=logger)  # fmt: skip
+    trainer = online_trainer(
+        model, engine=engine, algo=algo, request_fn=games, max_steps=args.max_turns,
+        concurrency=args.group_size * args.prompts_per_step, publisher=ClientPublisher(client), cfg=cfg,
+        train_logger=logger,
+    )  # fmt: skip
     history = await trainer.train(args.steps)
     report["end"] = await evaluate(evaluator, args.steps)
     report["seconds"] = time.perf_counter() - start
