@@ -69,3 +69,33 @@ def test_tokens_after_a_keep_pause_update_come_from_exactly_the_new_model(dirs, 
     assert served[:k] == pytest.approx(old[:k], abs=1e-4)  # before the freeze: the old model
     assert served[k:] == pytest.approx(new[k:], abs=1e-4)  # after it: the new model, every token
     assert max(abs(a - b) for a, b in zip(old[k:], new[k:], strict=True)) > 1e-2  # and they differ
+
+
+@pytest.mark.parametrize("path", ["lean", "hf"])
+def test_tokens_after_a_keep_pause_adapter_publish_come_from_exactly_the_adapted_model(dirs, path):
+    """An adapter is swapped in as new tensors (not written into the old ones): the frozen request must
+    pick them up all the same, on both decoding paths."""
+    from peft import LoraConfig, get_peft_model
+
+    from ludic.distributed import adapter_payload
+    from ludic.training._lora import merged_state_dict
+
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(dirs[0]),
+                                LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=list(LINEAR)))  # fmt: skip
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    engine = TransformersChatClient(dirs[0], generate_in_thread=True)
+    if path == "hf":
+        engine._generator.lean = None
+    response, info = asyncio.run(generate_across_an_update(engine, adapter_payload(peft_model)))
+    completion, served = response.completion_token_ids, response.completion_logprobs
+    k = info["weight_versions"][0]["end"]
+    assert [s["version"] for s in info["weight_versions"]] == ["0", "1"] and len(completion) - k >= 10
+    merged = {n: t for n, t in merged_state_dict(peft_model).items() if n != "lm_head.weight"}
+    old, new = reference_logps(dirs[0], None, completion), reference_logps(dirs[0], merged, completion)
+    assert served[:k] == pytest.approx(old[:k], abs=1e-4)
+    assert served[k:] == pytest.approx(new[k:], abs=1e-4)
+    assert max(abs(a - b) for a, b in zip(old[k:], new[k:], strict=True)) > 1e-2  # the adapter matters

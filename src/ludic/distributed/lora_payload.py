@@ -24,6 +24,7 @@ from ludic.inference.weight_sync.adapter_config import (
 LORA_MODES = ("merged", "adapter")
 _ADAPTER_MARKERS = (".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".lora_magnitude_vector.")
 _FINGERPRINTS: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+_LORA_MODULES: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list]] = weakref.WeakKeyDictionary()
 
 
 def check_lora_mode(mode: str) -> str:
@@ -60,13 +61,22 @@ def model_fingerprint(base: nn.Module) -> str:
     return cached
 
 
-def _adapter_layers(base: nn.Module, adapter: str) -> list[tuple[str, Any]]:
+def _lora_modules(model: nn.Module, base: nn.Module) -> list[tuple[str, Any]]:
+    """``(name, module)`` of ``base``'s peft LoRA layers, found once per base and set of adapter configs:
+    walking every module took most of a publish's trainer-side time (~2 ms at 100M parameters)."""
+    key = tuple(sorted((name, repr(getattr(cfg, "target_modules", None))) for name, cfg in model.peft_config.items()))
+    cached = _LORA_MODULES.get(base)
+    if cached is None or cached[0] != key:
+        found = [(n, m) for n, m in base.named_modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")]
+        cached = _LORA_MODULES[base] = (key, found)
+    return cached[1]
+
+
+def _adapter_layers(model: nn.Module, base: nn.Module, adapter: str) -> list[tuple[str, Any]]:
     """``(module name, peft LoRA layer)`` for every linear LoRA layer carrying ``adapter``; refuses the kinds
     an adapter publish cannot express (the merged publish handles them)."""
     layers = []
-    for name, module in base.named_modules():
-        if not (hasattr(module, "lora_A") and hasattr(module, "base_layer")):
-            continue
+    for name, module in _lora_modules(model, base):
         if adapter in (getattr(module, "lora_embedding_A", None) or {}):
             raise ValueError(f"adapter publishing supports linear LoRA layers; {name} is an embedding: use lora='merged'")
         if adapter not in module.lora_A:
@@ -91,7 +101,7 @@ def adapter_payload(model: nn.Module) -> AdapterPayload:
         raise ValueError(f"adapter {adapter!r} also trains modules_to_save {peft_cfg.modules_to_save}: an adapter "
                          "publish carries LoRA tensors only; use lora='merged'")  # fmt: skip
     base = model.get_base_model()
-    layers = _adapter_layers(base, adapter)
+    layers = _adapter_layers(model, base, adapter)
     if not layers:
         raise ValueError(f"adapter {adapter!r} has no LoRA layers to publish")
     ranks = {layer.r[adapter] for _, layer in layers}

@@ -79,16 +79,17 @@ class EngineWeightsMixin:
         return f"loaded {len(params)} tensors, policy_version={self.policy_version}"
 
     def sync_adapter(
-        self, payload: AdapterPayload, *, timeout_s: float = 600.0, version: int | None = None
+        self, payload: AdapterPayload, *, timeout_s: float = 600.0, version: int | None = None, checked: bool = False
     ) -> str:
         """Serve a LoRA adapter (``W_base + scaling * B @ A`` on its layers), all or nothing, as a new version.
         Refused (``AdapterRefused``, a ValueError) when its names, shapes, values or base do not fit; the old
-        weights then keep serving at the old version."""
+        weights then keep serving at the old version. ``checked``: the caller (the weight receiver) checked
+        shapes and values against ``adapter.expected_metas`` already; only the base is checked again."""
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"sync_adapter could not acquire the engine within {timeout_s}s")
         try:
             new_version = next_version(version, self.policy_version)
-            self.adapter.validate(self.model, payload, payload.config)
+            self.adapter.validate(self.model, payload, payload.config, checked=checked)
             self.adapter.apply(self.model, payload, payload.config)
             self.policy_version = new_version
             self.weights_epoch += 1

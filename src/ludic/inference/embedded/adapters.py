@@ -14,8 +14,11 @@ adapter is dropped (the next adapter publish applies on the new base).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -47,7 +50,10 @@ class AdapterState:
     def __init__(self) -> None:
         self.config: AdapterConfig | None = None
         self.pristine: dict[str, torch.Tensor] = {}  # weight name -> base weight, for the adapted layers
+        self._buffers: dict[str, list[torch.Tensor]] = {}  # weight name -> its fold buffers (``_free_buffer``)
         self._fingerprint: str | None = None  # of the base, cached until a full update changes it
+        self._metas: dict[tuple[tuple[str, ...], int], list[TensorMeta]] = {}  # by (targets, rank): the layout is fixed
+        self._pool: ThreadPoolExecutor | None = None
 
     # ---- checks (no change) ---------------------------------------------------------------------
     def fingerprint(self, model: nn.Module) -> str:
@@ -57,18 +63,22 @@ class AdapterState:
         return self._fingerprint
 
     def expected_metas(self, model: nn.Module, config: AdapterConfig) -> list[TensorMeta]:
-        """Names/dtypes/shapes ``config``'s tensors must have on this model (A ``[r, in]``, B ``[out, r]``)."""
-        state = model.state_dict()
-        metas = []
-        for module in config.target_modules:
-            weight = state.get(f"{module}.weight")
-            if weight is None or weight.dim() != 2:
-                raise AdapterRefused(f"adapter targets {module!r}, which is not a linear layer of the served model")
-            out_features, in_features = weight.shape
-            a_name, b_name = lora_names(module)
-            metas.append(TensorMeta(a_name, dtype_name(weight.dtype), (config.rank, in_features)))
-            metas.append(TensorMeta(b_name, dtype_name(weight.dtype), (out_features, config.rank)))
-        return metas
+        """Names/dtypes/shapes ``config``'s tensors must have on this model (A ``[r, in]``, B ``[out, r]``);
+        kept by targets and rank (a full update keeps every name, shape and dtype)."""
+        key = (config.target_modules, config.rank)
+        if key not in self._metas:
+            state = model.state_dict()
+            metas = []
+            for module in config.target_modules:
+                weight = state.get(f"{module}.weight")
+                if weight is None or weight.dim() != 2:
+                    raise AdapterRefused(f"adapter targets {module!r}, which is not a linear layer of the served model")
+                out_features, in_features = weight.shape
+                a_name, b_name = lora_names(module)
+                metas.append(TensorMeta(a_name, dtype_name(weight.dtype), (config.rank, in_features)))
+                metas.append(TensorMeta(b_name, dtype_name(weight.dtype), (out_features, config.rank)))
+            self._metas[key] = metas
+        return self._metas[key]
 
     def check_base(self, model: nn.Module, config: AdapterConfig) -> None:
         served = self.fingerprint(model)
@@ -76,8 +86,15 @@ class AdapterState:
             raise AdapterRefused(f"adapter {config.name!r} was trained on base {config.base_fingerprint}, the served "
                                  f"base is {served}: publish merged weights or serve the adapter's base model")  # fmt: skip
 
-    def validate(self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
-        """Names exactly the config's, shapes the model's, float, finite once cast, the same base."""
+    def validate(
+        self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig, *, checked: bool = False
+    ) -> None:
+        """Names exactly the config's, shapes the model's, float, finite once cast, the same base. ``checked``:
+        the caller checked all but the base against ``expected_metas`` already (the weight receiver does, as
+        the bytes arrive); the base is checked here, under the weights lock, as a full update may have come
+        in between."""
+        if checked:
+            return self.check_base(model, config)
         metas = {m.name: m for m in self.expected_metas(model, config)}
         if set(tensors) != set(metas):
             extra, lacking = sorted(set(tensors) - set(metas)), sorted(set(metas) - set(tensors))
@@ -94,34 +111,91 @@ class AdapterState:
 
     # ---- changes (the caller holds the engine's weights lock) -----------------------------------
     def apply(self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
-        """Fold the (validated) adapter into ``model``: every new weight computed first, then written."""
-        with one_thread():
-            self._apply(model, tensors, config)
-
-    def _apply(self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
+        """Fold the (validated) adapter into ``model``: every new weight computed into a buffer no layer
+        serves, then all of them swapped in (``Parameter.data``), so a failure midway changes nothing."""
         params = dict(model.named_parameters(remove_duplicate=False))
-        new: dict[str, torch.Tensor] = {}
-        for module, scaling in zip(config.target_modules, config.scalings, strict=True):
-            name = f"{module}.weight"
-            base = self.pristine.get(name, params[name].detach())
-            a, b = (tensors[n].to(base.device, torch.float32) for n in lora_names(module))
-            new[name] = torch.addmm(base.float(), b, a, alpha=scaling).to(base.dtype)  # W + scaling * (B @ A)
-        for name in set(self.pristine) - set(new):  # adapted before, not now: back to the base
-            new[name] = self.pristine[name]
-        with torch.no_grad():
-            for name in new:
-                if name not in self.pristine:
-                    self.pristine[name] = params[name].detach().clone()
-            for name, weight in new.items():
-                params[name].copy_(weight)
-        self.pristine = {n: w for n, w in self.pristine.items() if n in {f"{m}.weight" for m in config.target_modules}}
-        self.config = config
+        targets = [f"{m}.weight" for m in config.target_modules]
+        pristine = {n: self.pristine.get(n) for n in targets}  # a layer adapted for the first time: its base kept
+        pristine = {n: w if w is not None else params[n].detach().clone() for n, w in pristine.items()}
+        folds = [
+            _Fold(self._free_buffer(name, pristine[name], params[name]), pristine[name],
+                  *(tensors[n].detach().to(pristine[name].device, torch.float32) for n in lora_names(module)), scaling)
+            for name, module, scaling in zip(targets, config.target_modules, config.scalings, strict=True)
+        ]  # fmt: skip
+        run_folds(folds, self._helper())
+        with torch.no_grad():  # nothing below can fail: names and shapes are the model's own
+            for name in set(self.pristine) - set(targets):  # adapted before, not now: back to the base
+                params[name].data = self.pristine[name]
+                self._buffers.pop(name, None)
+            for name, fold in zip(targets, folds, strict=True):
+                params[name].data = fold.out
+        self.pristine, self.config = pristine, config
+
+    def _free_buffer(self, name: str, like: torch.Tensor, served: torch.Tensor) -> torch.Tensor:
+        """A buffer for ``name``'s fold that the model does not serve: two per layer, kept from publish to
+        publish (fresh memory faults its pages in on first write, which cost as much as the fold itself)."""
+        pair = self._buffers.setdefault(name, [])
+        for buffer in pair:
+            if buffer.data_ptr() != served.data_ptr():
+                return buffer
+        buffer = torch.empty_like(like, memory_format=torch.contiguous_format)
+        pair.append(buffer)
+        return buffer
+
+    def _helper(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-adapter-fold",
+                                            initializer=torch.set_num_threads, initargs=(1,))  # fmt: skip
+        return self._pool
 
     def restore_base(self, model: nn.Module) -> None:
         """Put the base back under every adapted layer and forget the adapter (before a full update)."""
         if self.pristine:
             params = dict(model.named_parameters(remove_duplicate=False))
-            with torch.no_grad(), one_thread():
+            with torch.no_grad():
                 for name, weight in self.pristine.items():
-                    params[name].copy_(weight)
-        self.pristine, self.config, self._fingerprint = {}, None, None
+                    params[name].data = weight
+        self.pristine, self._buffers, self.config, self._fingerprint = {}, {}, None, None
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """``out = base + scaling * B @ A`` for one layer (in float32, then cast to ``out``'s dtype, as before)."""
+
+    out: torch.Tensor
+    base: torch.Tensor
+    a: torch.Tensor  # [r, in]
+    b: torch.Tensor  # [out, r]
+    scaling: float
+
+    def run(self) -> None:
+        if self.base.dtype == torch.float32 and self.out.dtype == torch.float32:
+            torch.addmm(self.base, self.b, self.a, alpha=self.scaling, out=self.out)  # W + scaling * (B @ A)
+        else:
+            self.out.copy_(torch.addmm(self.base.float(), self.b, self.a, alpha=self.scaling))
+
+
+def run_folds(folds: list[_Fold], helper: ThreadPoolExecutor) -> None:
+    """Every fold, on this thread and ``helper``'s (one OpenMP thread each, see ``one_thread``), taking the
+    next layer from a shared queue: both cores on a quiet CPU, and no waiting on a thread the OS descheduled
+    on a busy one. Returns once both are done (an error stops the rest and is raised)."""
+    queue = deque(folds)
+
+    def drain() -> None:
+        try:
+            while True:
+                queue.popleft().run()
+        except IndexError:
+            return
+        except BaseException:
+            queue.clear()
+            raise
+
+    on_cpu = bool(folds) and folds[0].out.device.type == "cpu"
+    helping = helper.submit(drain) if on_cpu and len(folds) > 1 else None
+    try:
+        with one_thread():
+            drain()
+    finally:
+        if helping is not None:
+            helping.result()

@@ -124,11 +124,12 @@ class WeightReceiver:
         if self.owner.update_id is not None:  # taken over: its publisher may still write where it was told to
             self._shm.retire(set(self._shm.used))
         self._staged, self._taken, self._reserved = {}, set(), {}
-        target = self.engine.model.state_dict()
         if config is not None:  # refused here (400) before any byte: a layer it names that is not there
             metas = self.engine.adapter.expected_metas(self.engine.model, config)
             self.engine.adapter.check_base(self.engine.model, config)
             target = {m.name: torch.empty(m.shape, dtype=m.dtype, device="meta") for m in metas}
+        else:
+            target = self.engine.model.state_dict()
         self._adapter, self._targets = config, target
         self._dtypes = {name: t.dtype for name, t in target.items()}
         self._check = FiniteCheck(self._checker, self._dtypes)  # as stored: after the cast to the model's dtype
@@ -273,9 +274,9 @@ class WeightReceiver:
         if self.drop_updates:
             self.engine.policy_version = next_version(version, self.engine.policy_version)
             return "dropped (fault injection): version bumped, weights unchanged"
-        if self._adapter is not None:  # checked again against the base, then folded in (never adopted)
+        if self._adapter is not None:  # its base checked again under the engine's lock, then folded in
             payload = AdapterPayload(staged, self._adapter)
-            status = self.engine.sync_adapter(payload, timeout_s=self.timeout_s, version=version)
+            status = self.engine.sync_adapter(payload, timeout_s=self.timeout_s, version=version, checked=True)
         else:
             status = self.engine.load_validated(staged, timeout_s=self.timeout_s, version=version, adopt=True)
         self.timings.update(check_wait_s=t1 - t0, load_s=time.perf_counter() - t1)
