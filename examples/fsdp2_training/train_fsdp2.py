@@ -32,23 +32,22 @@ from ludic.context import FullDialog
 from ludic.distributed import ClientPublisher, Rank0OnlyPublisher
 from ludic.envs.letter_repeat import LetterRepeatEnv
 from ludic.eval import Evaluator
-from ludic.inference import InferenceSpec, SamplingConfig, TransformersChatClient, VLLMChatClient
+from ludic.inference import SamplingConfig, TransformersChatClient, VLLMChatClient
 from ludic.interaction import SingleAgentSyncProtocol
 from ludic.parsers import ParseResult
 from ludic.quickstart.demonstrations import demonstration_items
 from ludic.testing import build_tiny_model
 from ludic.training import (
     CheckpointConfig,
-    EnvSpec,
     OfflineBatchSource,
-    ProtocolSpec,
     RolloutBatchSource,
     RolloutEngine,
-    RolloutRequest,
+    SeededRequests,
     Trainer,
     TrainerConfig,
     make_grpo,
     make_sft,
+    seeded_episode,
 )
 from ludic.training.loggers import before_after, progress_and_metrics
 from ludic.training.parallel.batch import Rank0BatchSource
@@ -100,19 +99,15 @@ class Rank0:
             env_registry={"letters": lambda: LetterRepeatEnv(count=COUNT, letters=LETTERS)},
             protocol_registry={"single": self.protocol},
         )
-        self.sampling = SamplingConfig(temperature=1.0, max_tokens=16)
-        held_out = [self.request(EVAL_SEEDS + i, sampling_seed=EVAL_SEEDS + i) for i in range(args.eval_episodes)]
+        sampling = SamplingConfig(temperature=1.0, max_tokens=16)
+        self.episode = seeded_episode("letters", "single", sampling=sampling, seed_sampling=False)  # training
+        held_out_episode = seeded_episode("letters", "single", sampling=sampling)  # fixed sampling seeds too
+        held_out = [held_out_episode(EVAL_SEEDS + i) for i in range(args.eval_episodes)]
         self.evaluator = Evaluator(engine=self.engine, requests=held_out, max_steps=1, concurrency=64)
 
     def protocol(self) -> SingleAgentSyncProtocol:  # a fresh agent per episode: agents keep state
         agent = Agent(client=self.client, model="policy", ctx=FullDialog(), parser=lambda t: ParseResult(t.strip()))
         return SingleAgentSyncProtocol(agent=agent)
-
-    def request(self, env_seed: int, sampling_seed: int | None = None) -> RolloutRequest:
-        return RolloutRequest(
-            EnvSpec("letters"), ProtocolSpec("single"), env_seed=env_seed, sampling_seed=sampling_seed,
-            inference=InferenceSpec(self.sampling),
-        )  # fmt: skip
 
     async def held_out_reward(self) -> float:
         """Mean reward on the held-out prompts, sampled at temperature 1 with fixed seeds."""
@@ -139,12 +134,11 @@ async def warm_start(model: Any, args: argparse.Namespace, r0: Rank0 | None, dev
 def grpo_trainer(model: Any, args: argparse.Namespace, r0: Rank0 | None, device: str) -> Trainer:
     """GRPO with the quickstart's settings; rank 0 makes the batches, publishes and logs."""
     algo = make_grpo(group_size=args.group_size)
-    seeds = iter(range(args.seed * 100_000, 10**9))
 
     def source() -> RolloutBatchSource:
         return RolloutBatchSource(
             engine=r0.engine, algorithm=algo, max_steps=1, concurrency=args.prompts * args.group_size,
-            request_fn=lambda: [r0.request(next(seeds)) for _ in range(args.prompts)],
+            request_fn=SeededRequests(r0.episode, per_step=args.prompts, next_seed=args.seed * 100_000),
         )  # fmt: skip
 
     out = Path(args.output_dir)

@@ -22,14 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorial"))
 
 from common import grpo, held_out_evaluator, held_out_reward, print_report, tiny_policy, warm_start
-from single_turn import NextLetterEnv, demonstrations, whole_reply
+from single_turn import build_engine, demonstrations
 
-from ludic.agents import Agent
-from ludic.context import FullDialog
 from ludic.distributed import ClientPublisher
 from ludic.inference import SamplingConfig
-from ludic.interaction import SingleAgentProtocol
-from ludic.training import RolloutEngine, seeded_episode, sft_items
+from ludic.training import seeded_episode, sft_items
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -46,15 +43,8 @@ def with_lora(model, rank: int):
 async def main(mode: str, steps: int, sft_steps: int, seed: int, out: Path, lr: float | None = None,
                eval_episodes: int = 64) -> dict[str, float]:  # fmt: skip
     model, tokenizer, client = tiny_policy(out, seed)
-
-    def protocol() -> SingleAgentProtocol:
-        return SingleAgentProtocol(
-            agent=Agent(client=client, model="policy", ctx=FullDialog(), parser=whole_reply)
-        )
-
-    engine = RolloutEngine(env_registry={"next_letter": NextLetterEnv}, protocol_registry={"agent": protocol})
-    sampling = SamplingConfig(temperature=1.0, max_tokens=4)
-    episode = seeded_episode("next_letter", "agent", sampling=sampling)  # episode(seed) -> a RolloutRequest
+    engine = build_engine(client)  # the tutorial's env and agent
+    episode = seeded_episode("next_letter", "agent", sampling=SamplingConfig(temperature=1.0, max_tokens=4))
     evaluator = held_out_evaluator(engine, episode, eval_episodes)
     report = {"initial": await held_out_reward(evaluator)}
     await warm_start(

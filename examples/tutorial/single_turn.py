@@ -14,6 +14,7 @@ import random
 import string
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,6 +62,17 @@ def whole_reply(text: str) -> ParseResult:
     return ParseResult(action=text.strip(), reward=0.0, obs=None)
 
 
+def build_engine(client: Any) -> RolloutEngine:
+    """``next_letter`` episodes played under the ``agent`` protocol, by a fresh agent per episode (agents keep state)."""
+
+    def protocol() -> SingleAgentProtocol:
+        return SingleAgentProtocol(
+            agent=Agent(client=client, model="policy", ctx=FullDialog(), parser=whole_reply)
+        )
+
+    return RolloutEngine(env_registry={"next_letter": NextLetterEnv}, protocol_registry={"agent": protocol})
+
+
 def demonstrations(seed: int, n: int = 320) -> list[tuple[str, str]]:
     """``n`` (question, right letter) pairs for the SFT warm start, questions drawn by ``seed``."""
     rng = random.Random(seed)
@@ -70,13 +82,7 @@ def demonstrations(seed: int, n: int = 320) -> list[tuple[str, str]]:
 
 async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: int = 64) -> dict[str, float]:
     model, tokenizer, client = tiny_policy(out, seed)
-
-    def protocol() -> SingleAgentProtocol:  # a fresh agent per episode: agents keep state
-        return SingleAgentProtocol(
-            agent=Agent(client=client, model="policy", ctx=FullDialog(), parser=whole_reply)
-        )
-
-    engine = RolloutEngine(env_registry={"next_letter": NextLetterEnv}, protocol_registry={"agent": protocol})
+    engine = build_engine(client)
     sampling = SamplingConfig(temperature=1.0, max_tokens=4)
     episode = seeded_episode("next_letter", "agent", sampling=sampling)  # episode(seed) -> a RolloutRequest
 

@@ -22,21 +22,23 @@ from ludic.training import (
     EnvSpec,
     ProtocolSpec,
     RolloutEngine,
-    RolloutRequest,
     SeededRequests,
     TrainerConfig,
     make_grpo,
-    online_trainer,
     sft_items,
-    sft_trainer,
 )
+from ludic.training.wiring import online_trainer, seeded_episode, sft_trainer
 from ludic.types import StepOutcome
 
-SAMPLING = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=3))
+SAMPLING = SamplingConfig(temperature=1.0, max_tokens=3)
+request = seeded_episode("say", "agent", sampling=SAMPLING, seed_sampling=False)
 
 
-def request(seed: int) -> RolloutRequest:
-    return RolloutRequest(EnvSpec("say"), ProtocolSpec("agent"), env_seed=seed, inference=SAMPLING)
+def test_seeded_episode_builds_the_request_for_one_seed() -> None:
+    game = seeded_episode("ttt", "agent", env_kwargs={"opponent": "random"}, sampling=SAMPLING)(7)
+    assert (game.env, game.protocol) == (EnvSpec("ttt", {"opponent": "random"}), ProtocolSpec("agent"))
+    assert (game.env_seed, game.sampling_seed, game.inference) == (7, 7, InferenceSpec(SAMPLING))
+    assert request(3).sampling_seed is None and request(3).env_seed == 3
 
 
 def test_seeded_requests_hand_out_consecutive_seeds_and_resume_from_the_state_dict() -> None:
