@@ -14,14 +14,13 @@ reward before and after, and the bytes one publish sent.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorial"))
 
-from common import grpo, held_out_evaluator, held_out_reward, print_report, tiny_policy, warm_start
+from common import flags, grpo, held_out_evaluator, held_out_reward, print_report, tiny_policy, warm_start
 from single_turn import build_engine, demonstrations
 
 from ludic.distributed import ClientPublisher
@@ -63,18 +62,10 @@ async def main(mode: str, steps: int, sft_steps: int, seed: int, out: Path, lr: 
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = flags(__doc__, steps=150, output_dir=None)  # default: runs/lora/next_letter_<mode>
     p.add_argument("--mode", choices=["lora", "full"], default="lora")
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--sft-steps", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--lr",
-        type=float,
-        default=None,
-        help="RL learning rate (default: LoRA 2e-3, as 3e-3 and 5e-3 collapsed; full 5e-4)",
-    )
-    p.add_argument("--output-dir", type=Path, default=None)
+    p.add_argument("--lr", type=float, default=None,
+                   help="RL learning rate (default: LoRA 2e-3, as 3e-3 and 5e-3 collapsed; full 5e-4)")  # fmt: skip
     a = p.parse_args()
     out = a.output_dir or Path(f"runs/lora/next_letter_{a.mode}")
     report = asyncio.run(main(a.mode, a.steps, a.sft_steps, a.seed, out, a.lr))

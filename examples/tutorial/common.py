@@ -6,6 +6,7 @@ its agent and its training in one screen. See docs/tutorial.md.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,20 @@ from ludic.training.loggers import ProgressLogger, before_after, progress_and_me
 
 HELD_OUT_SEEDS = 10**6
 """Held-out episodes use env seeds from here up; training seeds stay below."""
+
+
+def flags(
+    doc: str, *, steps: int, output_dir: str | None, sft_steps: int | None = 40
+) -> argparse.ArgumentParser:
+    """The flags every tutorial run takes: ``--steps``, ``--sft-steps`` (when it warms up), ``--seed``,
+    ``--output-dir``; a script adds its own to the parser before ``parse_args()``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=steps, help="GRPO steps")
+    if sft_steps is not None:
+        p.add_argument("--sft-steps", type=int, default=sft_steps, help="SFT warm-start steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output-dir", type=Path, default=output_dir and Path(output_dir))
+    return p
 
 
 def tiny_policy(out: Path, seed: int) -> tuple[Any, Any, TransformersChatClient]:

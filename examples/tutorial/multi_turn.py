@@ -11,7 +11,6 @@ the whole dialog (FullDialog) is the state.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out, held_out_evaluator, plot, print_report, tiny_policy, warm_start
+from common import flags, grpo, held_out, held_out_evaluator, plot, print_report, tiny_policy, warm_start
 
 from ludic.agents import Agent
 from ludic.context import FullDialog
@@ -91,10 +90,6 @@ async def main(
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--sft-steps", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/multi_turn"))
+    p = flags(__doc__, steps=100, output_dir="runs/tutorial/multi_turn")
     a = p.parse_args()
     print_report(asyncio.run(main(a.steps, a.sft_steps, a.seed, a.output_dir)), "[multi_turn]", a.output_dir)

@@ -8,7 +8,6 @@ The task: "What letter comes after x?" for x in a-h; reward 1 for exactly the ne
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import string
@@ -19,6 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
+    flags,
     grpo,
     held_out_evaluator,
     held_out_reward,
@@ -113,10 +113,6 @@ async def main(steps: int, sft_steps: int, seed: int, out: Path, eval_episodes: 
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--sft-steps", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/single_turn"))
+    p = flags(__doc__, steps=150, output_dir="runs/tutorial/single_turn")
     a = p.parse_args()
     print_report(asyncio.run(main(a.steps, a.sft_steps, a.seed, a.output_dir)), "[single_turn]", a.output_dir)

@@ -14,7 +14,6 @@ The task: "What is 23 + 19?"; reward 1 for the exact sum. The agent may call ``a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import grpo, held_out_evaluator, held_out_reward, plot, print_report, tiny_policy
+from common import flags, grpo, held_out_evaluator, held_out_reward, plot, print_report, tiny_policy
 
 from ludic.agents import ToolAgent
 from ludic.context import FullDialog
@@ -94,10 +93,7 @@ async def main(
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
+    p = flags(__doc__, steps=3, sft_steps=None, output_dir="runs/tutorial/tool_agent")
     p.add_argument("--model", default=None, help="a real instruction-tuned model (default: the tiny model)")
-    p.add_argument("--output-dir", type=Path, default=Path("runs/tutorial/tool_agent"))
     a = p.parse_args()
     print_report(asyncio.run(main(a.steps, a.seed, a.output_dir, a.model)), "[tool_agent]", a.output_dir)
