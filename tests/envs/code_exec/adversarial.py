@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ludic.envs.code_exec import SandboxLimits
+from ludic.envs.code_exec.uids import pids_of
 
 LIMITS = SandboxLimits(wall_s=3.0, cpu_s=1, memory_mb=256, max_processes=8, max_output_bytes=64 * 1024)
 POOL = 2
@@ -198,17 +199,7 @@ def case_code(case: str, host: dict[str, Any]) -> str:
     )
 
 
-def processes_of(uid: int) -> list[int]:
-    """Host processes running under ``uid``."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if os.stat(entry.path).st_uid == uid:
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
+processes_of = pids_of  # host processes running under a uid: the sandbox's own helper, not a copy
 
 
 def check_contained(

@@ -77,6 +77,7 @@ def claimed_uid(base_uid: int, slot: int, lock_dir: Path | None = None) -> Itera
 
 
 def pids_of(uid: int) -> list[int]:
+    """Host processes running under ``uid`` (their ``/proc`` entries; one that exits meanwhile is skipped)."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
