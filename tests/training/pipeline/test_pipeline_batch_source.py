@@ -149,17 +149,17 @@ async def test_the_read_ahead_reaches_redis_before_the_batch_is_decoded(
 
     client = redis.Redis.from_url(redis_server.url)
     seen: list[int] = []
-    decode = source_module.decode_fields
+    decode = source_module.decode_read
 
-    def decode_watching_redis(fields, *args, **kw):
-        if not seen:  # the first entry: wait (blocking, as decoding does) for the read ahead to arrive
+    def decode_watching_redis(entries, *args, **kw):
+        if not seen:  # the first read: wait (blocking, as decoding does) for the read ahead to arrive
             deadline = time.monotonic() + 2.0
             while _xread_calls(client) < before + 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
             seen.append(_xread_calls(client))
-        return decode(fields, *args, **kw)
+        return decode(entries, *args, **kw)
 
-    monkeypatch.setattr(source_module, "decode_fields", decode_watching_redis)
+    monkeypatch.setattr(source_module, "decode_read", decode_watching_redis)
     await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
     source = PipelineBatchSource(redis_url=redis_server.url + url_query, run_id=run_id, batch_size=2,
                                  vocab_size=1000, version_fn=lambda: 0, block_ms=50)  # fmt: skip
@@ -187,25 +187,24 @@ async def test_the_read_ahead_carries_the_consumed_count_of_the_entries_it_follo
     client = redis.Redis.from_url(redis_server.url)
     source = _source(redis_server, run_id, batch_size=2)
     seen: list[int] = []
-    decode = source_module.decode_fields
+    decode = source_module.decode_read
 
-    def decode_reading_consumed(fields, *args, **kw):
-        """Wait (blocking, as decoding does) for a count covering this entry; only one already sent arrives."""
+    def decode_reading_consumed(entries, *args, **kw):
+        """Wait (blocking, as decoding does) for a count covering these entries; only one already sent arrives."""
         deadline = time.monotonic() + 2.0
-        while (
-            int(client.get(source.stream.consumed_key) or 0) < source.consumed and time.monotonic() < deadline
-        ):
+        covering = source.consumed + len(entries)
+        while int(client.get(source.stream.consumed_key) or 0) < covering and time.monotonic() < deadline:
             time.sleep(0.01)
         seen.append(int(client.get(source.stream.consumed_key) or 0))
-        return decode(fields, *args, **kw)
+        return decode(entries, *args, **kw)
 
-    monkeypatch.setattr(source_module, "decode_fields", decode_reading_consumed)
+    monkeypatch.setattr(source_module, "decode_read", decode_reading_consumed)
     await _push(redis_server.url, run_id, [make_item(n) for n in range(4)])
     sets_before = _calls(client, "set")
     try:
         await source.next_batch()
         await source.next_batch()
-        assert seen == [2, 2, 4, 4]  # published before the entries were decoded
+        assert seen == [2, 4]  # published before the entries (a read of 2 per batch) were decoded
         # 0 before the first (blocking) read, then one per batch: none sent again at the end of a batch; and
         # the run's epoch, set by the first read
         assert _calls(client, "set") - sets_before == 3 + 1

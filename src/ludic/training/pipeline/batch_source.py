@@ -41,8 +41,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ludic.training.pipeline.checks import EntryLimits, check_item, ids_in_vocab
-from ludic.training.pipeline.codec import BadEntry, decode_fields
+from ludic.training.pipeline.checks import EntryLimits, refusals
+from ludic.training.pipeline.read_decoder import decode_read
 from ludic.training.pipeline.stream import PipelineStream, StreamResetError
 from ludic.training.types import SAWBatch, SAWItem
 
@@ -202,21 +202,18 @@ class PipelineBatchSource:
         """Advance the cursor past ``entries`` (``[id, fields]`` as Redis sends them), one at a time, appending
         each to be trained on to ``items``; the sum of their staleness."""
         recent, staleness = self._recent, 0
-        decoded = [self._decode(fields) for _, fields in entries]
-        ids_checked = ids_in_vocab([d[2] for d in decoded if not isinstance(d, BadEntry)], self.limits.vocab_size)
+        decoded = decode_read(entries, self._run)
+        verdicts = iter(refusals([d[2] for d in decoded if type(d) is tuple], self.limits))
         for (raw_id, _), result in zip(entries, decoded, strict=True):
             entry_id = raw_id.decode()
             self.last_id = entry_id
             self.consumed += 1
-            try:
-                if isinstance(result, BadEntry):
-                    raise result
-                item_id, policy_version, item = result
-                check_item(item, self.limits, ids_checked=ids_checked)
-            except BadEntry as exc:
-                self._count(f"pipeline/skipped_{exc.reason}")
-                log.warning("pipeline: skipped stream entry %s (%s)", entry_id, exc)
+            refused = result if type(result) is not tuple else next(verdicts)
+            if refused is not None:
+                self._count(f"pipeline/skipped_{refused.reason}")
+                log.warning("pipeline: skipped stream entry %s (%s)", entry_id, refused)
                 continue
+            item_id, policy_version, item = result
             if item_id in recent:
                 self._count("pipeline/skipped_duplicate")
                 log.warning("pipeline: skipped stream entry %s (duplicate of item %s)", entry_id, item_id)
@@ -234,12 +231,6 @@ class PipelineBatchSource:
             items.append(item)
             staleness += version - policy_version
         return staleness
-
-    def _decode(self, fields: Any) -> tuple[str, int | None, SAWItem] | BadEntry:
-        try:
-            return decode_fields(fields, self._run)
-        except BadEntry as exc:
-            return exc
 
     def _count(self, key: str) -> None:
         self.counters[key] = self.counters.get(key, 0) + 1

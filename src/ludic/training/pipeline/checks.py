@@ -27,6 +27,7 @@ import numpy as np
 
 from ludic.training.layout import token_arrays
 from ludic.training.pipeline.codec import BadEntry
+from ludic.training.pipeline.item import wire_arrays
 from ludic.training.types import SAWItem
 
 REASONS = ("out_of_vocab", "extreme_weight", "bad_temperature", "nucleus_sampled")
@@ -59,25 +60,57 @@ class EntryLimits:
             )
 
 
-def check_item(item: SAWItem, limits: EntryLimits, *, ids_checked: bool = False) -> None:
-    """Raise ``BadEntry`` naming the first limit ``item`` breaks (see the module docstring).
-    ``ids_checked``: its token ids were already found in range by ``ids_in_vocab`` for its whole batch."""
-    if not ids_checked:
-        _check_token_ids(item, limits.vocab_size)
+def check_item(item: SAWItem, limits: EntryLimits) -> None:
+    """Raise ``BadEntry`` naming the first limit ``item`` breaks (see the module docstring)."""
+    _check_token_ids(item, limits.vocab_size)
     _check_weights(item, limits.max_abs_weight)
     _check_sampling(item.meta, limits)
 
 
-def ids_in_vocab(items: list[SAWItem], vocab_size: int) -> bool:
-    """Whether every token id of ``items`` lies in ``[0, vocab_size)``, in one vectorised call for the batch
-    (a call per 512-token item cost about as much as decoding it). False sends the caller to ``check_item``
-    per item, which names the offender."""
-    arrays = [token_arrays.values(item, "input_ids") for item in items]
-    if not arrays or not all(isinstance(a, np.ndarray) and a.dtype == np.int32 for a in arrays):
+def refusals(items: list[SAWItem], limits: EntryLimits) -> list[BadEntry | None]:
+    """``check_item``'s verdict on each of ``items`` (None: taken). The whole list (a read) is checked at once,
+    a few vectorised calls and one plain loop (per item, the checks cost about as much as decoding); only
+    where that finds an offender is each item checked alone, to name it."""
+    if _all_within(items, limits):
+        return [None] * len(items)
+    verdicts: list[BadEntry | None] = []
+    for item in items:
+        try:
+            check_item(item, limits)
+            verdicts.append(None)
+        except BadEntry as exc:
+            verdicts.append(exc)
+    return verdicts
+
+
+_REAL = (int, float)
+
+
+def _all_within(items: list[SAWItem], limits: EntryLimits) -> bool:
+    """Whether every item passes ``check_item``; False also where this cannot tell (an item that is not packed,
+    a meta value of an unexpected type): ``check_item`` then decides."""
+    ids, token_weights = wire_arrays(items, "input_ids"), wire_arrays(items, "token_weights")
+    if ids is None or token_weights is None:
         return False
-    ids = np.concatenate(arrays)
-    # read as uint32 a negative int32 is >= 2**31: one max() checks both ends
-    return not ids.size or int(ids.view(np.uint32).max()) < vocab_size
+    # the ids of the whole read as one uint32 array: a negative int32 is >= 2**31, so one max() checks both ends
+    joined = np.frombuffer(b"".join(ids), dtype=np.uint32)
+    if joined.size and int(joined.max()) >= limits.vocab_size:
+        return False
+    bound, lo, hi = limits.max_abs_weight, limits.min_temperature, limits.max_temperature
+    present = [w for w in token_weights if w is not None]
+    if present and not float(np.abs(np.frombuffer(b"".join(present), dtype=np.float64)).max()) <= bound:
+        return False
+    nucleus = limits.allow_nucleus
+    for item in items:  # NaN fails every comparison below
+        meta = item.meta
+        t, top_p = meta.get("sampling_temperature"), meta.get("sampling_top_p")
+        if (
+            not -bound <= item.weight <= bound
+            or (t is not None and t != 0 and not (type(t) in _REAL and lo <= t <= hi))
+            or (top_p is not None and not nucleus and not (type(top_p) in _REAL and top_p >= 1.0))
+        ):
+            return False
+    return True
 
 
 def _check_token_ids(item: SAWItem, vocab_size: int) -> None:

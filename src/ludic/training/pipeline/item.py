@@ -68,6 +68,21 @@ def _packed(obj: Any, name: str) -> np.ndarray | None:
     return value if type(value) is np.ndarray else None
 
 
+def wire_arrays(items: list[Any], name: str) -> list[bytes | None] | None:
+    """For each item, the bytes behind field ``name`` as they came off the wire (None where the item has no such
+    field), for checks of a whole read in one call; None when that is not what every item holds (an item that
+    is not a ``PackedSAWItem``, a list built or assigned, an array read as numpy): then read the fields."""
+    slot, out = _SLOTS[name], []
+    for item in items:
+        if type(item) is not PackedSAWItem or slot in item.__dict__:
+            return None
+        value = item.__dict__["_arrays"].get(name)
+        if value is not None and type(value) is not bytes:
+            return None
+        out.append(value)
+    return out
+
+
 def _same_fields(a: Any, b: Any, cls: type) -> bool:
     return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(cls))
 
