@@ -2,8 +2,9 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_engine_thread.py --rounds 3 --steps 10
 
-Same tiny model, task and seeds for both settings; rounds interleave them (False, True, False, ...)
-and the medians of the per-round mean s/step are compared. Figure for the
+``examples/minimal_grpo.py``'s loop (replies of up to 16 tokens); same tiny model, task and seeds for both
+settings; rounds interleave them (False, True, False, ...) and the medians of the per-round mean s/step
+are compared. Figure for the
 ``TransformersChatClient(generate_in_thread=...)`` docstring.
 """
 
@@ -11,62 +12,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from transformers import AutoModelForCausalLM
 
-from ludic.agents import Agent
-from ludic.context import FullDialog
-from ludic.distributed import ClientPublisher
-from ludic.envs import SingleAgentEnv
-from ludic.inference import SamplingConfig, TransformersChatClient
-from ludic.interaction import SingleAgentProtocol
-from ludic.parsers import ParseResult
+from ludic.inference import TransformersChatClient
 from ludic.testing import build_tiny_model
-from ludic.training import (
-    RolloutEngine,
-    SeededRequests,
-    TrainerConfig,
-    make_grpo,
-    online_trainer,
-    seeded_episode,
-)
-from ludic.types import StepOutcome
 
-
-class SayLetter(SingleAgentEnv):
-    def env_reset(self, *, seed: int | None = None):
-        self.letter = random.Random(seed).choice("abcd")
-        return self.env_current_obs(), {}
-
-    def env_step(self, action: str) -> StepOutcome:
-        return StepOutcome(None, float(action.strip() == self.letter), False, True, {})
-
-    def env_current_obs(self) -> str:
-        return f"Say {self.letter}"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from minimal_grpo import grpo_trainer  # the task and loop timed here
 
 
 async def seconds_per_step(model_dir: str, in_thread: bool, steps: int) -> float:
     client = TransformersChatClient(model_dir, generate_in_thread=in_thread)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-
-    def protocol() -> SingleAgentProtocol:
-        return SingleAgentProtocol(
-            agent=Agent(client=client, model="m", ctx=FullDialog(), parser=ParseResult)
-        )
-
-    engine = RolloutEngine(env_registry={"say": SayLetter}, protocol_registry={"one": protocol})
-    say = seeded_episode(
-        "say", "one", sampling=SamplingConfig(temperature=1.0, max_tokens=16), seed_sampling=False
-    )
-    trainer = online_trainer(
-        model, engine=engine, algo=make_grpo(group_size=8), request_fn=SeededRequests(say, per_step=4),
-        concurrency=32, publisher=ClientPublisher(client),
-        cfg=TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=4096, seed=0),
-    )  # fmt: skip
+    trainer = grpo_trainer(model, client, max_tokens=16, seed=0)
     await trainer.train(2)  # warm-up
     t0 = time.perf_counter()
     await trainer.train(steps)

@@ -56,11 +56,8 @@ class SayLetterEnv(SingleAgentEnv):
         return f"Say {self.letter}"
 
 
-async def main(steps: int = 5, metrics_path: Path | None = None) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="ludic-minimal-grpo-") as tmp:  # removed once loaded
-        model_dir = build_tiny_model(tmp)
-        client = TransformersChatClient(model_dir)  # the embedded inference engine
-        model = AutoModelForCausalLM.from_pretrained(model_dir)  # the trainer's copy
+def grpo_trainer(model, client, *, max_tokens: int = 4, seed: int | None = None, train_logger=None) -> Trainer:
+    """The whole stack, wired by hand: registries -> engine -> GRPO batch source -> Trainer (+ weight sync)."""
 
     def protocol() -> SingleAgentSyncProtocol:  # fresh agent per episode: agents are stateful
         agent = Agent(client=client, model="tiny", ctx=FullDialog(), parser=lambda t: ParseResult(t))
@@ -69,7 +66,7 @@ async def main(steps: int = 5, metrics_path: Path | None = None) -> dict[str, fl
     engine = RolloutEngine(env_registry={"say": SayLetterEnv}, protocol_registry={"single": protocol})
     algo = make_grpo(group_size=8)  # the one place for the group size: the batch source forms the groups
     seeds = iter(range(10**9))
-    sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=4))
+    sampling = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=max_tokens))
     batch_source = RolloutBatchSource(
         engine=engine,
         request_fn=lambda: [
@@ -80,18 +77,27 @@ async def main(steps: int = 5, metrics_path: Path | None = None) -> dict[str, fl
         max_steps=1,
         concurrency=32,
     )
-    trainer = Trainer(
+    return Trainer(
         model=model,
         algo=algo,
         batch_source=batch_source,
         publisher=ClientPublisher(client),  # push weights to the engine every step
-        cfg=TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=4096),  # pads with the model's pad id
-        train_logger=(  # one short line per step on screen; every stat in the metrics file
-            progress_and_metrics(metrics_path, "[minimal_grpo]", total_steps=steps)
-            if metrics_path else ProgressLogger("[minimal_grpo]", total_steps=steps)
-        ),
+        cfg=TrainerConfig(lr=1e-3, max_seq_len=256, micro_token_budget=4096, seed=seed),  # pads with the model's pad id
+        train_logger=train_logger,
     )
-    history = await trainer.train(num_steps=steps)  # one stats dict per step
+
+
+async def main(steps: int = 5, metrics_path: Path | None = None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="ludic-minimal-grpo-") as tmp:  # removed once loaded
+        model_dir = build_tiny_model(tmp)
+        client = TransformersChatClient(model_dir)  # the embedded inference engine
+        model = AutoModelForCausalLM.from_pretrained(model_dir)  # the trainer's copy
+
+    logger = (  # one short line per step on screen; every stat in the metrics file
+        progress_and_metrics(metrics_path, "[minimal_grpo]", total_steps=steps)
+        if metrics_path else ProgressLogger("[minimal_grpo]", total_steps=steps)
+    )  # fmt: skip
+    history = await grpo_trainer(model, client, train_logger=logger).train(num_steps=steps)  # a stats dict per step
     first, last = (h["train/avg_total_reward"] for h in (history[0], history[-1]))
     print(before_after(f"train reward, step 1 -> step {steps}:", first, last, prefix="[minimal_grpo]"))
     return history[-1]
