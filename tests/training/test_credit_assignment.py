@@ -19,6 +19,12 @@ def rollout(rid: str, rewards: list[float], group=None, agent=None) -> Rollout:
     return Rollout(id=rid, steps=steps, meta=meta)
 
 
+def one_step_groups(groups: dict[str, list[float]]) -> list[Rollout]:
+    """One single-step rollout per reward, in its named group, with ids "a", "b", "c", ... in order."""
+    ids = iter("abcdefgh")
+    return [rollout(next(ids), [r], group) for group, rewards in groups.items() for r in rewards]
+
+
 def test_monte_carlo_return_discounts_reward_to_go():
     out = MonteCarloReturn(gamma=0.5).compute([rollout("a", [1.0, 0.0, 4.0])])
     assert out == {("a", 0): 2.0, ("a", 1): 2.0, ("a", 2): 4.0}
@@ -30,12 +36,7 @@ def test_monte_carlo_undiscounted_is_suffix_sum():
 
 
 def test_group_normalized_return_subtracts_group_mean():
-    rs = [
-        rollout("a", [1.0], "g1"),
-        rollout("b", [3.0], "g1"),
-        rollout("c", [0.0], "g2"),
-        rollout("d", [0.0], "g2"),
-    ]
+    rs = one_step_groups({"g1": [1.0, 3.0], "g2": [0.0, 0.0]})  # a, b in g1; c, d in g2
     out = GroupNormalizedReturn(group_size=2).compute(rs)
     assert out == {("a", 0): -1.0, ("b", 0): 1.0, ("c", 0): 0.0, ("d", 0): 0.0}
 
@@ -85,12 +86,7 @@ def test_groups_are_split_per_agent_in_multi_agent_rollouts():
 
 def test_hybrid_uses_group_mean_and_batch_std():
     # centred advantages: g1 -> -1, +1 ; g2 -> -3, +3 ; batch pstd = sqrt((1+1+9+9)/4) = sqrt(5)
-    rs = [
-        rollout("a", [1.0], "g1"),
-        rollout("b", [3.0], "g1"),
-        rollout("c", [0.0], "g2"),
-        rollout("d", [6.0], "g2"),
-    ]
+    rs = one_step_groups({"g1": [1.0, 3.0], "g2": [0.0, 6.0]})  # a, b in g1; c, d in g2
     out = HybridNormalizedReturn(group_size=2).compute(rs)
     s = 5**0.5 + 1e-8
     assert out[("a", 0)] == pytest.approx(-1 / s)
