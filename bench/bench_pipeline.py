@@ -2,12 +2,16 @@
 
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream   # items/s, 512 and 4096 tokens
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py stream --against REV  # ... and REV's code beside
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py stream --against REV --repeats 1 --n 256  # a quick try
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py idle     # idle fraction + s/step, in-process
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_pipeline.py multiproc  # the same, examples/pipeline_rl/run_local.py
     OMP_NUM_THREADS=2 .venv/bin/python bench/bench_pipeline.py learn    # held-out gain, 3 seeds
 
-Every part runs its variants side by side in one process, interleaved and repeated, and prints
-medians (the machine may be shared: compare the ratios). ``idle`` and ``multiproc`` first print torch's
+Every part runs its variants side by side, interleaved and repeated, and prints medians (the machine may be
+shared: compare the ratios). ``stream --against REV`` runs each side in a fresh interpreter (this file's
+``stream-rates`` part) with its own ``ludic`` first on PYTHONPATH: this checkout's ``src``, and REV's
+exported with ``git archive``, so any revision runs whatever its module layout (the pipeline's modules
+moved from ``training/batching/pipeline_*.py`` to ``training/pipeline/``). ``idle`` and ``multiproc`` first print torch's
 intra-op threads and the load average: on a busy machine two OpenMP threads per process make the tiny
 model's steps many times slower (each parallel region waits for a descheduled thread; measured on 2
 cores beside 6 busy processes: 5.3 s/step with 2 threads, 0.62 with 1, 0.13-0.18 on the quiet machine),
@@ -30,75 +34,106 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
+import json
+import os
 import re
 import shutil
 import statistics
 import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 import uuid
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from ludic.training.batching.saw_builder import prompt_completion_item
-from ludic.training.layout.micro_batching import collate_saw_items
-from ludic.training.pipeline import PipelineBatchSource, PipelineStream
-from ludic.training.pipeline import encode_item as encode_item_now
-from ludic.training.pipeline.redis_server import RedisServer
-
+ROOT = Path(__file__).resolve().parent.parent
 BATCH = 64  # entries per MULTI/EXEC push and per trainer read
 VOCAB = 256  # the items' token ids are below 250
+TOKENS = (512, 4096)  # tokens per item, one table row each
 
 
-def saw_item(tokens: int) -> Any:
+_LAYOUTS = (
+    # where the stream's parts live: since the folder move, and before it (ludic.training.batching.pipeline_*)
+    ("ludic.training.pipeline.codec", "ludic.training.pipeline.stream", "ludic.training.pipeline.batch_source",
+     "ludic.training.layout.micro_batching"),
+    ("ludic.training.batching.pipeline_codec", "ludic.training.batching.pipeline_stream",
+     "ludic.training.batching.pipeline_batch_source", "ludic.training.batching.micro_batching"),
+)  # fmt: skip
+
+
+def _parts() -> SimpleNamespace:
+    """The pipeline's parts from the ``ludic`` this interpreter imports, in whichever layout that revision has:
+    this file measures any revision's code when run under it (``--against``)."""
+    import importlib
+
+    from ludic.training.batching.saw_builder import prompt_completion_item
+
+    for names in _LAYOUTS:
+        try:
+            codec, stream, source, collate = (importlib.import_module(name) for name in names)
+        except ModuleNotFoundError:
+            continue
+        return SimpleNamespace(
+            encode_item=codec.encode_item, PipelineStream=stream.PipelineStream,
+            PipelineBatchSource=source.PipelineBatchSource, collate_saw_items=collate.collate_saw_items,
+            prompt_completion_item=prompt_completion_item,
+        )  # fmt: skip
+    raise ImportError(f"no pipeline modules in the ludic at {importlib.import_module('ludic').__file__}")
+
+
+def saw_item(tokens: int, parts: SimpleNamespace | None = None) -> Any:
     """A SAW item of ``tokens`` tokens: a quarter prompt, three quarters completion with log-probs."""
     n_prompt = tokens // 4
     completion = [(i * 7) % 250 for i in range(tokens - n_prompt)]
-    return prompt_completion_item(
+    return (parts or _parts()).prompt_completion_item(
         [(i * 13) % 250 for i in range(n_prompt)], completion, weight=0.5,
         actor_logps=[-0.1 * (i % 9) for i in range(len(completion))],
         meta={"policy_version": 0, "rollout_id": uuid.uuid4().hex, "reward": 1.0},
     )  # fmt: skip
 
 
-async def ludic_rates(
-    url: str, tokens: int, n: int, mods: Any = None, cpu: dict[str, float] | None = None
-) -> tuple[float, float, float, int]:
-    """(push, pop, pop + collate) in items/s, and the entry's bytes.
+def _batch_source(parts: SimpleNamespace, url: str, run_id: str) -> Any:
+    import inspect
+
+    kwargs: dict[str, Any] = {"redis_url": url, "run_id": run_id, "batch_size": BATCH, "version_fn": lambda: 0}
+    if "vocab_size" in inspect.signature(parts.PipelineBatchSource).parameters:  # since the checks of issue 25
+        kwargs["vocab_size"] = VOCAB
+    return parts.PipelineBatchSource(**kwargs)
+
+
+async def ludic_rates(url: str, tokens: int, n: int, cpu: dict[str, float] | None = None) -> tuple[float, float, float, int]:
+    """(push, pop, pop + collate) in items/s, and the entry's bytes, for the ``ludic`` this interpreter imports.
 
     push: ``encode_item`` + ``PipelineStream.push``; pop: ``PipelineBatchSource.next_batch`` (XREAD, msgpack,
     every check); pop + collate: the same entries read again, each batch then collated into padded tensors
-    (this checkout's ``collate_saw_items``: from the popped arrays, or from lists where an older
-    ``PackedSAWItem`` builds them). ``mods``: the (codec, stream, batch source) modules to use, by
-    default this checkout's. ``cpu``: filled with this process's CPU time per 64-entry batch of push and pop
-    (``push_cpu_us``, ``pop_cpu_us``), steadier than the rates on a loaded machine.
+    (``collate_saw_items``: from the popped arrays, or from lists where an older ``PackedSAWItem`` builds
+    them). ``cpu``: filled with this process's CPU time per 64-entry batch of push and pop (``push_cpu_us``,
+    ``pop_cpu_us``), steadier than the rates on a loaded machine.
     """
-    if mods is None:
-        encode, stream_cls, source_cls = encode_item_now, PipelineStream, PipelineBatchSource
-    else:
-        codec, stream_mod, source_mod = mods
-        encode, stream_cls, source_cls = (
-            codec.encode_item,
-            stream_mod.PipelineStream,
-            source_mod.PipelineBatchSource,
-        )
+    parts = _parts()
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
-    item = saw_item(tokens)
-    stream = stream_cls(url, run_id)
-    size = sum(len(v) for v in encode_item_now(item, run_id=run_id, item_id="x" * 32).values())
+    item = saw_item(tokens, parts)
+    stream = parts.PipelineStream(url, run_id)
+    size = sum(len(v) for v in parts.encode_item(item, run_id=run_id, item_id="x" * 32).values())
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n // BATCH):  # encoding is part of the cost, as in an actor
-        await stream.push([encode(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
+        await stream.push([parts.encode_item(item, run_id=run_id, item_id=uuid.uuid4().hex) for _ in range(BATCH)])
     push = (n // BATCH) * BATCH / (time.perf_counter() - t0)
     push_cpu_us = 1e6 * (time.process_time() - c0) / (n // BATCH)
     rates = []
     for collate in (False, True):
-        source = source_cls(redis_url=url, run_id=run_id, batch_size=BATCH, vocab_size=VOCAB, version_fn=lambda: 0)
+        source = _batch_source(parts, url, run_id)
         # connected before timing, as redis-benchmark is
         await source.stream.read("$", count=1, block_ms=None)
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n // BATCH):
             batch = await source.next_batch()
             if collate:
-                collate_saw_items(batch.items, pad_token_id=0, device="cpu")
+                parts.collate_saw_items(batch.items, pad_token_id=0, device="cpu")
         rates.append((n // BATCH) * BATCH / (time.perf_counter() - t0))
         if cpu is not None and not collate:
             cpu.update(push_cpu_us=push_cpu_us, pop_cpu_us=1e6 * (time.process_time() - c0) / (n // BATCH))
@@ -109,7 +144,7 @@ async def ludic_rates(
     return push, rates[0], rates[1], size
 
 
-def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float, float, float] | None:
+def redis_benchmark_rates(server: Any, size: int, n: int) -> tuple[float, float, float] | None:
     """redis-benchmark's XADD (payload of ``size`` bytes, pipelined 64 deep), XRANGE COUNT 64 (the first 64
     entries) and XRANGE COUNT 64 from random positions, in entries/s."""
     exe = shutil.which("redis-benchmark")
@@ -129,7 +164,7 @@ def redis_benchmark_rates(server: RedisServer, size: int, n: int) -> tuple[float
     return _rps(xadd), _rps(xrange) * BATCH, _rps(xrange_rand) * BATCH
 
 
-def _fill_numbered(server: RedisServer, key: str, size: int, n: int) -> None:
+def _fill_numbered(server: Any, key: str, size: int, n: int) -> None:
     import redis
 
     client = redis.Redis.from_url(server.url)
@@ -150,9 +185,11 @@ def _rps(out: str) -> float:
     return float(found[-1])
 
 
-def bench_stream(repeats: int) -> None:
+def bench_stream(repeats: int, n: int) -> None:
+    from ludic.training.pipeline.redis_server import RedisServer
+
     with RedisServer() as server:
-        for tokens, n in ((512, 4096), (4096, 4096)):
+        for tokens in TOKENS:
             rows: dict[str, list[float]] = {
                 k: [] for k in ("push", "pop", "pop_collate", "xadd", "xrange", "xrange_rand")
             }
@@ -176,47 +213,53 @@ def bench_stream(repeats: int) -> None:
                   f"{ratio['pop_collate', 'xrange']:.2f}x", flush=True)  # fmt: skip
 
 
-def modules_at(rev: str) -> Any:
-    """The pipeline codec, stream and batch source (and the popped item's class) as they were at git revision
-    ``rev``, importable beside this checkout's (written to a temporary package ``pipeline_at_rev``)."""
-    import importlib
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    pkg = Path(tempfile.mkdtemp(prefix="ludic-bench-rev-")) / "pipeline_at_rev"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    names = ("pipeline_codec", "pipeline_stream", "pipeline_batch_source")
-    texts = {}
-    # the rest where the revision has them (resp_connection: its own RESP client), else this checkout's
-    for name in (*names, "pipeline_item", "pipeline_checks", "resp_connection"):
-        shown = subprocess.run(["git", "-C", str(root), "show", f"{rev}:src/ludic/training/batching/{name}.py"],
-                               capture_output=True, text=True, check=name in names)  # fmt: skip
-        if shown.returncode == 0:
-            texts[name] = shown.stdout
-    for name, text in texts.items():
-        for other in texts:
-            text = text.replace(f"ludic.training.batching.{other}", f"pipeline_at_rev.{other}")
-        (pkg / f"{name}.py").write_text(text)
-    sys.path.insert(0, str(pkg.parent))
-    return tuple(importlib.import_module(f"pipeline_at_rev.{name}") for name in names)
+def export_revision(rev: str, into: Path) -> Path:
+    """``src/`` of git revision ``rev`` (``git archive``) under ``into``: the ``ludic`` to put on PYTHONPATH."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "src"],
+                             capture_output=True, check=True).stdout  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
 
 
-def bench_stream_against(rev: str, repeats: int) -> None:
-    """This checkout's stream vs revision ``rev``'s, interleaved on one server, with redis-benchmark beside."""
-    old = modules_at(rev)
-    with RedisServer() as server:
-        for tokens, n in ((512, 4096), (4096, 4096)):
+def rates_in_subprocess(src: Path, url: str, tokens: int, n: int) -> dict[str, float]:
+    """``ludic_rates`` (and the CPU per batch) measured by this file run in a fresh interpreter whose ``ludic`` is
+    the one under ``src``: any revision's code, in a process of its own like every other."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    cmd = [sys.executable, __file__, "stream-rates", "--url", url, "--tokens", str(tokens), "--n", str(n)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=src.parent)
+    if done.returncode != 0:
+        raise RuntimeError(f"the stream bench under {src} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stream_rates(url: str, tokens: int, n: int) -> None:
+    """Print ``ludic_rates`` as one JSON line (the ``stream-rates`` part, run by ``rates_in_subprocess``)."""
+    import ludic
+
+    cpu: dict[str, float] = {}
+    push, pop, pop_collate, size = asyncio.run(ludic_rates(url, tokens, n, cpu))
+    print(json.dumps({"push": push, "pop": pop, "pop_collate": pop_collate, "size": size, **cpu,
+                      "ludic": ludic.__file__}))  # fmt: skip
+
+
+def bench_stream_against(rev: str, repeats: int, n: int) -> None:
+    """This checkout's stream vs revision ``rev``'s, each in a subprocess of its own with its ``ludic`` on
+    PYTHONPATH (this checkout's ``src``, ``rev``'s exported by ``git archive``: any revision, whatever its
+    module layout), interleaved on one server, with redis-benchmark beside."""
+    from ludic.training.pipeline.redis_server import RedisServer
+
+    label = rev[:8]
+    with tempfile.TemporaryDirectory(prefix="ludic-bench-rev-") as tmp, RedisServer() as server:
+        sources = {"now": ROOT / "src", label: export_revision(rev, Path(tmp))}
+        for tokens in TOKENS:
             rows: dict[str, list[float]] = {}
             for _ in range(repeats):
-                for label, mods in (("now", None), (rev[:8], old)):
-                    cpu: dict[str, float] = {}
-                    push, pop, pop_collate, size = asyncio.run(ludic_rates(server.url, tokens, n, mods, cpu))
-                    for key, value in (("push", push), ("pop", pop), ("pop_collate", pop_collate), *cpu.items()):
-                        rows.setdefault(f"{label} {key}", []).append(value)
-                ref = redis_benchmark_rates(server, size, n)
+                for name, src in sources.items():
+                    got = rates_in_subprocess(src, server.url, tokens, n)
+                    for key in ("push", "pop", "pop_collate", "push_cpu_us", "pop_cpu_us"):
+                        rows.setdefault(f"{name} {key}", []).append(got[key])
+                ref = redis_benchmark_rates(server, int(got["size"]), n)
                 if ref is not None:
                     rows.setdefault("redis-benchmark xadd", []).append(ref[0])
                     rows.setdefault("redis-benchmark xrange", []).append(ref[1])
@@ -225,12 +268,12 @@ def bench_stream_against(rev: str, repeats: int) -> None:
                 f"{tokens:>5} tokens, medians of {repeats}: "
                 + ", ".join(f"{k} {v:,.0f}{' us/batch' if k.endswith('_us') else '/s'}" for k, v in med.items())
             )
-            print(f"       CPU per batch, now / {rev[:8]} (median of the rounds' ratios): " + ", ".join(
-                f"{key} {statistics.median(a / b for a, b in zip(rows[f'now {key}'], rows[f'{rev[:8]} {key}'], strict=True)):.2f}x"
+            print(f"       CPU per batch, now / {label} (median of the rounds' ratios): " + ", ".join(
+                f"{key} {statistics.median(a / b for a, b in zip(rows[f'now {key}'], rows[f'{label} {key}'], strict=True)):.2f}x"
                 for key in ("push_cpu_us", "pop_cpu_us")
             ), flush=True)  # fmt: skip
-            print("       now / " + rev[:8] + ": " + ", ".join(
-                f"{key} {med[f'now {key}'] / med[f'{rev[:8]} {key}']:.2f}x" for key in ("push", "pop", "pop_collate")
+            print("       now / " + label + ": " + ", ".join(
+                f"{key} {med[f'now {key}'] / med[f'{label} {key}']:.2f}x" for key in ("push", "pop", "pop_collate")
             ), flush=True)  # fmt: skip
 
 
@@ -376,22 +419,27 @@ def bench_learn(seeds: list[int]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("part", choices=["stream", "idle", "multiproc", "learn"])
+    p.add_argument("part", choices=["stream", "idle", "multiproc", "learn", "stream-rates"])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=40, help="idle: training steps per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--actors", type=int, default=2, help="multiproc: actor processes")
     p.add_argument(
-        "--against", default=None, help="stream: also run the pipeline modules of this git revision"
+        "--against", default=None, help="stream: also run the pipeline of this git revision (any: git archive)"
     )
+    p.add_argument("--n", type=int, default=4096, help="stream: entries pushed and popped per measurement")
+    p.add_argument("--tokens", type=int, default=512, help="stream-rates: tokens per item")
+    p.add_argument("--url", default=None, help="stream-rates: the Redis to use (run by stream --against)")
     p.add_argument(
         "--modes", nargs="+", choices=MODES, default=list(MODES[:3]), help="idle: the modes to run"
     )
     args = p.parse_args()
-    if args.part == "stream" and args.against:
-        bench_stream_against(args.against, args.repeats)
+    if args.part == "stream-rates":
+        stream_rates(args.url, args.tokens, args.n)
+    elif args.part == "stream" and args.against:
+        bench_stream_against(args.against, args.repeats, args.n)
     elif args.part == "stream":
-        bench_stream(args.repeats)
+        bench_stream(args.repeats, args.n)
     elif args.part == "idle":
         bench_idle(args.steps, args.repeats, args.modes)
     elif args.part == "multiproc":
