@@ -27,16 +27,20 @@ def _call(name, args):
     return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
 
 
-def _tool_agent(replies, cls=ToolAgent, **kw):
-    client = ScriptedChatClient(replies)
-    agent = cls(
-        client=client,
+def _agent(cls=ToolAgent, *, client=None, tools=None, **kw):
+    return cls(
+        client=client or ScriptedChatClient([]),
         model="m",
         ctx=FullDialog(system_prompt="Be exact."),
         parser=xml_tag_parser("answer"),
-        tools=[add, boom, lookup],
+        tools=[add, boom, lookup] if tools is None else tools,
         **kw,
     )
+
+
+def _tool_agent(replies, cls=ToolAgent, **kw):
+    client = ScriptedChatClient(replies)
+    agent = _agent(cls, client=client, **kw)
     agent.on_env_reset("What is 2+3?", {})
     return agent, client
 
@@ -139,22 +143,9 @@ async def test_react_agent_stops_as_soon_as_a_reply_has_no_tool_call():
 
 def test_bad_tool_config_is_rejected():
     with pytest.raises(TypeError, match="tool 'x' is not callable"):
-        ToolAgent(
-            client=ScriptedChatClient([]),
-            model="m",
-            ctx=FullDialog(),
-            parser=xml_tag_parser("a"),
-            tools={"x": 3},
-        )
+        _agent(tools={"x": 3})
     with pytest.raises(ValueError, match="max_react_steps must be an int >= 1"):
-        ReActAgent(
-            client=ScriptedChatClient([]),
-            model="m",
-            ctx=FullDialog(),
-            parser=xml_tag_parser("a"),
-            tools=[add],
-            max_react_steps=0,
-        )
+        _agent(ReActAgent, max_react_steps=0)
 
 
 async def test_several_calls_in_one_reply_run_in_order_with_their_ids():
