@@ -17,32 +17,15 @@ from safetensors.torch import load_file
 from ludic.cli import main
 from ludic.cli.run_config import train_from_config
 from ludic.config import load_config
-from ludic.testing.run_config import tiny_run_toml
+
+from .run_configs import write_run_config
 
 pytestmark = pytest.mark.integration
 
 
 def _config(folder: Path, model: Path, *, steps: int, every: int = 5) -> Path:
-    text = tiny_run_toml(model, steps=steps, tables=f"""
-[eval]
-num_episodes = 1
-sampling = {{ temperature = 0.0, max_tokens = 4 }}
-[trainer]
-lr = 3e-3
-max_seq_len = 128
-micro_token_budget = 1024
-[checkpoint]
-every_n_steps = {every}
-max_to_keep = 2
-[logging]
-output_dir = "{folder / "out"}"
-rich = false
-plot = false
-""")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "run.toml"
-    path.write_text(text)
-    return path
+    checkpoint = f"[checkpoint]\nevery_n_steps = {every}\nmax_to_keep = 2\n"
+    return write_run_config(folder, model, steps=steps, eval_episodes=1, lr=3e-3, tables=checkpoint)
 
 
 def _final_weights(folder: Path) -> dict:

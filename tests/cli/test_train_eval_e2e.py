@@ -8,28 +8,14 @@ from pathlib import Path
 import pytest
 
 from ludic.cli import main
-from ludic.testing.run_config import tiny_run_toml
+
+from .run_configs import write_run_config
 
 pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path: Path, model: Path) -> Path:
-    text = tiny_run_toml(model, steps=2, tables=f"""
-[eval]
-num_episodes = 4
-every_n_steps = 1
-sampling = {{ temperature = 0.0, max_tokens = 4 }}
-[trainer]
-lr = 1e-4
-max_seq_len = 128
-micro_token_budget = 1024
-[logging]
-output_dir = "{tmp_path / "out"}"
-rich = false
-""")
-    path = tmp_path / "run.toml"
-    path.write_text(text)
-    return path
+    return write_run_config(tmp_path, model, steps=2, eval_episodes=4, eval_extra="every_n_steps = 1", plot=True)
 
 
 def test_train_writes_metrics_plot_and_eval(tmp_path: Path, model_dir: Path) -> None:

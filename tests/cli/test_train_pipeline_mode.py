@@ -8,35 +8,22 @@ from pathlib import Path
 import pytest
 
 from ludic.cli import main
-from ludic.testing.run_config import tiny_run_toml
+
+from .run_configs import write_run_config
 
 pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path: Path, model: Path, steps: int) -> Path:
-    text = tiny_run_toml(model, steps=steps, tables=f"""
+    return write_run_config(tmp_path, model, steps=steps, eval_episodes=2, tables=f"""
 [pipeline]
 enabled = true
 actors = 2
 max_staleness = 1
-[eval]
-num_episodes = 2
-sampling = {{ temperature = 0.0, max_tokens = 4 }}
-[trainer]
-lr = 1e-4
-max_seq_len = 128
-micro_token_budget = 1024
 [checkpoint]
 output_dir = "{tmp_path / "out" / "checkpoints"}"
 every_n_steps = 2
-[logging]
-output_dir = "{tmp_path / "out"}"
-rich = false
-plot = false
 """)
-    path = tmp_path / "run.toml"
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.slow
