@@ -94,6 +94,7 @@ def test_a_nan_update_over_shm_is_refused_and_the_old_weights_keep_serving(serve
     nan = dict(state) | {"model.norm.weight": torch.full_like(state["model.norm.weight"], float("nan"))}
     with pytest.raises(PublishError, match="NaN"):
         publisher.publish(nan, version=62)
+    assert not client.is_paused_sync()  # the refusing /finish_weight_update resumed the server (and serves below)
     served, served_version = greedy_logps(client)
     assert served_version == 61 and served == pytest.approx(model_logps(model, client), abs=1e-4)
     publisher.close()

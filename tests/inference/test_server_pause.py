@@ -64,6 +64,21 @@ def test_pause_routes_need_the_token_and_refuse_bad_options(server):
     assert client.is_paused_sync() is False
 
 
+def test_a_start_that_pauses_is_undone_when_the_start_is_refused(server):
+    """Ludic's ``/start_weight_update {"pause": mode}``: a bad mode is a 400, and a start refused after the
+    pause (another publisher's update in progress: 409) leaves the server running, not paused."""
+    client = VLLMChatClient(base_url=server, api_key=KEY, enable_weight_updates=True)
+    client.post_json_sync("/init_weight_transfer_engine", {"init_info": {"backend": "shm"}})
+    other = client.post_json_sync("/start_weight_update", {})["update_id"]
+    try:
+        bad = httpx.post(server + "/start_weight_update", json={"pause": "freeze"}, headers=AUTH)
+        assert bad.status_code == 400 and "unknown pause mode 'freeze'" in bad.text
+        busy = httpx.post(server + "/start_weight_update", json={"pause": "keep"}, headers=AUTH)
+        assert busy.status_code == 409 and client.is_paused_sync() is False
+    finally:
+        client.post_json_sync("/ludic/abort_weight_update", {"update_id": other})
+
+
 def test_a_paused_server_holds_new_requests_and_serves_them_on_resume(server):
     async def go() -> None:
         client = VLLMChatClient(base_url=server, api_key=KEY)
@@ -122,20 +137,22 @@ def test_pause_wait_returns_once_in_flight_requests_have_finished(server):
     asyncio.run(go())
 
 
-def test_a_publish_freezes_requests_in_flight_and_they_continue_on_the_new_weights(server, dirs):
+@pytest.mark.parametrize("backend", ["gloo", "shm"])  # shm: the pause and resume ride on start and finish
+def test_a_publish_freezes_requests_in_flight_and_they_continue_on_the_new_weights(server, dirs, backend):
     """BroadcastPolicyPublisher pauses with mode=keep around the update (vLLM's async-RL recipe)."""
     old = AutoModelForCausalLM.from_pretrained(dirs[0])
     new = AutoModelForCausalLM.from_pretrained(dirs[1])
     client = VLLMChatClient(base_url=server, api_key=KEY, enable_weight_updates=True)
-    publisher = BroadcastPolicyPublisher(client, timeout_s=30)
+    publisher = BroadcastPolicyPublisher(client, timeout_s=30, backend=backend)
     assert publisher.pause_mode == "keep"
-    publisher.publish(old.state_dict(), version=8)  # sets up the group first, so the next pause comes fast
+    first = {"gloo": 8, "shm": 10}[backend]  # one server for both: versions never go backwards
+    publisher.publish(old.state_dict(), version=first)  # sets up the group first, so the next pause comes fast
 
     async def go() -> list[dict[str, Any]]:
         async with httpx.AsyncClient() as http:
             task = asyncio.create_task(complete(http, server, 1000))
             await until(client, "running", 1)
-            await asyncio.to_thread(publisher.publish, new.state_dict(), 9)
+            await asyncio.to_thread(publisher.publish, new.state_dict(), first + 1)
             return [await task]
 
     choices = asyncio.run(go())
@@ -144,7 +161,7 @@ def test_a_publish_freezes_requests_in_flight_and_they_continue_on_the_new_weigh
     for c in choices:  # nothing lost: the frozen requests ran to their end, on two versions
         spans = c["weight_versions"]
         assert c["finish_reason"] in ("length", "stop")
-        assert [s["version"] for s in spans] == ["8", "9"]
+        assert [s["version"] for s in spans] == [str(first), str(first + 1)]
         k, n = spans[0]["end"], len(c["token_ids"])
         assert 0 < k == spans[1]["start"] < n == spans[1]["end"]
         with torch.no_grad():  # the old weights' greedy log-probs (T=1) over the whole completion

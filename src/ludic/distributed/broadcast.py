@@ -10,7 +10,8 @@ The broadcasts and the ``/update_weights`` call run on worker threads while the 
 packed into the other of two reused buffers (``overlap``). A dead server or a lost broadcast makes ``publish`` raise
 ``PublishError`` within the timeouts instead of hanging; the server then keeps its old weights.
 Around the update the server is paused (``POST /pause?mode=keep`` ... ``POST /resume``, vLLM's
-async-RL recipe): requests in flight freeze and continue with the new weights afterwards.
+async-RL recipe): requests in flight freeze and continue with the new weights afterwards. Ludic's server
+takes both inside the update's own calls (``pause`` on start with shm, ``resume`` on finish): two round trips less.
 
 ``backend="shm"`` (Ludic's server on the same host only): no collective; for each call the server
 reserves one of its shared-memory receive buffers (``POST /ludic/reserve_weight_buffer``) and every
@@ -30,19 +31,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from time import perf_counter
 from typing import Any
-from urllib.parse import urlsplit
 
 import torch
 from torch import Tensor
 
-from ludic.distributed._server_meta import check_against_server, server_weight_info
+from ludic.distributed._server_meta import check_against_server
+from ludic.distributed._transfer_join import join_group, join_shared_memory
 from ludic.distributed.lora_payload import check_lora_mode
 from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.distributed.weight_buckets import WeightSource, buckets, named_tensors
 from ludic.inference.vllm.client import VLLMChatClient
 from ludic.inference.weight_sync.packing import TensorMeta, pack, packed_size, update_info
 from ludic.inference.weight_sync.pause import check_mode
-from ludic.inference.weight_sync.process_group import broadcast_all, check_channels, create_group, free_port
+from ludic.inference.weight_sync.process_group import broadcast_all, check_channels, free_port
 from ludic.inference.weight_sync.shared_memory import SHARED_MEMORY_BACKEND
 
 
@@ -109,6 +110,7 @@ class BroadcastPolicyPublisher:
         self.channels = check_channels(channels, "nccl" if self.backend == SHARED_MEMORY_BACKEND else self.backend)
         self._group: Any = None
         self._update_id: str | None = None
+        self._resumed = False  # this publish's /finish_weight_update resumed the server (Ludic's)
         self._expected: dict[str, tuple[str, tuple[int, ...]]] | None = None
         self._checked = self._expected
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ludic-broadcast")
@@ -121,29 +123,36 @@ class BroadcastPolicyPublisher:
     def publish(self, state_dict: WeightSource, version: int | None = None) -> None:
         self._ensure_group()
         self._times = dict.fromkeys(("publish_pack_s", "publish_wait_s", "publish_control_s"), 0.0)
-        if self.pause_mode is None:
-            return self._update(state_dict, version)
-        try:
-            self._control(VLLMChatClient.pause_path(self.pause_mode, True))
-        except Exception as exc:
-            self._reset()  # the server may come back as a new process: join it afresh next time
-            raise PublishError(f"could not pause the server before the update (nothing was sent): {exc}") from exc
+        self._resumed = False
+        if self.pause_mode is not None and self.backend != SHARED_MEMORY_BACKEND:  # shm: in /start_weight_update
+            try:
+                self._control(VLLMChatClient.pause_path(self.pause_mode, True))
+            except Exception as exc:
+                self._reset()  # the server may come back as a new process: join it afresh next time
+                raise PublishError(f"could not pause the server before the update (nothing was sent): {exc}") from exc
         try:
             self._update(state_dict, version)
         finally:  # resumed whether or not the update applied: a stuck pause would stall every rollout
-            try:
-                t0 = perf_counter()
-                self.client.post_json_sync("/resume", {}, timeout_s=self.timeout_s, retry=True)
-                self._times["publish_control_s"] += perf_counter() - t0
-                self.last_stats.update(self._times)
-            except Exception as exc:
-                raise PublishError(f"the server did not resume after the update and may stay paused: {exc}") from exc
+            if self.pause_mode is not None and not self._resumed:  # (Ludic's server resumes on finish itself)
+                self._resume()
+
+    def _resume(self) -> None:
+        try:
+            t0 = perf_counter()
+            self.client.post_json_sync("/resume", {}, timeout_s=self.timeout_s, retry=True)
+            self._times["publish_control_s"] += perf_counter() - t0
+            self.last_stats.update(self._times)
+        except Exception as exc:
+            raise PublishError(f"the server did not resume after the update and may stay paused: {exc}") from exc
 
     def _update(self, state_dict: WeightSource, version: int | None) -> None:
         count = nbytes = 0
         try:
             adapter = getattr(state_dict, "config", None)  # an AdapterPayload: Ludic's server serves it on the base
-            started = self._control("/start_weight_update", None if adapter is None else {"adapter": adapter.to_json()})
+            body = {} if adapter is None else {"adapter": adapter.to_json()}
+            if self.pause_mode is not None and self.backend == SHARED_MEMORY_BACKEND:  # Ludic's: one call less
+                body["pause"] = self.pause_mode
+            started = self._control("/start_weight_update", body)
             self._checked = None if adapter is not None else self._expected  # adapter names: the server checks
             self._update_id = started.get("update_id")  # Ludic's server: every call of this update names it
             in_flight: list[Future] | None = None
@@ -172,7 +181,10 @@ class BroadcastPolicyPublisher:
             raise PublishError(f"weight publish failed, the server keeps its old weights: {exc}") from exc
         try:  # every byte arrived: the server validates and applies all of it, or none
             body = {"weight_version": None if version is None else str(version)}
+            if self.pause_mode is not None and self._update_id is not None:  # Ludic's server resumes after it
+                body["resume"] = True
             reply = self._control("/finish_weight_update", self._owned(body))
+            self._resumed = reply.get("resumed") is True
         except Exception as exc:
             raise PublishError(f"the server did not apply the update (old weights keep serving): {exc}") from exc
         server = {f"server_{k}": float(v) for k, v in (reply.get("timings") or {}).items()}
@@ -207,30 +219,18 @@ class BroadcastPolicyPublisher:
     def _ensure_group(self) -> None:
         if self._group is not None:
             return
-        if self.backend == SHARED_MEMORY_BACKEND:
-            try:
-                self._post("/init_weight_transfer_engine", {"init_info": {"backend": SHARED_MEMORY_BACKEND}})
-                port = urlsplit(self.client.base_url).port or 80  # the pid a reservation names must listen there
-                self._group, self._expected = PeerBuffers(port), server_weight_info(self.client, self.timeout_s)
-            except Exception as exc:
-                self._reset()
-                raise PublishError(f"could not set up the shared-memory weight transfer: {exc}") from exc
-            return
-        port = self.master_port or free_port(self.master_address)
+        shm = self.backend == SHARED_MEMORY_BACKEND
+        port = 0 if shm else self.master_port or free_port(self.master_address)
         try:
-            servers = int(self.client.get_json_sync("/get_world_size", timeout_s=self.timeout_s)["world_size"])
-            world = 1 + servers
-            joining = self._pool.submit(create_group, self.master_address, port, 0, world, backend=self.backend,
-                                        timeout_s=self.timeout_s, channels=self.channels)  # fmt: skip
-            init = {"master_address": self.master_address, "master_port": port, "rank_offset": 1, "world_size": world}
-            if self.channels > 1:  # Ludic's own field: vLLM's documented init_info stays as it is otherwise
-                init["channels"] = self.channels
-            self._post("/init_weight_transfer_engine", {"init_info": init})
-            self._group = joining.result(timeout=self.timeout_s)
-            self._expected = server_weight_info(self.client, self.timeout_s)
+            if shm:
+                self._group, self._expected = join_shared_memory(self.client, self.timeout_s)
+            else:
+                self._group, self._expected = join_group(self.client, self._pool, self.master_address, port,
+                                                         self.backend, self.timeout_s, self.channels)  # fmt: skip
         except Exception as exc:
             self._reset()
-            raise PublishError(f"could not set up the weight-transfer group (port {port}): {exc}") from exc
+            where = "shared-memory weight transfer" if shm else f"weight-transfer group (port {port})"
+            raise PublishError(f"could not set up the {where}: {exc}") from exc
 
     # ---- data plane -----------------------------------------------------------------------------
     def _split(self, bucket: list[tuple[str, Tensor]]) -> Iterator[tuple[list[tuple[str, Tensor]], bool]]:

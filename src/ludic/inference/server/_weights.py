@@ -12,7 +12,9 @@ generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` tak
 
 ``/start_weight_update`` answers an ``update_id``; the other calls of that update may send it (the
 shared-memory ones must), and ``POST /ludic/abort_weight_update {"update_id"}`` discards it. While one
-publisher's update is in progress, another's ``start`` or ``init`` is refused with 409.
+publisher's update is in progress, another's ``start`` or ``init`` is refused with 409. Ludic's own
+fields save two round trips: ``/start_weight_update {"pause": mode}`` pauses first and
+``/finish_weight_update {"resume": true}`` resumes after (a refused update too).
 """
 
 from __future__ import annotations
@@ -74,10 +76,21 @@ async def reserve_weight_buffer(request: web.Request) -> web.Response:
 
 
 async def start_weight_update(request: web.Request) -> web.Response:
-    """vLLM's route; Ludic's optional ``{"adapter": config}`` makes the update a LoRA adapter's."""
-    adapter = (await _json_body(request)).get("adapter") if request.can_read_body else None
-    update_id = await _in_thread(request.app[RECEIVER_KEY].start, adapter)
-    return web.json_response({"status": "ok", "update_id": update_id})
+    """vLLM's route; Ludic's optional ``{"adapter": config}`` makes the update a LoRA adapter's, and
+    ``{"pause": mode}`` pauses first (``/pause?mode=``; one round trip less; resumed if the start fails)."""
+    body = await _json_body(request) if request.can_read_body else {}
+    pause_mode = body.get("pause")
+    if pause_mode is not None:
+        if pause_mode not in PAUSE_MODES:
+            raise BadRequest(f"unknown pause mode {pause_mode!r}: pause must be one of {list(PAUSE_MODES)}")
+        await request.app[ENGINE_KEY].pause(pause_mode)
+    try:
+        update_id = await _in_thread(request.app[RECEIVER_KEY].start, body.get("adapter"))
+    except BaseException:
+        if pause_mode is not None:
+            request.app[ENGINE_KEY].resume()
+        raise
+    return web.json_response({"status": "ok", "update_id": update_id, "paused": pause_mode})
 
 
 async def abort_weight_update(request: web.Request) -> web.Response:
@@ -93,11 +106,17 @@ async def update_weights(request: web.Request) -> web.Response:
 
 
 async def finish_weight_update(request: web.Request) -> web.Response:
+    """vLLM's route; Ludic's optional ``{"resume": true}`` resumes after it, applied or refused (``/resume``)."""
     body = await _json_body(request)
-    receiver = request.app[RECEIVER_KEY]
-    status = await _in_thread(receiver.finish, body.get("weight_version"), body.get("update_id"))
-    engine = request.app[ENGINE_KEY]  # timings: this update's stages on the server, in seconds
-    return web.json_response({"status": status, "policy_version": engine.policy_version, "timings": receiver.timings})
+    receiver, engine = request.app[RECEIVER_KEY], request.app[ENGINE_KEY]
+    resume = body.get("resume") is True
+    try:
+        status = await _in_thread(receiver.finish, body.get("weight_version"), body.get("update_id"))
+    finally:
+        if resume:
+            engine.resume()
+    return web.json_response({"status": status, "policy_version": engine.policy_version, "resumed": resume,
+                              "timings": receiver.timings})  # timings: this update's stages here, in seconds
 
 
 async def get_world_size(request: web.Request) -> web.Response:

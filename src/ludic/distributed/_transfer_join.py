@@ -1,0 +1,36 @@
+"""Joining a server's weight transfer, once per publisher: a process group with the trainer as rank 0, or
+Ludic's same-host shared memory. Returns the data plane and the server's ``/weight_info`` to check against."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit
+
+from ludic.distributed._server_meta import server_weight_info
+from ludic.distributed.shared_buffers import PeerBuffers
+from ludic.inference.weight_sync.process_group import create_group
+from ludic.inference.weight_sync.shared_memory import SHARED_MEMORY_BACKEND
+
+
+def join_shared_memory(client: Any, timeout_s: float) -> tuple[PeerBuffers, Any]:
+    """Switch Ludic's server to shared memory; the pid a buffer reservation names must listen on its port."""
+    client.post_json_sync("/init_weight_transfer_engine", {"init_info": {"backend": SHARED_MEMORY_BACKEND}},
+                          timeout_s=timeout_s)  # fmt: skip
+    port = urlsplit(client.base_url).port or 80
+    return PeerBuffers(port), server_weight_info(client, timeout_s)
+
+
+def join_group(
+    client: Any, pool: ThreadPoolExecutor, address: str, port: int, backend: str, timeout_s: float, channels: int
+) -> tuple[Any, Any]:
+    """Host the rendezvous at ``address:port`` as rank 0 (on ``pool``) while the server joins it
+    (``/init_weight_transfer_engine``, vLLM's ``init_info``)."""
+    world = 1 + int(client.get_json_sync("/get_world_size", timeout_s=timeout_s)["world_size"])
+    joining = pool.submit(create_group, address, port, 0, world, backend=backend, timeout_s=timeout_s,
+                          channels=channels)  # fmt: skip
+    init = {"master_address": address, "master_port": port, "rank_offset": 1, "world_size": world}
+    if channels > 1:  # Ludic's own field: vLLM's documented init_info stays as it is otherwise
+        init["channels"] = channels
+    client.post_json_sync("/init_weight_transfer_engine", {"init_info": init}, timeout_s=timeout_s)
+    return joining.result(timeout=timeout_s), server_weight_info(client, timeout_s)
