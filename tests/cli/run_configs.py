@@ -34,3 +34,34 @@ plot = {str(plot).lower()}
     path = folder / "run.toml"
     path.write_text(text)
     return path
+
+
+def write_qa_run_config(
+    path: Path, model: Path, *, train: Path, test: Path, steps: int, max_tokens: int, env_kwargs: str = "",
+    plot: bool = True, tables: str = "",
+) -> Path:  # fmt: skip
+    """``path``: a ``dataset_qa`` run on the rows of ``train`` (held out: ``test``), 2 prompts x 2 per step,
+    ``max_tokens`` a reply, 2 greedy held-out episodes, logging to ``path``'s folder/out without Rich (a plot
+    unless not ``plot``).
+
+    ``env_kwargs``: more ``[env] kwargs`` (``, question_key = "q"``); ``tables``: more tables, verbatim.
+    """
+    path.write_text(f"""steps = {steps}
+[model]
+path = "{model}"
+[env]
+name = "dataset_qa"
+kwargs = {{ path = "{train}", held_out_path = "{test}"{env_kwargs} }}
+[rollout]
+prompts_per_step = 2
+group_size = 2
+sampling = {{ temperature = 1.0, max_tokens = {max_tokens} }}
+[eval]
+num_episodes = 2
+sampling = {{ temperature = 0.0, max_tokens = {max_tokens} }}
+[logging]
+output_dir = "{path.parent / "out"}"
+rich = false
+plot = {str(plot).lower()}
+{tables}""")
+    return path

@@ -11,6 +11,8 @@ import pytest
 
 from ludic.cli import main
 
+from .run_configs import write_qa_run_config
+
 pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ecosystem" / "reasoning_gym.toml"
 
@@ -65,26 +67,10 @@ def test_jsonl_dataset_kind_evaluates_on_the_held_out_file(tmp_path: Path, tiny_
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     train.write_text("".join(json.dumps({"q": f"say {c}", "a": c}) + "\n" for c in "abcd"))
     test.write_text(json.dumps({"q": "say z", "a": "z"}) + "\n")
-    config = tmp_path / "qa.toml"
-    config.write_text(f"""steps = 1
-[model]
-path = "{tiny_model}"
-[env]
-name = "dataset_qa"
-kwargs = {{ path = "{train}", held_out_path = "{test}", question_key = "q", answer_key = "a" }}
-[rollout]
-prompts_per_step = 2
-group_size = 2
-sampling = {{ temperature = 1.0, max_tokens = 2 }}
-[eval]
-num_episodes = 2
-sampling = {{ temperature = 0.0, max_tokens = 2 }}
-[trainer]
-max_seq_len = 128
-[logging]
-output_dir = "{tmp_path / "out"}"
-rich = false
-""")
+    config = write_qa_run_config(
+        tmp_path / "qa.toml", tiny_model, train=train, test=test, steps=1, max_tokens=2,
+        env_kwargs=', question_key = "q", answer_key = "a"', tables="[trainer]\nmax_seq_len = 128\n",
+    )  # fmt: skip
     assert main(["train", str(config)]) == 0
     for step in (0, 1):
         assert {r["steps"][0]["prev_obs"] for r in _eval_records(tmp_path / "out", step)} == {"say z"}

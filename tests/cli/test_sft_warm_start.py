@@ -12,6 +12,8 @@ import pytest
 from ludic.cli import main
 from ludic.config import parse_config
 
+from .run_configs import write_qa_run_config
+
 pytestmark = pytest.mark.integration
 
 
@@ -34,31 +36,9 @@ def _write_rows(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def _config(tmp_path: Path, model: Path, sft: str, *, steps: int = 1, extra: str = "") -> Path:
     train, test, _ = _write_rows(tmp_path)
-    config = tmp_path / "run.toml"
-    config.write_text(f"""steps = {steps}
-[model]
-path = "{model}"
-[env]
-name = "dataset_qa"
-kwargs = {{ path = "{train}", held_out_path = "{test}" }}
-[rollout]
-prompts_per_step = 2
-group_size = 2
-sampling = {{ temperature = 1.0, max_tokens = 3 }}
-[eval]
-num_episodes = 2
-sampling = {{ temperature = 0.0, max_tokens = 3 }}
-[trainer]
-max_seq_len = 128
-lr = 1e-6
-[logging]
-output_dir = "{tmp_path / "out"}"
-rich = false
-plot = false
-[sft]
-{sft}
-{extra}""")
-    return config
+    tables = f"[trainer]\nmax_seq_len = 128\nlr = 1e-6\n[sft]\n{sft}\n{extra}"
+    return write_qa_run_config(tmp_path / "run.toml", model, train=train, test=test, steps=steps, max_tokens=3,
+                               plot=False, tables=tables)  # fmt: skip
 
 
 def _summary(out: Path, step: int) -> dict:
