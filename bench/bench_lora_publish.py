@@ -52,11 +52,28 @@ def nbytes(state: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
-def timed_publish(publisher: BroadcastPolicyPublisher, model: torch.nn.Module, mode: str, version: int) -> float:
+PARTS = ("publish_pack_s", "publish_wait_s", "publish_control_s", "server_check_wait_s", "server_load_s")
+
+
+def timed_publish(publisher: BroadcastPolicyPublisher, model: torch.nn.Module, mode: str, version: int) -> dict:
+    """Seconds: ``total`` (payload to the server's reply), ``payload`` (building it) and the publisher's stages."""
     t0 = time.perf_counter()
     payload = adapter_payload(model) if mode == "adapter" else merged_state_dict(model)
+    t1 = time.perf_counter()
     publisher.publish(payload, version=version)
-    return time.perf_counter() - t0
+    parts = {k: publisher.last_stats.get(k, 0.0) for k in PARTS}
+    return {"total": time.perf_counter() - t0, "payload": t1 - t0, **parts}
+
+
+def print_parts(parts: dict[str, list[dict]]) -> None:
+    """Where each publish's time went (medians, ms); control includes the server's check wait and load
+    (the finish call waits for them), the rest of control is the HTTP round trips."""
+    for key, rows in parts.items():
+        med = {k: statistics.median(r[k] for r in rows) * 1e3 for k in rows[0]}
+        http = med["publish_control_s"] - med["server_check_wait_s"] - med["server_load_s"]
+        print(f"  {key:14s} total {med['total']:7.1f} = payload {med['payload']:5.1f} + pack {med['publish_pack_s']:5.1f}"
+              f" + wire wait {med['publish_wait_s']:5.1f} + HTTP round trips {http:5.1f} + server check wait "
+              f"{med['server_check_wait_s']:5.1f} + server load/fold {med['server_load_s']:6.1f} ms")  # fmt: skip
 
 
 def trainer_for(model: torch.nn.Module, publisher: BroadcastPolicyPublisher) -> Trainer:
@@ -91,6 +108,7 @@ def main() -> None:
     keys = [(t, mode) for t in args.transports for mode in ("merged", "adapter")]
     servers = {k: start_server(model_dir, "--transfer-timeout", "60") for k in keys}
     times: dict[str, list[float]] = {}
+    parts: dict[str, list[dict]] = {}
     try:
         pubs = {k: BroadcastPolicyPublisher(VLLMChatClient(base_url=servers[k][1], enable_weight_updates=True),
                                             backend=k[0], timeout_s=120, lora=k[1]) for k in keys}  # fmt: skip
@@ -98,9 +116,10 @@ def main() -> None:
         for rep in range(args.repeats + 1):  # the first round warms the buffers up and is not counted
             version += 1
             for (t, mode), pub in pubs.items():
-                seconds = timed_publish(pub, model, mode, version)
+                stages = timed_publish(pub, model, mode, version)
                 if rep:
-                    times.setdefault(f"{t} {mode}", []).append(seconds)
+                    times.setdefault(f"{t} {mode}", []).append(stages["total"])
+                    parts.setdefault(f"{t} {mode}", []).append(stages)
         if args.steps:
             for rep in range(args.repeats + 1):
                 for mode in ("merged", "adapter"):
@@ -120,6 +139,7 @@ def main() -> None:
     for t in args.transports:
         m, a = med[f"{t} merged"], med[f"{t} adapter"]
         print(f"{t:5s} publish: merged {m * 1e3:8.1f} ms, adapter {a * 1e3:7.1f} ms -> {a / m:.3f}x the time")
+    print_parts(parts)
     if args.steps:
         sm, sa = med["step merged"], med["step adapter"]
         pm, pa = med["step merged publish"], med["step adapter publish"]
