@@ -43,8 +43,9 @@ def _vf() -> Any:
     return vf
 
 
-def load_tasks(source: Any, *, max_tasks: int | None = None) -> tuple[Any, ...]:
-    """The tasks of a verifiers ``Env`` (its seed taskset) or ``Taskset``; each checked to score offline."""
+def load_tasks(source: Any, *, max_tasks: int | None = None, offline: bool = True) -> tuple[Any, ...]:
+    """The tasks of a verifiers ``Env`` (its seed taskset) or ``Taskset``; with ``offline``, checked to
+    score with no runtime (the single-reply path)."""
     vf = _vf()
     taskset = source.taskset if isinstance(source, vf.Env) else source
     if not isinstance(taskset, vf.Taskset):
@@ -56,7 +57,8 @@ def load_tasks(source: Any, *, max_tasks: int | None = None) -> tuple[Any, ...]:
     tasks = tuple(taskset)
     if not tasks:
         raise ValueError(f"verifiers env: {type(taskset).__name__} yielded no tasks")
-    _check_offline(tasks[0])
+    if offline:
+        _check_offline(tasks[0])
     return tasks
 
 
@@ -107,7 +109,10 @@ class VerifiersEnv(SingleAgentEnv):
     task's weighted verifiers reward.
 
     env: a verifiers.v1 ``Env`` or ``Taskset`` object (Python), or
-    taskset / taskset_config: an installed taskset id and its ``TasksetConfig`` fields (configs).
+    taskset / taskset_config: an installed taskset id and its ``TasksetConfig`` fields (configs), or
+    env_config: a verifiers ``EnvConfig`` as a mapping (``{"taskset": {"id": ...}, "agent": {...}}``).
+    An ``Env`` (object or ``env_config``) is kept as ``vf_env``: the ``verifiers_episode`` protocol
+    runs it unchanged (``ludic.envs.verifiers_episode``); without that protocol a task is one reply.
     max_tasks: take the first ``max_tasks`` tasks (needed for an infinite taskset).
     split: "train" or "eval"; held_out_fraction (with split_seed): the seeded share of tasks held out.
     Step info: ``rewards`` / ``metrics`` (verifiers' per-name values), ``task_idx``, ``task_key``,
@@ -118,6 +123,7 @@ class VerifiersEnv(SingleAgentEnv):
         self,
         env: Any = None,
         *,
+        env_config: Mapping[str, Any] | None = None,
         taskset: str | None = None,
         taskset_config: Mapping[str, Any] | None = None,
         max_tasks: int | None = None,
@@ -125,12 +131,15 @@ class VerifiersEnv(SingleAgentEnv):
         held_out_fraction: float | None = None,
         split_seed: int = 0,
     ) -> None:
-        if (env is None) == (taskset is None):
-            raise ValueError("verifiers env: give exactly one of env (an object) or taskset (an id)")
+        if sum(x is not None for x in (env, env_config, taskset)) != 1:
+            raise ValueError("verifiers env: give exactly one of env (an object), env_config or taskset (an id)")
         if split not in ("train", "eval"):
             raise ValueError(f"verifiers env: split must be 'train' or 'eval', got {split!r}")
+        if env_config is not None:
+            env = _load_env(env_config)
+        self.vf_env: Any = env if env is not None and isinstance(env, _vf().Env) else None
         if env is not None:
-            tasks = load_tasks(env, max_tasks=max_tasks)
+            tasks = load_tasks(env, max_tasks=max_tasks, offline=self.vf_env is None)
         else:
             tasks = _tasks_by_id(taskset, json.dumps(dict(taskset_config or {}), sort_keys=True), max_tasks)
         self.tasks = _split(tasks, split, held_out_fraction, split_seed)
@@ -162,6 +171,8 @@ class VerifiersEnv(SingleAgentEnv):
     async def env_astep(self, action: str) -> StepOutcome:
         if self._done:
             raise RuntimeError("VerifiersEnv: the task was already answered; call reset()")
+        if self.vf_env is not None:
+            _check_single_reply(self.vf_env, self.task)
         self._done = True
         trace = await self._scored_trace(action)
         reward = trace.reward
@@ -202,6 +213,27 @@ class VerifiersEnv(SingleAgentEnv):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return trace
+
+
+def _load_env(config: Mapping[str, Any]) -> Any:
+    vf = _vf()
+    return vf.load_environment(vf.resolve_env_config(dict(config)))
+
+
+def _check_single_reply(vf_env: Any, task: Any) -> None:
+    """Scoring one reply is the env's own episode only for a plain SingleAgentEnv and a tool-less task."""
+    vf, kind = _vf(), type(vf_env).__name__
+    if type(vf_env).run is not vf.SingleAgentEnv.run:
+        raise RuntimeError(
+            f"verifiers env: {kind} has its own run(); one reply would not be its episode. "
+            "Play it with the verifiers_episode protocol (ludic.envs.verifiers_episode), which runs it unchanged"
+        )
+    if type(task).toolsets(task.config) or vf_env.taskset.toolsets(vf_env.taskset.config):
+        raise RuntimeError(
+            f"verifiers env: task {task.data.idx} offers tools; one reply would drop them. "
+            "Play it with the verifiers_episode protocol (ludic.envs.verifiers_episode)"
+        )
+    _check_offline(task)
 
 
 def _split(tasks: Sequence[Any], split: str, fraction: float | None, seed: int) -> tuple[Any, ...]:

@@ -50,7 +50,9 @@ async def test_a_seat_that_never_moved_is_counted_and_its_group_never_trained() 
     )
     env = EnvSpec("textarena", {"game": "TicTacToe-v0", "players": [0, 1], "observation": "board"})
     legal = ProtocolSpec("self_play", {"opening": "legal"})
-    grouped = GRPORequestStrategy(group_size=2).expand([RolloutRequest(env, legal, env_seed=s) for s in (0, 1)])
+    grouped = GRPORequestStrategy(group_size=2).expand(
+        [RolloutRequest(env, legal, env_seed=s) for s in (0, 1)]
+    )
     mixed_gid, legal_gid = grouped[0].meta["group_id"], grouped[2].meta["group_id"]
     refused = RolloutRequest(env, ProtocolSpec("self_play", {"opening": "refuse"}), meta=grouped[0].meta)
     requests = [refused, *grouped[1:]]  # group "mixed": one game seat 1 never moved in, one it played
