@@ -5,6 +5,7 @@ not serve, then swapped in; the base is kept untouched, so every later adapter f
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,21 @@ def served(engine: TransformersChatClient) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
 
 
-def test_each_adapter_serves_exactly_base_plus_its_product_on_its_layers_and_the_base_elsewhere(dirs):
-    engine = TransformersChatClient(dirs[0])
+@pytest.mark.parametrize("threads", [1, 2])  # 2: the layers shared between this thread and a helper
+def test_each_adapter_serves_exactly_base_plus_its_product_on_its_layers_and_the_base_elsewhere(dirs, threads):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        serve_three_adapters_then_unload(dirs[0])
+    finally:
+        torch.set_num_threads(previous)
+
+
+def serve_three_adapters_then_unload(model_dir: Path) -> None:
+    engine = TransformersChatClient(model_dir)
     base = served(engine)
     for targets, seed in ((["q_proj", "v_proj"], 1), (["q_proj", "k_proj"], 2), (["q_proj", "v_proj"], 3)):
-        adapter = payload(dirs[0], targets, seed)
+        adapter = payload(model_dir, targets, seed)
         engine.sync_adapter(adapter)
         now, folded = served(engine), set()
         for module, scaling in zip(adapter.config.target_modules, adapter.config.scalings, strict=True):
@@ -63,7 +74,10 @@ def test_steady_publishes_alternate_between_two_buffers_per_layer_and_never_writ
     assert engine.adapter.pristine[name].data_ptr() not in ptrs
 
 
-def test_a_fold_that_fails_midway_changes_nothing_and_the_next_adapter_applies(dirs, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_fold_that_fails_midway_changes_nothing_and_the_next_adapter_applies(dirs, monkeypatch, request, threads):
+    request.addfinalizer(partial(torch.set_num_threads, torch.get_num_threads()))
+    torch.set_num_threads(threads)  # 2: ``apply`` shares the layers with a helper thread
     engine = TransformersChatClient(dirs[0])
     engine.sync_adapter(payload(dirs[0], ["q_proj", "v_proj"], 1), version=3)
     before = served(engine)

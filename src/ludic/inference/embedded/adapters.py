@@ -132,7 +132,7 @@ class AdapterState:
                   *(tensors[n].detach().to(pristine[name].device, torch.float32) for n in lora_names(module)), scaling)
             for name, module, scaling in zip(targets, config.target_modules, config.scalings, strict=True)
         ]  # fmt: skip
-        run_folds(folds, self._helper())
+        run_folds(folds, self._helper() if torch.get_num_threads() > 1 else None)  # the thread budget is kept
         with torch.no_grad():  # nothing below can fail: names and shapes are the model's own
             for name in set(self.pristine) - set(targets):  # adapted before, not now: back to the base
                 params[name].data = self.pristine[name]
@@ -185,8 +185,8 @@ class _Fold:
             self.out.copy_(torch.addmm(self.base.float(), self.b, self.a, alpha=self.scaling))
 
 
-def run_folds(folds: list[_Fold], helper: ThreadPoolExecutor) -> None:
-    """Every fold, on this thread and ``helper``'s (one OpenMP thread each, see ``one_thread``), taking the
+def run_folds(folds: list[_Fold], helper: ThreadPoolExecutor | None) -> None:
+    """Every fold, on this thread and ``helper``'s if given (one OpenMP thread each, see ``one_thread``), taking the
     next layer from a shared queue: both cores on a quiet CPU, and no waiting on a thread the OS descheduled
     on a busy one. Returns once both are done (an error stops the rest and is raised)."""
     queue = deque(folds)
@@ -202,7 +202,7 @@ def run_folds(folds: list[_Fold], helper: ThreadPoolExecutor) -> None:
             raise
 
     on_cpu = bool(folds) and folds[0].out.device.type == "cpu"
-    helping = helper.submit(drain) if on_cpu and len(folds) > 1 else None
+    helping = helper.submit(drain) if helper is not None and on_cpu and len(folds) > 1 else None
     try:
         with one_thread():
             drain()
