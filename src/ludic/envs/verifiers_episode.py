@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def use_python_for_chat_program(python: str) -> None:
     path = Path(SubprocessRuntime.scripts_dir) / f"{hashlib.sha256(data).hexdigest()}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    cache[str(path)] = str(python)
+    cache[str(path)] = os.path.abspath(python)  # absolute: the program runs in the runtime's own folder
 
 
 async def _play(vf_env: Any, task: Any, ctx: Any, limit: float | None) -> Any:
@@ -181,3 +182,29 @@ def _run_rollout(trace: Any, relay: CallRelay) -> Rollout:
         last.info["truncation_reason"] = trace.stop_condition if trace.stop_condition in limits else "length"
     meta = {**episode_meta(name, steps), "num_calls": len(steps), "vf_trace_id": trace.id}
     return Rollout(steps=steps, meta=meta)
+
+
+def verifiers_episode_protocol(
+    *,
+    agent: Any,
+    base_url: str | None = None,
+    timeout_s: float | None = 600.0,
+    harness_python: str | None = None,
+) -> VerifiersEpisodeProtocol:
+    """The ``verifiers_episode`` protocol kind for ``ludic train`` configs: the run's server plays the model.
+
+    base_url: the OpenAI ``/v1`` root; default: the run's server (``[inference] backend = "server"``).
+    The run's harness (``agent``) gives only its client's URL and model name: verifiers' harness samples.
+    """
+    if base_url is None:
+        server = getattr(getattr(agent, "client", None), "base_url", None)
+        if not server:
+            raise ValueError(
+                'verifiers_episode: verifiers calls the model over HTTP; set [inference] backend = "server" '
+                "with server_url, or [protocol].kwargs.base_url"
+            )
+        base_url = server.rstrip("/") + "/v1"
+    model = str(getattr(agent, "model", None) or "ludic")
+    return VerifiersEpisodeProtocol(
+        base_url=base_url, model=model, timeout_s=timeout_s, harness_python=harness_python
+    )
