@@ -15,7 +15,11 @@ EXAMPLES = ROOT / "examples" / "ecosystem"
 
 @pytest.mark.parametrize(
     ("config", "package"),
-    [("textarena_tictactoe.toml", "textarena"), ("verifiers_echo.toml", "verifiers.v1")],
+    [
+        ("textarena_tictactoe.toml", "textarena"),
+        ("verifiers_echo.toml", "verifiers.v1"),
+        ("verifiers_episode.toml", "verifiers.v1"),
+    ],
 )
 def test_example_config_passes_the_dry_run(config: str, package: str) -> None:
     pytest.importorskip(package)

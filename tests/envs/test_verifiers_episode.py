@@ -129,3 +129,25 @@ def test_failures_are_named_counted_and_never_trained(server: str) -> None:
     rollouts = asyncio.run(engine.generate_rollouts(requests=requests, max_steps=4, include_failed=True))
     assert [bool(r.meta.get("failed")) for r in rollouts] == [False, True]
     assert rollouts[1].meta["error"]["type"] == "VerifiersEpisodeFailed" and not rollouts[1].steps
+
+
+def test_the_config_kind_needs_a_server_and_names_the_setting() -> None:
+    from types import SimpleNamespace
+
+    from ludic.envs.verifiers_episode import verifiers_episode_protocol
+    from ludic.registry import PROTOCOL_REGISTRY
+
+    assert PROTOCOL_REGISTRY.get("verifiers_episode") is verifiers_episode_protocol
+    with pytest.raises(ValueError, match=r'backend = "server"'):
+        verifiers_episode_protocol(agent=SimpleNamespace(client=object(), model="m"))
+    served = SimpleNamespace(client=SimpleNamespace(base_url="http://127.0.0.1:9/"), model="tiny")
+    protocol = verifiers_episode_protocol(agent=served)
+    assert (protocol.base_url, protocol.model) == ("http://127.0.0.1:9/v1", "tiny")
+
+
+def test_a_plain_ludic_env_is_refused_by_name() -> None:
+    from ludic.envs.letter_repeat import LetterRepeatEnv
+
+    protocol = VerifiersEpisodeProtocol(base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(TypeError, match="LetterRepeatEnv without one"):
+        asyncio.run(protocol.run(env=LetterRepeatEnv(), max_steps=1))
