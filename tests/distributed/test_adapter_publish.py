@@ -137,3 +137,16 @@ def test_unload_serves_the_base_again(server, dirs, tmp_path):
     assert SyncProbe(base, client, PROBE, tolerance=1e-4).check() < 1e-4
     with pytest.raises(RequestRefused, match="404"):
         client.unload_lora_adapter_sync("p")
+
+
+def test_the_payload_follows_a_new_adapter_with_other_targets_on_the_same_model(dirs):
+    """The LoRA layers are looked up once per model and set of adapter configs: adding an adapter on other
+    layers (and switching to it) is seen by the next payload."""
+    model = lora_model(dirs[0], seed=1)
+    first = adapter_payload(model)
+    assert sorted({n.split(".")[-3] for n in first}) == ["q_proj", "up_proj", "v_proj"]
+    model.add_adapter("second", LoraConfig(r=2, lora_alpha=4, lora_dropout=0.0, target_modules=["k_proj"]))
+    model.set_adapter("second")
+    second = adapter_payload(model)
+    assert second.config.name == "second" and second.config.rank == 2
+    assert sorted({n.split(".")[-3] for n in second}) == ["k_proj"] and len(second) == 2 * 4  # 4 layers, A and B
