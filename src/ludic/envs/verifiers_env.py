@@ -7,8 +7,10 @@ OpenAI-compatible client and records what comes back; Ludic's chat route re-rend
 text, so a trainer fed from there could not rely on exact ids. Here the agent samples through Ludic's
 client (exact prompt ids, completion ids and sampling log-probs on the step's ``TokenTrace``) and the
 adapter hands verifiers a ``Trace`` holding the task's prompt and that reply, then runs the task's own
-``score`` (its ``@reward`` methods, plugged rewards and judges, weighted as verifiers weights them). The
-env object is run unchanged: its taskset, task data, system prompt and scoring are the env's.
+``score`` (its ``@reward`` methods, plugged rewards and judges, weighted as verifiers weights them).
+That is the env's own episode only for a plain ``SingleAgentEnv`` and a tool-less task; anything else
+(an ``Env`` with its own ``run()``, tools, several turns) is played unchanged by the ``verifiers_episode``
+protocol (``ludic.envs.verifiers_episode``), and refused here when a task is answered.
 
 What is refused at build time, with the reason: tasks that need a container or a runtime to score
 (``NEEDS_CONTAINER``, rewards taking ``runtime``), an unbounded taskset without ``max_tasks``, and
