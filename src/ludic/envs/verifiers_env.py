@@ -10,7 +10,7 @@ adapter hands verifiers a ``Trace`` holding the task's prompt and that reply, th
 ``score`` (its ``@reward`` methods, plugged rewards and judges, weighted as verifiers weights them).
 That is the env's own episode only for a plain ``SingleAgentEnv`` and a tool-less task; anything else
 (an ``Env`` with its own ``run()``, tools, several turns) is played unchanged by the ``verifiers_episode``
-protocol (``ludic.envs.verifiers_episode``), and refused here when a task is answered.
+protocol (``ludic.interaction.verifiers_episode``), and refused here when a task is answered.
 
 What is refused at build time, with the reason: tasks that need a container or a runtime to score
 (``NEEDS_CONTAINER``, rewards taking ``runtime``), an unbounded taskset without ``max_tasks``, and
@@ -114,7 +114,7 @@ class VerifiersEnv(SingleAgentEnv):
     taskset / taskset_config: an installed taskset id and its ``TasksetConfig`` fields (configs), or
     env_config: a verifiers ``EnvConfig`` as a mapping (``{"taskset": {"id": ...}, "agent": {...}}``).
     An ``Env`` (object or ``env_config``) is kept as ``vf_env``: the ``verifiers_episode`` protocol
-    runs it unchanged (``ludic.envs.verifiers_episode``); without that protocol a task is one reply.
+    runs it unchanged (``ludic.interaction.verifiers_episode``); without that protocol a task is one reply.
     max_tasks: take the first ``max_tasks`` tasks (needed for an infinite taskset).
     split: "train" or "eval"; held_out_fraction (with split_seed): the seeded share of tasks held out.
     Step info: ``rewards`` / ``metrics`` (verifiers' per-name values), ``task_idx``, ``task_key``,
@@ -228,12 +228,12 @@ def _check_single_reply(vf_env: Any, task: Any) -> None:
     if type(vf_env).run is not vf.SingleAgentEnv.run:
         raise RuntimeError(
             f"verifiers env: {kind} has its own run(); one reply would not be its episode. "
-            "Play it with the verifiers_episode protocol (ludic.envs.verifiers_episode), which runs it unchanged"
+            "Play it with the verifiers_episode protocol (ludic.interaction.verifiers_episode), which runs it unchanged"
         )
     if type(task).toolsets(task.config) or vf_env.taskset.toolsets(vf_env.taskset.config):
         raise RuntimeError(
             f"verifiers env: task {task.data.idx} offers tools; one reply would drop them. "
-            "Play it with the verifiers_episode protocol (ludic.envs.verifiers_episode)"
+            "Play it with the verifiers_episode protocol (ludic.interaction.verifiers_episode)"
         )
     _check_offline(task)
 

@@ -80,7 +80,7 @@ HARNESS_REGISTRY.register_lazy("xml_move", "ludic.registry.builtins:xml_move_har
 PROTOCOL_REGISTRY.register_lazy("single_agent", "ludic.registry.builtins:single_agent_protocol")
 PROTOCOL_REGISTRY.register_lazy("multi_agent", "ludic.registry.builtins:multi_agent_protocol")
 PROTOCOL_REGISTRY.register_lazy("openai_program", "ludic.registry.openai_program:openai_program_protocol")
-PROTOCOL_REGISTRY.register_lazy("verifiers_episode", "ludic.envs.verifiers_episode:verifiers_episode_protocol")
+PROTOCOL_REGISTRY.register_lazy("verifiers_episode", "ludic.interaction.verifiers_episode:verifiers_episode_protocol")
 
 __all__ = [
     "ALGORITHM_REGISTRY",

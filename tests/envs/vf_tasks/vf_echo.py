@@ -1,4 +1,4 @@
-"""A verifiers taskset for tests/envs/test_verifiers_episode.py: repeat a word (importable by id ``vf_echo``)."""
+"""A verifiers taskset for tests/interaction/test_verifiers_episode.py: repeat a word (importable by id ``vf_echo``)."""
 
 import verifiers.v1 as vf
 

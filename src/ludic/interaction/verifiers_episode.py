@@ -6,7 +6,7 @@ loop, tools from MCP toolsets, ``@vf.stop`` hooks, turn limits) in the runtime t
 its scoring (the task's ``@vf.reward`` methods, plugged rewards and judges, the env's ``finalize``). Only
 the model endpoint is Ludic's: ``ModelContext.client.base_url`` points at a loopback ``CallRelay`` in
 front of ``base_url``, which records every call of each agent run with its exact ids
-(``ludic.envs.verifiers_calls``).
+(``ludic.interaction.verifiers_calls``).
 
 A trainable run becomes a rollout of one step per model call (``calls_to_steps``: exact ids, log-probs,
 temperature, policy version); the last step carries the run's verifiers reward and ends it. A run that
@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ludic.envs.env import LudicEnv
-from ludic.envs.verifiers_calls import CallRelay
 from ludic.inference.sampling import InferenceSpec
 from ludic.interaction.base import InteractionProtocol
 from ludic.interaction.openai_program import _sampling_fields, calls_to_steps
 from ludic.interaction.steps import SEED_STRIDE, episode_meta
+from ludic.interaction.verifiers_calls import CallRelay
 from ludic.types import Rollout
 
 

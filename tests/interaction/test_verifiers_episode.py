@@ -15,14 +15,14 @@ import pytest
 pytest.importorskip("verifiers.v1")
 
 from ludic.envs.verifiers_env import VerifiersEnv
-from ludic.envs.verifiers_episode import VerifiersEpisodeFailed, VerifiersEpisodeProtocol
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
+from ludic.interaction.verifiers_episode import VerifiersEpisodeFailed, VerifiersEpisodeProtocol
 from ludic.testing import tiny_model_path
 from ludic.testing.server_process import running_server
 from ludic.training.batching import RolloutEngine
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 
-TASKS = Path(__file__).parent / "vf_tasks"  # taskset modules, imported by id (tool servers: python -m)
+TASKS = Path(__file__).parents[1] / "envs" / "vf_tasks"  # taskset modules, imported by id (tool servers: python -m)
 SUBPROCESS = {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}
 INFERENCE = InferenceSpec(sampling=SamplingConfig(temperature=1.0, max_tokens=8))
 
@@ -134,7 +134,7 @@ def test_failures_are_named_counted_and_never_trained(server: str) -> None:
 def test_the_config_kind_needs_a_server_and_names_the_setting() -> None:
     from types import SimpleNamespace
 
-    from ludic.envs.verifiers_episode import verifiers_episode_protocol
+    from ludic.interaction.verifiers_episode import verifiers_episode_protocol
     from ludic.registry import PROTOCOL_REGISTRY
 
     assert PROTOCOL_REGISTRY.get("verifiers_episode") is verifiers_episode_protocol
