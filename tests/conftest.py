@@ -8,8 +8,22 @@ from pathlib import Path
 # beartype (ludic.training.shapes), so a wrong shape fails where it enters, naming the dimension.
 os.environ.setdefault("LUDIC_CHECK_SHAPES", "1")
 
+import importlib
+
 import pytest
 import torch
+
+if os.environ.get("LUDIC_REQUIRE_EXTRAS") == "1":
+    # scripts/test.sh (the README's test command, hence CI) installs every extra the tests use, so a test
+    # module that would skip for a missing package (reasoning-gym, TextArena, verifiers, openai, ...) fails
+    # instead: a missing extra must never hide as a skipped feature.
+    def _import_or_fail(modname: str, minversion: str | None = None, reason: str | None = None, **_: object):
+        try:
+            return importlib.import_module(modname)
+        except ImportError as err:
+            raise ImportError(f"{modname} must import under scripts/test.sh (bash scripts/setup.sh installs it): {err}") from err
+
+    pytest.importorskip = _import_or_fail  # type: ignore[assignment]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
