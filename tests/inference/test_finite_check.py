@@ -68,3 +68,12 @@ def test_calls_queued_without_background_wait_for_start_background_or_the_waiter
         late["b1"][0, 0] = float("inf")
         check.add(late, background=False)
         assert check.first_bad() == "b1"  # checked by the waiter itself
+
+
+def test_a_name_queued_twice_is_checked_both_times():
+    """Small tensors are checked in runs; the same name sent in two calls must not hide the second."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        check = FiniteCheck(pool)
+        check.add({"w": torch.zeros(8), "x": torch.zeros(8)}, background=False)
+        check.add({"w": torch.tensor([0.0, float("nan")])}, background=False)
+        assert check.first_bad() == "w"
