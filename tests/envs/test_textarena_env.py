@@ -158,3 +158,54 @@ def test_a_refused_move_that_may_be_retried_is_flagged_and_scored_only_when_aske
     assert shaped.step({"player_0": "[4]"})["player_0"].info == {"invalid_move": True}  # taken: refused
     last = shaped.step({"player_0": "[4]"})["player_0"]  # twice in a row: the game ends, its own -1
     assert last.terminated and last.reward == -1.0 and last.info["result"] == "loss"
+
+
+def _lake(obs: str) -> list[list[str]]:
+    """The FrozenLake grid from a board_only observation: rows of ' ', 'H', 'G', 'P'."""
+    rows = [line for line in obs.splitlines() if line.startswith("|")]
+    return [[cell.strip() or " " for cell in row.strip("|").split("|")] for row in rows]
+
+
+def _path_to(grid: list[list[str]], target: str) -> list[str]:
+    """Moves from P to the first cell holding ``target`` ('G' avoids holes; 'H' walks straight in)."""
+    n = len(grid)
+    start = next((r, c) for r in range(n) for c in range(n) if grid[r][c] == "P")
+    moves = {"[up]": (-1, 0), "[down]": (1, 0), "[left]": (0, -1), "[right]": (0, 1)}
+    frontier, seen = [(start, [])], {start}
+    while frontier:
+        (r, c), path = frontier.pop(0)
+        for move, (dr, dc) in moves.items():
+            nr, nc = r + dr, c + dc
+            if not (0 <= nr < n and 0 <= nc < n) or (nr, nc) in seen:
+                continue
+            if grid[nr][nc] == target:
+                return [*path, move]
+            if grid[nr][nc] == " ":
+                seen.add((nr, nc))
+                frontier.append(((nr, nc), [*path, move]))
+    raise AssertionError(f"no path to {target!r} in {grid}")
+
+
+@pytest.mark.parametrize(("target", "result"), [("G", "win"), ("H", "loss")])
+def test_single_player_game_is_won_only_by_solving_it(target: str, result: str) -> None:
+    env = TextArenaEnv("FrozenLake-v0", num_players=1, observation="board_only")
+    obs, _ = env.reset(seed=3)["player_0"]
+    assert _lake(obs)[0][0] == "P" and _lake(obs)[3][3] == "G"
+    moves = _path_to(_lake(obs), target)
+    for move in moves[:-1]:
+        assert env.step({"player_0": move})["player_0"].terminated is False
+    last = env.step({"player_0": moves[-1]})["player_0"]
+    # reaching the goal is the game's reward 1, a win; a hole ends it with partial credit (< 1), a loss
+    assert last.terminated and last.info["result"] == result
+    assert (last.reward == 1.0) == (result == "win") and 0.0 <= last.reward <= 1.0
+
+
+def test_random_bot_and_demonstrations_read_an_available_actions_list() -> None:
+    env = TextArenaEnv("FrozenLake-v0", num_players=1, observation="board_only")
+    obs, _ = env.reset(seed=0)["player_0"]
+    assert obs.endswith("Available Actions: [up], [down], [left], [right], [w], [a], [s], [d]")
+    listed = {"[up]", "[down]", "[left]", "[right]", "[w]", "[a]", "[s]", "[d]"}
+    assert {RandomMoveBot(seed=s)(obs) for s in range(40)} == listed
+    demos = env.demonstrations(12, seed=0)
+    assert len(demos) == 12 and {d.answer for d in demos} <= listed
+    assert all(d.prompt.startswith("Current Board:") for d in demos)

@@ -35,7 +35,10 @@ from ludic.types import Info, StepOutcome
 EXTRA = "textarena"
 View = Literal["board", "board_only", "first_last", "full"]
 Bot = Callable[[str], str]
-_MOVES = re.compile(r"'(\[[^\]]+\])'")
+_LISTED = re.compile(
+    r"Available (?:Moves|Actions):([^\n]*)"
+)  # TicTacToe: '[0]', '[1]'; FrozenLake: [up], [down]
+_MOVE = re.compile(r"\[[^\[\]]+\]")
 
 
 def _textarena() -> Any:
@@ -49,18 +52,19 @@ def _textarena() -> Any:
 
 
 class RandomMoveBot:
-    """Plays a uniformly random move among those listed after "Available Moves" (e.g. TicTacToe's)."""
+    """Plays a uniformly random move among those listed on the last "Available Moves:" / "Available
+    Actions:" line (TicTacToe's ``'[4]'``, FrozenLake's ``[up]``)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed)
 
     def __call__(self, obs: str) -> str:
-        listed = obs.rsplit("Available Moves", 1)
-        moves = _MOVES.findall(listed[-1]) if len(listed) == 2 else []
+        listed = _LISTED.findall(obs)
+        moves = _MOVE.findall(listed[-1]) if listed else []
         if not moves:
             raise ValueError(
-                "textarena env: the 'random' opponent found no \"Available Moves: '[..]'\" list in the "
-                "observation; pass opponent as a callable obs -> action for this game"
+                'textarena env: the \'random\' opponent found no "Available Moves: [..]" (or "Available '
+                'Actions:") list in the observation; pass opponent as a callable obs -> action for this game'
             )
         return self.rng.choice(moves)
 
@@ -228,9 +232,17 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         for p, aid in zip(self.players, self.agent_ids):
             reward = float(rewards[p])
             others = [float(r) for q, r in rewards.items() if q != p]
-            result = (
-                "draw" if not others or reward == max(others) else ("win" if reward > max(others) else "loss")
-            )
+            result = _result(reward, others)
             info = {**dict(game_info.get(p, {})), "result": result, "game_rewards": dict(rewards)}
             out[aid] = StepOutcome(obs=None, reward=reward, truncated=False, terminated=True, info=info)
         return out
+
+
+def _result(reward: float, others: list[float]) -> str:
+    """win / loss / draw against the other seats' rewards; alone (a single-player game), a win is reward
+    1, which TextArena's single-player games give only for solving (FrozenLake's partial progress is < 1)."""
+    if not others:
+        return "win" if reward >= 1.0 else "loss"
+    if reward == max(others):
+        return "draw"
+    return "win" if reward > max(others) else "loss"

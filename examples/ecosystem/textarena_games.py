@@ -1,15 +1,18 @@
-"""TextArena's TicTacToe-v0 learns: SFT on random legal moves, then GRPO with per-turn credit vs the random bot.
+"""TextArena games learn on the tiny CPU model: SFT on random listed moves, then GRPO with per-turn credit.
 
     pip install -e ".[textarena]"
-    .venv/bin/python examples/ecosystem/textarena_tictactoe.py              # tiny model, CPU, a few minutes
+    .venv/bin/python examples/ecosystem/textarena_games.py                       # FrozenLake-v0, seed 0
+    .venv/bin/python examples/ecosystem/textarena_games.py --game TicTacToe-v0   # against the random bot
 
-The game runs unchanged through the ``textarena`` env kind (``TextArenaEnv``: the policy in seat 0, TextArena's
-moves written its own way, ``[4]``; a bot playing a random listed move in seat 1; the ``board_only`` observation:
-the game's latest board with its "Available Moves", about 155 characters, which does not grow). The agent sends only that observation
-(``RecentMessages(keep=1)``) and its whole reply is the move. The warm start is the env's own
-``demonstrations`` (random moves among those the board lists: format and legality, no strategy); RL is
-GRPO's loss with per-turn credit (``PerTurnReturn``), and a move the game refuses scores -1 on that move (``invalid_move_reward``; with
-only the game's end reward, RL reinforced garbage first tries in won games and collapsed). It prints the win rate on held-out games (fixed seeds,
+Each game runs unchanged through the ``textarena`` env kind (``TextArenaEnv``; moves written the game's own
+way, ``[down]``, ``[4]``) with the ``board_only`` observation: the game's latest board with its listed moves,
+which does not grow. FrozenLake-v0 is single player (a 4x4 lake, 3 holes placed by the game's seed; a win
+is reaching the goal); in TicTacToe-v0 the policy plays seat 0 and a bot plays a random listed move in
+seat 1. The agent sends only that observation (``RecentMessages(keep=1)``) and its whole reply is the
+move. The warm start is the env's own ``demonstrations`` (random moves among those the board lists: the
+format, no strategy); RL is GRPO's loss with per-turn credit (``PerTurnReturn``), and a move the game
+refuses scores -1 on that move (``invalid_move_reward``; with only the game's end reward, RL reinforced
+garbage first tries in won games and collapsed). It prints the win rate on held-out games (fixed seeds,
 sampled at temperature 1) with 95% Wilson intervals before training, at the start of RL and after RL,
 and writes ``summary.json`` to ``--output-dir``.
 """
@@ -48,34 +51,70 @@ from ludic.training import (
 )
 from ludic.training.loggers import progress_and_metrics
 
-GAME = {
-    "game": "TicTacToe-v0", "players": [0], "opponent": "random", "observation": "board_only",
-    "invalid_move_reward": -1.0,  # a refused move is scored where it happens (the game lets it retry once)
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A game as this script plays it: the ``textarena`` env's kwargs, its turn and reply limits, and
+    the default schedule (the one docs/ecosystem.md reports)."""
+
+    env: dict[str, Any]
+    max_turns: int  # policy calls per game, retries included
+    max_new_tokens: int
+    sft_steps: int
+    steps: int  # GRPO steps
+    prompts_per_step: int
+
+
+GAMES = {
+    # single player: 4x4 lake, 3 holes placed by the seed, a win is reaching the goal (the game's reward 1;
+    # falling in or walking off the edge twice ends the game with partial credit); the shortest path is 6
+    # moves; "[right]" is 7 tokens + end of turn
+    "FrozenLake-v0": Preset(
+        {"game": "FrozenLake-v0", "num_players": 1, "players": [0], "observation": "board_only",
+         "invalid_move_reward": -1.0},  # walking into the edge is refused (one retry), scored where it happens
+        max_turns=12, max_new_tokens=8, sft_steps=150, steps=60, prompts_per_step=4,
+    ),
+    # the policy in seat 0, a bot playing a random listed move in seat 1; 5 moves + retries; "[4]" + end of turn
+    "TicTacToe-v0": Preset(
+        {"game": "TicTacToe-v0", "players": [0], "opponent": "random", "observation": "board_only",
+         "invalid_move_reward": -1.0},  # a refused move is scored where it happens (the game lets it retry once)
+        max_turns=7, max_new_tokens=4, sft_steps=50, steps=40, prompts_per_step=2,
+    ),
 }  # fmt: skip
 EVAL_SEEDS = 1_000_000  # held-out games; RL plays seeds below 10**6 (the demonstrations draw their own)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Flags left at None take the game's preset."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--output-dir", default="runs/ecosystem/textarena_tictactoe")
+    p.add_argument("--game", choices=sorted(GAMES), default="FrozenLake-v0")
+    p.add_argument("--output-dir", default=None, help="default: runs/ecosystem/textarena_<game>")
     p.add_argument(
         "--seed", type=int, default=0, help="fixes the tiny model, the demonstrations and the RL games"
     )
     p.add_argument("--sft-moves", type=int, default=800, help="demonstrated moves (random listed moves)")
-    p.add_argument("--sft-steps", type=int, default=50)
+    p.add_argument("--sft-steps", type=int, default=None)
     p.add_argument("--sft-lr", type=float, default=1e-3)
-    p.add_argument("--steps", type=int, default=40, help="GRPO steps")
+    p.add_argument("--steps", type=int, default=None, help="GRPO steps")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--prompts-per-step", type=int, default=2)
+    p.add_argument(
+        "--prompts-per-step", type=int, default=None, help="games per step (each played group-size times)"
+    )
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument(
         "--positive-only", action=argparse.BooleanOptionalAction, default=True,
         help="clamp advantages at 0 (never push a move down)",
     )  # fmt: skip
-    p.add_argument("--max-turns", type=int, default=7, help="policy calls per game (5 moves + retries)")
+    p.add_argument("--max-turns", type=int, default=None, help="policy calls per game")
     p.add_argument("--eval-games", type=int, default=256)
-    p.add_argument("--max-new-tokens", type=int, default=4, help="'[4]' is 3 tokens + end of turn")
-    return p.parse_args(argv)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    args = p.parse_args(argv)
+    preset = dataclasses.asdict(GAMES[args.game])
+    for name in ("max_turns", "max_new_tokens", "sft_steps", "steps", "prompts_per_step"):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    args.output_dir = args.output_dir or f"runs/ecosystem/textarena_{args.game.split('-')[0].lower()}"
+    return args
 
 
 def build_engine(client: Any) -> RolloutEngine:
@@ -88,9 +127,9 @@ def build_engine(client: Any) -> RolloutEngine:
     return RolloutEngine(env_registry={"textarena": TextArenaEnv}, protocol_registry={"agent": protocol})
 
 
-def game(seed: int, sampling: SamplingConfig) -> RolloutRequest:
+def game(name: str, seed: int, sampling: SamplingConfig) -> RolloutRequest:
     return RolloutRequest(
-        EnvSpec("textarena", dict(GAME)), ProtocolSpec("agent"), env_seed=seed, sampling_seed=seed,
+        EnvSpec("textarena", dict(GAMES[name].env)), ProtocolSpec("agent"), env_seed=seed, sampling_seed=seed,
         inference=InferenceSpec(sampling),
     )  # fmt: skip
 
@@ -110,7 +149,7 @@ def win_rate(rollouts: list[Any]) -> dict[str, Any]:
 
 async def warm_start(model: Any, tokenizer: Any, client: Any, args: argparse.Namespace) -> None:
     """SFT on the env's demonstrations, prompts tokenised as the agent sends them."""
-    demos = TextArenaEnv(**GAME).demonstrations(args.sft_moves, seed=args.seed)
+    demos = TextArenaEnv(**GAMES[args.game].env).demonstrations(args.sft_moves, seed=args.seed)
     items = sft_items(tokenizer, [(d.prompt, d.answer) for d in demos])
     cfg = TrainerConfig(lr=args.sft_lr, max_seq_len=1024, micro_token_budget=16384)
     sft = sft_trainer(model, items, batch_size=16, seed=args.seed, publisher=ClientPublisher(client), cfg=cfg)
@@ -128,7 +167,7 @@ def rl_trainer(model: Any, engine: RolloutEngine, client: Any, args: argparse.Na
     )
     sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
     games = SeededRequests(
-        lambda seed: game(seed, sampling), per_step=args.prompts_per_step, next_seed=args.seed * 100_000,
+        lambda seed: game(args.game, seed, sampling), per_step=args.prompts_per_step, next_seed=args.seed * 100_000,
         stop=EVAL_SEEDS,
     )  # fmt: skip
     cfg = TrainerConfig(
@@ -160,7 +199,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     engine = build_engine(client)
     eval_sampling = SamplingConfig(temperature=1.0, max_tokens=args.max_new_tokens)
     evaluator = Evaluator(
-        engine=engine, requests=[game(EVAL_SEEDS + i, eval_sampling) for i in range(args.eval_games)],
+        engine=engine, requests=[game(args.game, EVAL_SEEDS + i, eval_sampling) for i in range(args.eval_games)],
         max_steps=args.max_turns, concurrency=args.eval_games, out_dir=out / "eval",
     )  # fmt: skip
 
@@ -169,7 +208,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return win_rate(evaluator.last_rollouts)
 
     start = time.perf_counter()
-    report: dict[str, Any] = {"before": await evaluate(-1)}
+    report: dict[str, Any] = {"game": args.game, "seed": args.seed, "before": await evaluate(-1)}
     await warm_start(model, tokenizer, client, args)
     report["start_of_rl"] = await evaluate(0)
     await rl_trainer(model, engine, client, args).train(args.steps)
@@ -179,14 +218,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def verdict(report: dict[str, Any]) -> str:
+    """Whether RL alone moved the win rate: the interval after RL against the one at the start of RL."""
+    start, after = report["start_of_rl"]["win_rate_ci95"], report["after_rl"]["win_rate_ci95"]
+    if after[0] > start[1]:
+        return "RL alone raised the win rate: its interval lies above the start of RL's"
+    if after[1] < start[0]:
+        return "RL lowered the win rate: its interval lies below the start of RL's"
+    return "RL alone changed nothing measurable: the intervals overlap"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    report = asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    report = asyncio.run(run(args))
+    print(
+        f"[textarena] {args.game}, seed {args.seed}: win rate on {args.eval_games} held-out games, 95% interval"
+    )
     for phase in ("before", "start_of_rl", "after_rl"):
         r = report[phase]
         lo, hi = r["win_rate_ci95"]
         print(f"[textarena] {phase:11s} win {r['win_rate']:.2f} [{lo:.2f}, {hi:.2f}]  draw {r['draw_rate']:.2f}  "
-              f"({r['games']} games, {r['unfinished']} unfinished)")  # fmt: skip
-    print(f"[textarena] {report['seconds']:.0f} s (evaluations + warm start + RL)")
+              f"({r['unfinished']} unfinished)")  # fmt: skip
+    print(f"[textarena] {verdict(report)}; {report['seconds']:.0f} s (evaluations + warm start + RL)")
     return report
 
 
