@@ -51,7 +51,10 @@ class FiniteCheck:
 
     def first_bad(self) -> str | None:
         """The first tensor (in arrival order) holding NaN or inf, or None, once every tensor is checked."""
-        self.start_background()  # the background thread takes part of what is left, this thread the rest
+        with self._lock:  # large tensors left: the background thread takes part of them, this thread the rest
+            large = any(t.numel() > SMALL_ELEMENTS for _, _, t in self._queue)  # (small ones: one pass, here)
+        if large:
+            self.start_background()
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # this thread's own OpenMP setting: two checks on two cores, not three threads
         try:
