@@ -92,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--seed", type=int, default=0, help="fixes the tiny model, the demonstrations and the RL games"
     )
+    p.add_argument(
+        "--hidden-size", type=int, default=128, help="tiny model width (128: about 0.8M parameters)"
+    )
     p.add_argument("--sft-moves", type=int, default=800, help="demonstrated moves (random listed moves)")
     p.add_argument("--sft-steps", type=int, default=None)
     p.add_argument("--sft-lr", type=float, default=1e-3)
@@ -193,7 +196,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
-    path = str(build_tiny_model(out / "initial_model", seed=args.seed))
+    path = str(
+        build_tiny_model(
+            out / "initial_model",
+            seed=args.seed,
+            hidden_size=args.hidden_size,
+            intermediate_size=3 * args.hidden_size,
+        )
+    )
     model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
     client = TransformersChatClient(path, model_name="policy")
     engine = build_engine(client)
