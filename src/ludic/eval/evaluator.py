@@ -93,12 +93,16 @@ class Evaluator:
 
     def _summarise(self, rollouts: list[Rollout]) -> dict[str, float]:
         n = len(rollouts)
-        rewards = [r.total_reward for r in rollouts]
+        # a seat that never moved (the game ended before its turn: ``meta["empty"]``) played nothing:
+        # counted apart, never averaged in as a reward of 0
+        played = [r for r in rollouts if not r.meta.get("empty")]
+        rewards = [r.total_reward for r in played]
         steps = [s for r in rollouts for s in r.steps]
         completion_lengths = [len(s.trace.completion_token_ids) for s in steps if s.trace is not None]
         stats = {
             "eval/num_episodes": float(n),
             "eval/failed_rollouts": float(max(self.target_episodes - n, 0)),
+            "eval/empty_rollouts": float(n - len(played)),
             "eval/avg_total_reward": _mean(rewards),
             "eval/parse_error_rate": _mean([float(bool(s.info.get("parse_error"))) for s in steps]),
             "eval/avg_completion_length": _mean([float(x) for x in completion_lengths]),

@@ -1,5 +1,6 @@
 """A self-play seat that never moved (the real TextArena game ended first) has an empty rollout: the rollout
-engine labels it, counts it and never trains on it, and its seat's group leaves the batch."""
+engine labels it, counts it and never trains on it, and its seat's group leaves the batch; the evaluator
+counts it apart instead of averaging it in as a reward of 0."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ pytest.importorskip("textarena")
 from ludic.agents import Agent
 from ludic.context import FullDialog
 from ludic.envs.textarena_env import TextArenaEnv
+from ludic.eval import Evaluator
 from ludic.interaction import MultiAgentProtocol
 from ludic.parsers import ParseResult
 from ludic.testing.scripted_client import ScriptedChatClient
@@ -67,3 +69,14 @@ async def test_a_seat_that_never_moved_is_counted_and_its_group_never_trained() 
     trained = {(it.meta["group_id"], it.meta["agent_id"]) for it in batch.items}
     assert trained == {(mixed_gid, "player_0"), (legal_gid, "player_0"), (legal_gid, "player_1")}
     assert batch.meta["dropped_group_rollouts"] == 1  # seat 1's other game in the mixed group
+
+
+async def test_the_evaluator_counts_a_seat_that_never_moved_apart_from_the_rewards() -> None:
+    engine = RolloutEngine(env_registry={"textarena": TextArenaEnv}, protocol_registry={"self_play": _self_play})
+    env = EnvSpec("textarena", {"game": "TicTacToe-v0", "players": [0, 1], "observation": "board"})
+    refused = RolloutRequest(env, ProtocolSpec("self_play", {"opening": "refuse"}), env_seed=0)
+    stats = await Evaluator(engine=engine, requests=[refused], max_steps=10).evaluate()
+    (played,) = [r for r in (await engine.generate_rollouts(requests=[refused], max_steps=10)) if r.steps]
+    assert stats["eval/num_episodes"] == 2 and stats["eval/empty_rollouts"] == 1
+    assert stats["eval/avg_total_reward"] == pytest.approx(played.total_reward)  # seat 0's alone
+    assert played.total_reward < 0  # seat 0 lost on its refusals; averaging seat 1's empty 0 in would halve it
