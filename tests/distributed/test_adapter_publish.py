@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from ludic.distributed import (
     adapter_payload,
     create_vllm_publisher,
 )  # fmt: skip
-from ludic.inference import VLLMChatClient
+from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClient
 from ludic.inference.http_client import RequestRefused
 from ludic.inference.weight_sync.adapter_config import AdapterPayload
 from ludic.testing import build_tiny_model
@@ -37,9 +38,10 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return build_tiny_model(root / "a", seed=0), build_tiny_model(root / "b", seed=7)
 
 
-@pytest.fixture(scope="module")
-def server(dirs: tuple[Path, Path]) -> Iterator[str]:
-    with running_server(dirs[0], ["--transfer-timeout", "5"]) as url:
+@pytest.fixture(scope="module", params=["fold", "unmerged"])
+def server(dirs: tuple[Path, Path], request: pytest.FixtureRequest) -> Iterator[str]:
+    """The server in each ``--adapter-serving`` mode: every test below holds in both."""
+    with running_server(dirs[0], ["--transfer-timeout", "5", "--adapter-serving", request.param]) as url:
         yield url
 
 
@@ -150,3 +152,27 @@ def test_the_payload_follows_a_new_adapter_with_other_targets_on_the_same_model(
     second = adapter_payload(model)
     assert second.config.name == "second" and second.config.rank == 2
     assert sorted({n.split(".")[-3] for n in second}) == ["k_proj"] and len(second) == 2 * 4  # 4 layers, A and B
+
+
+def test_sampled_tokens_logprobs_equal_the_peft_models_after_an_adapter_publish(server, dirs):
+    """The server's decoding path (the lean decoder), not only the probe's prompt scoring (its transformers
+    forward): every sampled token's log-prob is the peft model's, in both serving modes."""
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    model = lora_model(dirs[0], seed=21)
+    ClientPublisher(client, lora="adapter").publish(adapter_payload(model), version=600)
+
+    async def sample() -> tuple[list[int], list[float]]:
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "-"}], prompt_token_ids=PROBE,
+                                        sampling=SamplingConfig(temperature=1.0, max_tokens=16, seed=1))  # fmt: skip
+        response, _ = await client.complete(request)
+        await client.aclose()
+        return response.completion_token_ids, response.completion_logprobs
+
+    completion, served = asyncio.run(sample())
+    base = AutoModelForCausalLM.from_pretrained(dirs[0]).eval()
+    with torch.no_grad():
+        expected, unadapted = (torch.log_softmax(m(torch.tensor([PROBE + completion])).logits.float(), -1)[0]
+                               for m in (model, base))  # fmt: skip
+    rows = [len(PROBE) - 1 + i for i in range(len(completion))]
+    assert len(completion) == 16 and served == pytest.approx(expected[rows, completion].tolist(), abs=1e-4)
+    assert (expected[rows, completion] - unadapted[rows, completion]).abs().max() > 1e-3  # the adapter matters

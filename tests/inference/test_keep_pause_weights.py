@@ -71,8 +71,9 @@ def test_tokens_after_a_keep_pause_update_come_from_exactly_the_new_model(dirs, 
     assert max(abs(a - b) for a, b in zip(old[k:], new[k:], strict=True)) > 1e-2  # and they differ
 
 
+@pytest.mark.parametrize("serving", ["fold", "unmerged"])
 @pytest.mark.parametrize("path", ["lean", "hf"])
-def test_tokens_after_a_keep_pause_adapter_publish_come_from_exactly_the_adapted_model(dirs, path):
+def test_tokens_after_a_keep_pause_adapter_publish_come_from_exactly_the_adapted_model(dirs, path, serving):
     """An adapter is swapped in as new tensors (not written into the old ones): the frozen request must
     pick them up all the same, on both decoding paths."""
     from peft import LoraConfig, get_peft_model
@@ -87,7 +88,7 @@ def test_tokens_after_a_keep_pause_adapter_publish_come_from_exactly_the_adapted
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    engine = TransformersChatClient(dirs[0], generate_in_thread=True)
+    engine = TransformersChatClient(dirs[0], generate_in_thread=True, adapter_serving=serving)
     if path == "hf":
         engine._generator.lean = None
     response, info = asyncio.run(generate_across_an_update(engine, adapter_payload(peft_model)))

@@ -30,12 +30,13 @@ class EngineWeightsMixin:
     _weights_lock: threading.Lock
     weights_epoch: int = 0  # counts loads: a frozen batch whose epoch moved prefills its rows again
     _adapter: AdapterState | None = None
+    adapter_serving: str = "fold"  # "fold" | "unmerged" (``ludic.inference.embedded.adapters.ADAPTER_SERVING``)
 
     @property
     def adapter(self) -> AdapterState:
-        """The LoRA adapter folded into the served weights, if any (``ludic.inference.embedded.adapters``)."""
+        """The LoRA adapter served, if any (``ludic.inference.embedded.adapters``), as ``adapter_serving`` says."""
         if self._adapter is None:
-            self._adapter = AdapterState()
+            self._adapter = AdapterState(self.adapter_serving)
         return self._adapter
 
     def sync_weights(
@@ -81,7 +82,8 @@ class EngineWeightsMixin:
     def sync_adapter(
         self, payload: AdapterPayload, *, timeout_s: float = 600.0, version: int | None = None, checked: bool = False
     ) -> str:
-        """Serve a LoRA adapter (``W_base + scaling * B @ A`` on its layers), all or nothing, as a new version.
+        """Serve a LoRA adapter (``W_base + scaling * B @ A`` on its layers, folded or unmerged as
+        ``adapter_serving`` says), all or nothing, as a new version.
         Refused (``AdapterRefused``, a ValueError) when its names, shapes, values or base do not fit; the old
         weights then keep serving at the old version. ``checked``: the caller (the weight receiver) checked
         shapes and values against ``adapter.expected_metas`` already; only the base is checked again."""

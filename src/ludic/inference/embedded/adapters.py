@@ -12,9 +12,12 @@ Cost (a 100M model, rank 16 on q/k/v/o: 56 layers of 768x768): the product is ~1
 the base and writes the buffer once (2 x 132 MB); two buffers per layer are kept from publish to publish
 (the one served and the next), so no fresh pages fault in, and the layers are shared between two threads.
 Memory: the base copy plus the two buffers, 3x the adapted weights (before: 2x, plus 1x during a publish).
-Serving unmerged (``x W^T + s (x A^T) B^T``) would make a publish a 5 MB copy, but costs every decoding
-step two extra products per adapted layer (~1 ms at 16 rows here, ~1.5% of a step): more than the fold
-(~25 ms of CPU) once a publish is followed by more than ~25 decoding steps, as RL rollouts are.
+Serving unmerged (``x W^T + s (x A^T) B^T``, ``adapter_serving="unmerged"``) makes a publish a 5 MB copy,
+but costs every decoding step an extra product per adapted matmul (~4% of a 16-row step here): more than
+the fold once a publish is followed by more than a few batches' decoding steps, as RL rollouts are.
+
+The other mode, ``adapter_serving="unmerged"`` (``unmerged.py``), serves the adapter beside the untouched
+base: a publish only checks and copies A and B, and every forward adds ``(x A^T) B^T * scaling``.
 
 One adapter at a time (the policy being trained): it applies to every request. A full update replaces
 the base: the adapted layers are first put back to their base, then the update is loaded, and the
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ludic.inference.embedded.unmerged import UnmergedLayers, unmerged_unsupported
 from ludic.inference.weight_sync.adapter_config import AdapterConfig, base_fingerprint, lora_names
 from ludic.inference.weight_sync.packing import TensorMeta, dtype_name
 from ludic.inference.weight_sync.weights import first_non_finite, non_finite_message
@@ -50,14 +54,23 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+ADAPTER_SERVING = ("fold", "unmerged")
+"""How the embedded engine serves an adapter: folded into the weights (default) or beside them (``unmerged.py``)."""
+
+
 class AdapterRefused(ValueError):
     """An adapter that does not fit the served model (HTTP 400); nothing changed."""
 
 
 class AdapterState:
-    """The adapter folded into ``model``'s weights (if any) and the base weights under it."""
+    """The adapter served on ``model`` (if any): folded into its weights, the base weights kept under it, or
+    (``mode="unmerged"``) beside them as hooks and terms on its layers."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "fold") -> None:
+        if mode not in ADAPTER_SERVING:
+            raise ValueError(f"adapter_serving must be one of {ADAPTER_SERVING}, got {mode!r}")
+        self.mode = mode
+        self.unmerged = UnmergedLayers()
         self.config: AdapterConfig | None = None
         self.pristine: dict[str, torch.Tensor] = {}  # weight name -> base weight, for the adapted layers
         self._buffers: dict[str, list[torch.Tensor]] = {}  # weight name -> its fold buffers (``_free_buffer``)
@@ -83,6 +96,9 @@ class AdapterState:
                 weight = state.get(f"{module}.weight")
                 if weight is None or weight.dim() != 2:
                     raise AdapterRefused(f"adapter targets {module!r}, which is not a linear layer of the served model")
+                reason = unmerged_unsupported(model, module) if self.mode == "unmerged" else None
+                if reason is not None:
+                    raise AdapterRefused(reason)
                 out_features, in_features = weight.shape
                 a_name, b_name = lora_names(module)
                 metas.append(TensorMeta(a_name, dtype_name(weight.dtype), (config.rank, in_features)))
@@ -122,7 +138,12 @@ class AdapterState:
     # ---- changes (the caller holds the engine's weights lock) -----------------------------------
     def apply(self, model: nn.Module, tensors: Mapping[str, torch.Tensor], config: AdapterConfig) -> None:
         """Fold the (validated) adapter into ``model``: every new weight computed into a buffer no layer
-        serves, then all of them swapped in (``Parameter.data``), so a failure midway changes nothing."""
+        serves, then all of them swapped in (``Parameter.data``), so a failure midway changes nothing.
+        Unmerged: every term staged (copies of A and B), then all swapped in (``UnmergedLayers``)."""
+        if self.mode == "unmerged":
+            self.unmerged.swap(model, self.unmerged.stage(model, tensors, config))
+            self.config = config
+            return
         params = dict(model.named_parameters(remove_duplicate=False))
         targets = [f"{m}.weight" for m in config.target_modules]
         pristine = {n: self.pristine.get(n) for n in targets}  # a layer adapted for the first time: its base kept
@@ -160,6 +181,7 @@ class AdapterState:
 
     def restore_base(self, model: nn.Module) -> None:
         """Put the base back under every adapted layer and forget the adapter (before a full update)."""
+        self.unmerged.clear(model)
         if self.pristine:
             params = dict(model.named_parameters(remove_duplicate=False))
             with torch.no_grad():

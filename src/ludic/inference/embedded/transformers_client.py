@@ -22,6 +22,7 @@ from ludic.inference.embedded._generation import BatchGenerator, RowRequest, Row
 from ludic.inference.embedded._pause import EnginePauseMixin
 from ludic.inference.embedded._scheduler import EngineSchedulerMixin, Region
 from ludic.inference.embedded._weights import EngineWeightsMixin
+from ludic.inference.embedded.adapters import AdapterState
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.weight_sync.pause import PauseGate, version_spans
@@ -67,6 +68,8 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
 
     ``cpu_kernels``: the CPU speed-ups' switch (``ludic.kernels.select``, as ``TrainerConfig.cpu_kernels``):
     "auto" (None: ``$LUDIC_CPU_KERNELS``, default "auto") on the CPU only, "on", "off".
+    ``adapter_serving``: how a LoRA adapter is served: "fold" (into the weights; default) or "unmerged"
+    (beside them: a cheaper publish, a dearer forward; ``ludic.inference.embedded.unmerged``).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
         dtype: str = "auto",
         max_pending: int = 4096,
         cpu_kernels: CpuKernels | None = None,
+        adapter_serving: str = "fold",
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,6 +94,7 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
             raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        self._adapter, self.adapter_serving = AdapterState(adapter_serving), adapter_serving  # checks the mode
         if isinstance(model, (str, Path)):
             model_name = model_name or str(model)
             tokenizer = tokenizer if tokenizer is not None else str(model)
@@ -151,9 +156,7 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
             vocab = self.model.get_input_embeddings().num_embeddings
             bad = [t for t in ids if t >= vocab]
             if bad:
-                raise ValueError(
-                    f"prompt_token_ids contains ids {bad[:5]} outside the vocabulary of size {vocab}"
-                )
+                raise ValueError(f"prompt_token_ids contains ids {bad[:5]} outside the vocabulary of size {vocab}")
             return ids
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(
@@ -182,10 +185,8 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
     def check_fits(self, prompt_len: int, max_tokens: int) -> None:
         """ValueError unless the prompt plus ``max_tokens`` fits the model's context."""
         if prompt_len + max_tokens > self.max_positions:
-            raise ValueError(
-                f"prompt of {prompt_len} tokens + max_tokens {max_tokens} exceeds the model's "
-                f"max_position_embeddings {self.max_positions}"
-            )
+            raise ValueError(f"prompt of {prompt_len} tokens + max_tokens {max_tokens} exceeds the model's "
+                             f"max_position_embeddings {self.max_positions}")  # fmt: skip
 
     def check_chat_fits(self, request: ChatCompletionRequest) -> None:
         """ValueError, before any templating, for a chat that cannot fit the context: more than

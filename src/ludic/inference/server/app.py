@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from ludic.inference.embedded.adapters import ADAPTER_SERVING
 from ludic.inference.embedded.transformers_client import DTYPES, EngineOverloaded, TransformersChatClient
 from ludic.inference.server._generate import ENGINE_KEY, chat_completions, completions, generate
 from ludic.inference.server._json import MAX_BODY_KEY
@@ -130,6 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--api-key", default=os.environ.get("LUDIC_API_KEY"),
                         help="bearer token required on every route but /health (default $LUDIC_API_KEY)")
     parser.add_argument("--transfer-timeout", type=float, default=120.0, help="seconds a broadcast may take")
+    parser.add_argument("--adapter-serving", default="fold", choices=ADAPTER_SERVING,
+                        help="serve a LoRA adapter folded into the weights (cheaper forward) or unmerged beside "
+                             "them (cheaper publish); see docs/lora.md")  # fmt: skip
     parser.add_argument("--drop-weight-updates", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     engine = TransformersChatClient(  # decode off the loop: it keeps accepting requests meanwhile
         args.model, device=args.device, dtype=args.dtype, max_batch_size=args.max_batch_size,
-        max_pending=args.max_pending, generate_in_thread=True,
+        max_pending=args.max_pending, generate_in_thread=True, adapter_serving=args.adapter_serving,
     )
     app = build_app(engine, api_key=args.api_key, max_body_bytes=int(args.max_body_mb * (1 << 20)),
                     transfer_timeout_s=args.transfer_timeout, drop_weight_updates=args.drop_weight_updates)

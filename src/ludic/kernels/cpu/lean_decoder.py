@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ludic.kernels.cpu.lean_weights import LayerLora, LayerWeights, LoraDelta, Proj, bind_weights
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
 from ludic.kernels.private_ops import LINEAR_POINTWISE, REORDER_LINEAR_WEIGHT, works
 
@@ -141,29 +142,9 @@ class StaticKVCache:
         return out.reshape(n, heads * d)
 
 
-@dataclass(slots=True)
-class LayerWeights:
-    """One decoder layer's weights as the step uses them. ``qkv`` and ``gate_up`` hold one fused
-    ``(weight, bias)`` projection whose output columns are the separate projections' side by side,
-    or the projections apart (see ``LeanDecoder.bind``)."""
-
-    input_norm: tuple[torch.Tensor, float]
-    qkv: list[tuple[torch.Tensor, torch.Tensor | None]]
-    qk_norm: tuple[torch.Tensor, float, torch.Tensor] | None  # Qwen3: RMSNorm over each head before RoPE
-    o_proj: tuple[torch.Tensor, torch.Tensor | None]
-    post_norm: tuple[torch.Tensor, float]
-    gate_up: list[tuple[torch.Tensor, torch.Tensor | None]]
-    down: tuple[torch.Tensor, torch.Tensor | None]
-
-
-def _fuse(linears: list[torch.nn.Linear], fuse: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """``[(weight, bias)]`` of one matmul computing all ``linears`` (their outputs side by side), or
-    each apart when ``fuse`` is False or only some have a bias."""
-    biases = [lin.bias for lin in linears]
-    if not fuse or (None in biases and any(b is not None for b in biases)):
-        return [(lin.weight, lin.bias) for lin in linears]
-    bias = None if biases[0] is None else torch.cat(biases)
-    return [(torch.cat([lin.weight for lin in linears]), bias)]
+def _plus(y: torch.Tensor, delta: LoraDelta | None) -> torch.Tensor:
+    """A matmul's output with its LoRA delta (``LoraDelta.finish``), if it has one."""
+    return y if delta is None else delta.finish(y)
 
 
 def _can_pack(model: torch.nn.Module) -> bool:
@@ -228,29 +209,14 @@ class LeanDecoder:
         order, so with ``exact`` the logits stay bit-identical to the model's forward (test). With
         ``packed``, every matmul's weight is also copied into oneDNN's layout for the batch. Elsewhere
         (nothing of this loop has run on a GPU, where a wider matmul may pick another kernel and a
-        copy of the weights costs scarce memory) the projections stay apart."""
-        fuse = self.inv_freq.device.type == "cpu"
+        copy of the weights costs scarce memory) the projections stay apart. Layers serving an unmerged
+        LoRA adapter bring their deltas (``lean_weights``)."""
+        fused = self.inv_freq.device.type == "cpu"
 
-        def proj(linears: list[torch.nn.Linear]) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-            fused = _fuse(linears, fuse)
-            return [_pack(w, b, rows) for w, b in fused] if self.packed else fused
+        def prepare(projs: list[Proj]) -> list[Proj]:
+            return [_pack(w, b, rows) for w, b in projs] if self.packed else projs
 
-        layers = []
-        for block in self.model.model.layers:
-            attn, mlp = block.self_attn, block.mlp
-            qk_norm = (attn.q_norm.weight, attn.q_norm.variance_epsilon, attn.k_norm.weight) if hasattr(attn, "q_norm") else None
-            layers.append(LayerWeights(
-                input_norm=(block.input_layernorm.weight, block.input_layernorm.variance_epsilon),
-                qkv=proj([attn.q_proj, attn.k_proj, attn.v_proj]),
-                qk_norm=qk_norm,
-                o_proj=proj([attn.o_proj])[0],
-                post_norm=(block.post_attention_layernorm.weight, block.post_attention_layernorm.variance_epsilon),
-                gate_up=proj([mlp.gate_proj, mlp.up_proj]),
-                down=proj([mlp.down_proj])[0],
-            ))  # fmt: skip
-        inner = self.model.model
-        head_w, head_b = proj([self.model.lm_head])[0]
-        return [inner.embed_tokens.weight, layers, (inner.norm.weight, inner.norm.variance_epsilon, head_w, head_b)]
+        return bind_weights(self.model, fused, prepare)
 
     def step(
         self,
@@ -266,12 +232,15 @@ class LeanDecoder:
         ``weights`` comes from ``bind()``; ``cos``/``sin`` ``[rows, head_dim]`` are each row's rows of
         ``rope_tables`` (cos and signed sin) at its own position.
         """
-        embed, layers, (norm_w, norm_eps, head_w, head_b) = weights
+        embed, layers, (norm_w, norm_eps, head_w, head_b), head_lora = weights
         linear = self.linear
         x = F.embedding(tokens, embed)  # [n, hidden]
         cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         cache.begin(column)
         for layer, w in enumerate(layers):
+            if w.lora is not None:  # an adapter served unmerged: the same step, plus its deltas
+                x = self._lora_layer(w, w.lora, x, cos, sin, cache, layer)
+                continue
             h = _rms_norm(x, *w.input_norm)
             x = x + linear(self._attention(w, h, cos, sin, cache, layer), *w.o_proj)
             h = _rms_norm(x, *w.post_norm)
@@ -280,16 +249,32 @@ class LeanDecoder:
             else:
                 gate, up = (linear(h, *p) for p in w.gate_up)
             x = x + linear(F.silu(gate).mul_(up), *w.down)
-        return linear(_rms_norm(x, norm_w, norm_eps), head_w, head_b)
+        logits = linear(_rms_norm(x, norm_w, norm_eps), head_w, head_b)
+        return logits if head_lora is None else head_lora.finish(logits).contiguous()
 
-    def _attention(self, w: LayerWeights, h, cos, sin, cache: StaticKVCache | SharedPrefixKVCache, layer: int):
-        """Attention output ``[rows, heads * head_dim]`` (before ``o_proj``) for ``h [rows, hidden]``."""
+    def _lora_layer(self, w: LayerWeights, lora: LayerLora, x, cos, sin, cache, layer: int) -> torch.Tensor:
+        """``step``'s layer with each matmul's LoRA delta added to its output (``LoraDelta.finish``)."""
+        linear = self.linear
+        h = _rms_norm(x, *w.input_norm)
+        x = x + _plus(linear(self._attention(w, h, cos, sin, cache, layer, lora.qkv), *w.o_proj), lora.o_proj)
+        h = _rms_norm(x, *w.post_norm)
+        gate_up = [_plus(linear(h, *p), d) for p, d in zip(w.gate_up, lora.gate_up, strict=True)]
+        gate, up = gate_up[0].chunk(2, dim=-1) if len(gate_up) == 1 else gate_up
+        return x + _plus(linear(F.silu(gate).mul_(up), *w.down), lora.down)
+
+    def _attention(self, w: LayerWeights, h, cos, sin, cache: StaticKVCache | SharedPrefixKVCache, layer: int,
+                   lora: list[LoraDelta | None] | None = None):
+        """Attention output ``[rows, heads * head_dim]`` (before ``o_proj``) for ``h [rows, hidden]``;
+        ``lora``: the q/k/v matmuls' deltas (``LayerLora.qkv``)."""
         n, d, heads, kv_heads, linear = h.shape[0], self.head_dim, self.heads, self.kv_heads, self.linear
         if len(w.qkv) == 1:
-            qkv = linear(h, *w.qkv[0]).view(n, heads + 2 * kv_heads, d)
+            qkv = linear(h, *w.qkv[0]) if lora is None else _plus(linear(h, *w.qkv[0]), lora[0])
+            qkv = qkv.view(n, heads + 2 * kv_heads, d)
             qk, v = qkv[:, : heads + kv_heads], qkv[:, heads + kv_heads :]  # q and k side by side
         else:
-            q, k, v = (linear(h, *p).view(n, -1, d) for p in w.qkv)
+            outs = [linear(h, *p) for p in w.qkv]
+            outs = outs if lora is None else [_plus(y, dl) for y, dl in zip(outs, lora, strict=True)]
+            q, k, v = (y.view(n, -1, d) for y in outs)
             qk = torch.cat((q, k), dim=1)
         if w.qk_norm is not None:  # Qwen3: RMSNorm over each head before RoPE
             q_w, eps, k_w = w.qk_norm
