@@ -185,7 +185,7 @@ def decode_cost(model_dir: Path, payload, repeats: int, rows: int = 16, steps: i
                     lean.step(weights, token, cos[position], sin[position], static, width)
                 samples[key].append((time.perf_counter() - t0) / steps)
     f, u = (statistics.median(v[1:]) for v in samples.values())
-    print(f"decode step ({rows} rows, lean): folded {f * 1e3:.2f} ms, unmerged {u * 1e3:.2f} ms -> +{u - f:.5f} s "
+    print(f"decode step ({rows} rows, lean): folded {f * 1e3:.2f} ms, unmerged {u * 1e3:.2f} ms -> {u - f:+.5f} s "
           f"a step ({u / f - 1:+.1%}); interleaved, medians of {len(samples['unmerged']) - 1} blocks of {steps}")  # fmt: skip
 
 

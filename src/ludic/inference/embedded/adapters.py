@@ -13,8 +13,8 @@ the base and writes the buffer once (2 x 132 MB); two buffers per layer are kept
 (the one served and the next), so no fresh pages fault in, and the layers are shared between two threads.
 Memory: the base copy plus the two buffers, 3x the adapted weights (before: 2x, plus 1x during a publish).
 Serving unmerged (``x W^T + s (x A^T) B^T``, ``adapter_serving="unmerged"``) makes a publish a 5 MB copy,
-but costs every decoding step an extra product per adapted matmul (~4% of a 16-row step here): more than
-the fold once a publish is followed by more than a few batches' decoding steps, as RL rollouts are.
+but costs every decoding step an extra product per adapted matmul (~2% of a 16-row step here): more than
+the fold once a publish is followed by more than ~20 decoding steps, as RL rollouts are.
 
 The other mode, ``adapter_serving="unmerged"`` (``unmerged.py``), serves the adapter beside the untouched
 base: a publish only checks and copies A and B, and every forward adds ``(x A^T) B^T * scaling``.

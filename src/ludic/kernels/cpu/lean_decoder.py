@@ -210,7 +210,7 @@ class LeanDecoder:
         ``packed``, every matmul's weight is also copied into oneDNN's layout for the batch. Elsewhere
         (nothing of this loop has run on a GPU, where a wider matmul may pick another kernel and a
         copy of the weights costs scarce memory) the projections stay apart. Layers serving an unmerged
-        LoRA adapter bring their deltas (``lean_weights``)."""
+        LoRA adapter bring their deltas (``lean_weights``; logits then to fp32 rounding, even ``exact``)."""
         fused = self.inv_freq.device.type == "cpu"
 
         def prepare(projs: list[Proj]) -> list[Proj]:

@@ -8,9 +8,9 @@ then the final norm and the output layer. A linear layer serving an unmerged LoR
 matmul's (copied, maybe packed) weight, so its output's last ``r`` columns are ``x A^T``, and one in-place
 ``addmm`` adds them times ``(scaling B)^T`` to the first ones (``LoraDelta.finish``). A matmul fusing several
 layers gets one delta: their A's stacked and their scaled B's block-diagonal (the zero blocks add exact zeros).
-On a busy CPU each op costs a wake-up of every OpenMP thread, so the op count matters more than the
-FLOPs (measured, 16 rows, 2 threads, loaded machine: the four ops a delta of peft's order, ``y + ((x A^T) B^T)
-* scaling``, made a step 44% slower; see docs/lora.md for this layout). Departure from peft's order:
+At these sizes the op count matters more than the FLOPs (the products are ~2% of a step's; measured at
+100M, 16 rows, one thread, interleaved: peft's four ops per matmul, ``y + ((x A^T) B^T) * scaling``, made a
+step 6.2% slower, this layout 2.1-3.7%; docs/lora.md). Departure from peft's order:
 scaling multiplies B before the product, so the logits match the peft model to fp32 rounding (test), as
 the packed matmuls already do. With no adapter no delta exists and the step does no extra work.
 """
