@@ -11,7 +11,7 @@ def write_run_config(
     folder: Path, model: Path, *, steps: int, eval_episodes: int, lr: float = 1e-4, plot: bool = False,
     eval_extra: str = "", tables: str = "",
 ) -> Path:  # fmt: skip
-    """``folder/run.toml``: ``tiny_run_toml`` + a greedy 4-token [eval] of ``eval_episodes`` episodes, a
+    """``run.toml`` in ``folder``: ``tiny_run_toml`` + a greedy 4-token [eval] of ``eval_episodes`` episodes, a
     [trainer] of 128-token sequences at ``lr``, [logging] to ``folder/out`` (no Rich; a plot only if ``plot``).
 
     ``eval_extra``: more [eval] lines; ``tables``: more tables ([checkpoint], [pipeline], ...), verbatim.
