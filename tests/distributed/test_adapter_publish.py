@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig
 from transformers import AutoModelForCausalLM
 
 from ludic.distributed import (
@@ -25,6 +25,7 @@ from ludic.inference import ChatCompletionRequest, SamplingConfig, VLLMChatClien
 from ludic.inference.http_client import RequestRefused
 from ludic.inference.weight_sync.adapter_config import AdapterPayload
 from ludic.testing import build_tiny_model
+from ludic.testing.lora import trained_lora_model
 from ludic.testing.server_process import running_server
 from ludic.training._lora import merged_state_dict
 
@@ -47,14 +48,7 @@ def server(dirs: tuple[Path, Path], request: pytest.FixtureRequest) -> Iterator[
 
 def lora_model(model_dir: Path, seed: int) -> torch.nn.Module:
     """A peft model on ``model_dir`` whose adapters are non-zero (as after training)."""
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), cfg)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    return model.eval()
+    return trained_lora_model(model_dir, ["q_proj", "v_proj", "up_proj"], seed=seed)
 
 
 def publishers(client: VLLMChatClient, tmp: Path) -> dict[str, object]:

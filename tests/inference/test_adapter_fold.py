@@ -10,25 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM
 
 from ludic.distributed import adapter_payload
 from ludic.inference import TransformersChatClient
 from ludic.inference.embedded import adapters
 from ludic.inference.weight_sync.adapter_config import AdapterPayload
+from ludic.testing.lora import trained_lora_model
 
 
 def payload(model_dir: Path, targets: list[str], seed: int) -> AdapterPayload:
     """A peft adapter on ``model_dir``'s base with non-zero A and B (as after training)."""
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), cfg)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    return adapter_payload(model)
+    return adapter_payload(trained_lora_model(model_dir, targets, seed=seed))
 
 
 def served(engine: TransformersChatClient) -> dict[str, torch.Tensor]:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from ludic.distributed import adapter_payload
@@ -19,20 +18,14 @@ from ludic.inference.embedded.adapters import AdapterRefused
 from ludic.inference.weight_sync.adapter_config import AdapterPayload
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache
 from ludic.kernels.cpu.lean_weights import LORA_ATTR, bind_weights
+from ludic.testing.lora import trained_lora_model
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11]
 
 
 def peft_model(model_dir: Path, targets: list[str], seed: int, **extra) -> torch.nn.Module:
     """A peft model on ``model_dir`` with non-zero A and B (as after training)."""
-    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets, **extra)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), cfg)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    return model.eval()
+    return trained_lora_model(model_dir, targets, seed=seed, scale=0.1, **extra)
 
 
 def peft_logps(model: torch.nn.Module, completion: list[int]) -> list[float]:
