@@ -7,9 +7,12 @@ sides: the cells measure speed at a known reply length, with both trainers doing
 learning comparison at equal reward is ``bench_vs_trl.py``). Each cell runs Ludic, then TRL, then
 Ludic and TRL again (interleaved rounds), each round a warm-up step plus ``--steps`` timed steps,
 and reports medians over the timed steps: s/step, generated tokens/s, and where Ludic's step goes
-(generation, training, weight push), with the mean training reward of each side.
+(generation, training, weight push) and where TRL's goes (generation and scoring, training), with the
+mean training reward of each side. With ``--floor``, each cell also gets Ludic's matmul floor measured
+right after it (``bench_step_floor.py``: the step's matrix products alone, at this core's speed), and
+TRL / floor: the lead Ludic would have if everything else in its step cost nothing.
 
-    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_vs_trl_curve.py [--sizes 0.8M 6M 25M --replies 4 32 128]
+    cd bench && OMP_NUM_THREADS=1 ../.venv/bin/python bench_vs_trl_curve.py [--sizes 0.8M 6M 25M --replies 4 32 128 --floor]
 
 Needs the bench extra (trl, datasets).
 """
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_step_floor import cell_floor
 from bench_vs_trl import trl_grpo_args, trl_reward_fn
 
 from ludic.envs.letter_repeat import letter_for_seed, prompt_for
@@ -102,7 +106,10 @@ def trl_round(cfg: QuickstartConfig, model_dir: Path, steps: int, out: Path) -> 
     n = (steps + 1) * cfg.prompts_per_step
     letters = [letter_for_seed(s, cfg.letters) for s in range(cfg.seed * 100_000, cfg.seed * 100_000 + n)]
     data = Dataset.from_dict(
-        {"prompt": [[{"role": "user", "content": prompt_for(x, cfg.count)}] for x in letters], "letter": letters}
+        {
+            "prompt": [[{"role": "user", "content": prompt_for(x, cfg.count)}] for x in letters],
+            "letter": letters,
+        }
     )
     times: list[float] = []
 
@@ -119,21 +126,43 @@ def trl_round(cfg: QuickstartConfig, model_dir: Path, steps: int, out: Path) -> 
         args=trl_grpo_args(cfg, out, steps=steps + 1, warmup_steps=0),
         train_dataset=data, processing_class=tokenizer, callbacks=[StepTimer()],
     )  # fmt: skip
+    generation = time_generation(trainer)
     trainer.train()
     logs = [row for row in trainer.state.log_history if "reward" in row]
     batch = cfg.group_size * cfg.prompts_per_step
     rows = [
-        {"step": t, "tokens": float(log.get("completions/mean_length", 0.0)) * batch, "reward": float(log["reward"])}
-        for t, log in zip(times, logs, strict=False)
-    ]
+        {
+            "step": t, "generation": g, "training": t - g,
+            "tokens": float(log.get("completions/mean_length", 0.0)) * batch, "reward": float(log["reward"]),
+        }
+        for t, g, log in zip(times, generation, logs, strict=False)
+    ]  # fmt: skip
     return rows[1:]
+
+
+def time_generation(trainer: Any) -> list[float]:
+    """Seconds of each call of TRL's ``_generate_and_score_completions`` (one per step here: one
+    generation batch per optimizer step), its sampling and scoring; the rest of TRL's step is training."""
+    seconds: list[float] = []
+    inner = trainer._generate_and_score_completions
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = inner(*args, **kwargs)
+        seconds.append(time.perf_counter() - t0)
+        return out
+
+    trainer._generate_and_score_completions = timed
+    return seconds
 
 
 def median(rows: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def run_cell(size: str, reply: int, steps: int, rounds: int, out: Path) -> dict[str, Any]:
+def run_cell(
+    size: str, reply: int, steps: int, rounds: int, out: Path, floor: bool = False
+) -> dict[str, Any]:
     model_dir = build_tiny_model(out / "model", seed=0, **SIZES[size])
     cfg = QuickstartConfig(
         steps=steps + 1, seed=0, output_dir=str(out), live=False, eval_every=0, max_new_tokens=reply, **KNOBS
@@ -151,22 +180,34 @@ def run_cell(size: str, reply: int, steps: int, rounds: int, out: Path) -> dict[
             "reward": statistics.fmean(r["reward"] for r in rows),
         }
     cell["ludic"].update({k: median(ludic, k) for k in ("generation", "training", "push")})
+    cell["trl"].update({k: median(trl, k) for k in ("generation", "training")})
     cell["lead"] = cell["trl"]["s_per_step"] / cell["ludic"]["s_per_step"]
+    if floor:  # measured right after the cell, so both see the machine in the same state
+        cell["floor"] = cell_floor(size, reply, repeats=3)
     return cell
 
 
 def table(cells: list[dict[str, Any]]) -> str:
+    floors = all("floor" in c for c in cells)
     lines = [
-        "| model | reply tokens | Ludic s/step (gen / train / push) | TRL s/step | Ludic tok/s | TRL tok/s | lead |",
-        "|---|---|---|---|---|---|---|",
+        "| model | reply tokens | Ludic s/step (gen / train / push) | TRL s/step (gen / train) | Ludic tok/s | "
+        "TRL tok/s | lead |" + (" Ludic's matmul floor s (gen / train) | TRL / floor |" if floors else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if floors else ""),
     ]
     for c in cells:
         lu, tr = c["ludic"], c["trl"]
-        lines.append(
+        line = (
             f"| {c['size']} | {c['reply_tokens']} | {lu['s_per_step']:.3f} ({lu['generation']:.3f} / "
-            f"{lu['training']:.3f} / {lu['push']:.3f}) | {tr['s_per_step']:.3f} | {lu['tokens_per_s']:.0f} | "
-            f"{tr['tokens_per_s']:.0f} | {c['lead']:.2f}x |"
+            f"{lu['training']:.3f} / {lu['push']:.3f}) | {tr['s_per_step']:.3f} ({tr['generation']:.3f} / "
+            f"{tr['training']:.3f}) | {lu['tokens_per_s']:.0f} | {tr['tokens_per_s']:.0f} | {c['lead']:.2f}x |"
         )
+        if floors:
+            f = c["floor"]
+            line += (
+                f" {f['floor']:.3f} ({f['generation']:.3f} / {f['training']:.3f}) | "
+                f"{tr['s_per_step'] / f['floor']:.2f}x |"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -176,13 +217,14 @@ def main() -> None:
     parser.add_argument("--replies", nargs="+", type=int, default=[4, 32, 128])
     parser.add_argument("--steps", type=int, default=3, help="timed steps per side per round")
     parser.add_argument("--rounds", type=int, default=1, help="Ludic-then-TRL rounds per cell")
+    parser.add_argument("--floor", action="store_true", help="also measure each cell's matmul floor")
     parser.add_argument("--out", default="runs/bench_vs_trl_curve")
     args = parser.parse_args()
     out = Path(args.out)
     cells = []
     for size in args.sizes:
         for reply in args.replies:
-            cell = run_cell(size, reply, args.steps, args.rounds, out / f"{size}_{reply}")
+            cell = run_cell(size, reply, args.steps, args.rounds, out / f"{size}_{reply}", args.floor)
             print(json.dumps(cell), flush=True)
             cells.append(cell)
     print(table(cells))

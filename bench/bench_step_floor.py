@@ -1,0 +1,179 @@
+"""How fast Ludic's step in a TRL-curve cell could be on this CPU: its matmuls alone, at this core's speed.
+
+A GRPO step of ``bench_vs_trl_curve.py`` must run a fixed set of matrix products whatever the code
+around them does: the decoding's linear layers (32 rows, once per reply token) and the training's
+forward, grad-input and grad-weight products over the step's positions (the group's prompt once per
+prompt, as Ludic's prefix sharing lays it out). This script times exactly those products in
+isolation, each at the faster of torch's default BLAS (MKL) and oneDNN, interleaved round by round,
+and sums them: the **matmul floor** of the cell. Attention, norms, sampling, the optimizer and the
+Python around them come on top.
+
+With ``--curve results.json`` (written by ``bench_vs_trl_curve.py``) it sets each floor beside the
+measured steps: Ludic's step, TRL's, and the lead Ludic would have if all its other work cost nothing
+(TRL / floor). Where that bound is near 2x, a 2x lead would need the rest of the step (attention over
+the KV cache and the packed rows, elementwise work, the loop) to all but vanish.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_step_floor.py --curve runs/bench_vs_trl_curve/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
+
+SIZES = {  # (hidden, layers, heads, kv_heads, intermediate) of bench_vs_trl_curve.SIZES
+    "0.8M": (128, 4, 4, 2, 384),
+    "6M": (256, 8, 4, 2, 768),
+    "25M": (512, 8, 8, 4, 1536),
+}
+PROMPTS, GROUP, PROMPT_LEN, VOCAB = 4, 8, 69, 259  # the curve's task: 4 prompts x 8 replies, 69-token prompt
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One weight's product shape: ``in_features -> out_features``, ``count`` times per model."""
+
+    in_features: int
+    out_features: int
+    count: int
+
+
+def training_linears(size: str) -> list[Linear]:
+    """Every linear layer of the curve's Qwen2 (projections apart, as the training forward runs them)."""
+    hidden, layers, heads, kv_heads, inter = SIZES[size]
+    kv = hidden // heads * kv_heads
+    per_layer = [
+        (hidden, hidden),
+        (hidden, kv),
+        (hidden, kv),
+        (hidden, hidden),
+        (hidden, inter),
+        (hidden, inter),
+        (inter, hidden),
+    ]
+    shapes = {}
+    for pair in per_layer:
+        shapes[pair] = shapes.get(pair, 0) + layers
+    return [Linear(i, o, n) for (i, o), n in shapes.items()] + [Linear(hidden, VOCAB, 1)]
+
+
+def decoding_linears(size: str) -> list[Linear]:
+    """The decoding step's matmuls, q/k/v and gate/up fused as the lean decoder runs them."""
+    hidden, layers, heads, kv_heads, inter = SIZES[size]
+    kv = hidden // heads * kv_heads
+    return [
+        Linear(hidden, hidden + 2 * kv, layers), Linear(hidden, hidden, layers),
+        Linear(hidden, 2 * inter, layers), Linear(inter, hidden, layers), Linear(hidden, VOCAB, 1),
+    ]  # fmt: skip
+
+
+def fastest(variants: list[Callable[[], object]], repeats: int) -> float:
+    """Median seconds of the fastest variant, the variants interleaved in every round."""
+    times: list[list[float]] = [[] for _ in variants]
+    for fn in variants:
+        fn()  # warm-up: oneDNN builds its primitive, MKL its buffers
+    for _ in range(repeats):
+        for i, fn in enumerate(variants):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return min(statistics.median(t) for t in times)
+
+
+def training_seconds(linear: Linear, rows: int, repeats: int) -> float:
+    """Forward + grad input + grad weight of one linear over ``rows`` positions, each at its fastest."""
+    x, w = torch.randn(rows, linear.in_features), torch.randn(linear.out_features, linear.in_features)
+    dy, w_t = torch.randn(rows, linear.out_features), w.t().contiguous()
+    forward = [lambda: F.linear(x, w)]
+    grad_input = [lambda: dy.mm(w)]
+    grad_weight = [lambda: dy.t().mm(x)]
+    if onednn_available():
+        forward.append(lambda: _inner_product(x, w))
+        grad_input.append(lambda: _inner_product(dy, w_t))
+        grad_weight.append(lambda: weight_and_bias_grads(dy, x, w, False))
+    return sum(fastest(products, repeats) for products in (forward, grad_input, grad_weight))
+
+
+def forward_seconds(linear: Linear, rows: int, repeats: int) -> float:
+    """The prefill's forward product of one linear over ``rows`` positions (MKL or oneDNN, the faster)."""
+    x, w = torch.randn(rows, linear.in_features), torch.randn(linear.out_features, linear.in_features)
+    variants: list[Callable[[], object]] = [lambda: F.linear(x, w)]
+    if onednn_available():
+        variants.append(lambda: _inner_product(x, w))
+    return fastest(variants, repeats)
+
+
+def decoding_seconds(linear: Linear, rows: int, repeats: int) -> float:
+    """One decoding step's product for ``rows`` rows, MKL or oneDNN's packed weight, the faster."""
+    x, w = torch.randn(rows, linear.in_features), torch.randn(linear.out_features, linear.in_features)
+    variants: list[Callable[[], object]] = [lambda: F.linear(x, w)]
+    if onednn_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, rows)
+        variants.append(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+    return fastest(variants, repeats * 4)
+
+
+def cell_floor(size: str, reply: int, repeats: int) -> dict[str, float]:
+    """The matmul floor of one cell: decoding (``reply`` steps of 32 rows, plus the prompts' prefill)
+    and training (the step's positions with each prompt once)."""
+    rows = PROMPTS * GROUP
+    train_rows = PROMPTS * PROMPT_LEN + rows * reply
+    train = sum(training_seconds(lin, train_rows, repeats) * lin.count for lin in training_linears(size))
+    decode = reply * sum(decoding_seconds(lin, rows, repeats) * lin.count for lin in decoding_linears(size))
+    prefill = sum(
+        forward_seconds(lin, PROMPTS * PROMPT_LEN, repeats) * lin.count for lin in training_linears(size)
+    )
+    return {"training": train, "generation": decode + prefill, "floor": train + decode + prefill}
+
+
+def table(floors: dict[tuple[str, int], dict[str, float]], curve: list[dict] | None) -> str:
+    by_cell = {(c["size"], c["reply_tokens"]): c for c in curve or []}
+    lines = [
+        "| model | reply tokens | matmul floor s (generation / training) | Ludic s/step (generation / training) | TRL s/step | TRL / floor | TRL / Ludic |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (size, reply), f in floors.items():
+        c = by_cell.get((size, reply))
+        floor = f"{f['floor']:.3f} ({f['generation']:.3f} / {f['training']:.3f})"
+        if c is None:
+            lines.append(f"| {size} | {reply} | {floor} | | | | |")
+            continue
+        lu, trl = c["ludic"], c["trl"]["s_per_step"]
+        lines.append(
+            f"| {size} | {reply} | {floor} | {lu['s_per_step']:.3f} ({lu['generation']:.3f} / {lu['training']:.3f}) | "
+            f"{trl:.3f} | {trl / f['floor']:.2f}x | {trl / lu['s_per_step']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--replies", nargs="+", type=int, default=[4, 32, 128])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--curve", type=Path, help="results.json of bench_vs_trl_curve.py, to set the floors beside"
+    )
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    curve = json.loads(args.curve.read_text()) if args.curve else None
+    floors = {}
+    for size in args.sizes:
+        for reply in args.replies:
+            floors[(size, reply)] = cell_floor(size, reply, args.repeats)
+            print(json.dumps({"size": size, "reply_tokens": reply, **floors[(size, reply)]}), flush=True)
+    print(table(floors, curve))
+
+
+if __name__ == "__main__":
+    main()
