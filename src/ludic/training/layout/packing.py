@@ -52,7 +52,7 @@ from ludic.training.types import SAWItem
 
 PACKABLE_MODEL_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
 """HF ``model_type``s whose packed forward (4D block mask + restarting position ids) is tested equal
-to the plain forward (``tests/training/batching/test_packing.py``), and whose logits are exactly
+to the plain forward (``tests/training/layout/test_packing.py``), and whose logits are exactly
 ``lm_head(decoder(...))`` (no soft-capping or scaling). Others fall back to padded rows."""
 
 MASK_ATTENTION = ("sdpa", "eager")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.training.batching.test_packing import build, grpo_items
+from tests.training.layout.test_packing import build, grpo_items
 from tests.training.test_trainer import FixedBatchSource
 
 from ludic.kernels.cpu.segment_attention import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.training.batching.test_packing import build, grpo_items
+from tests.training.layout.test_packing import build, grpo_items
 
 from ludic.training.layout.flex_attention import (
     FLEX_ATTENTION,

@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tests.training.test_trainer import make_trainer, params_of, tiny_model
 
 import ludic.kernels.cpu.onednn_linear as onednn
 from ludic.kernels.cpu.onednn_linear import OneDNNLinear, onednn_available, onednn_linears
 from ludic.training.config import TrainerConfig
-
-from .test_trainer import make_trainer, params_of, tiny_model
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
 
@@ -157,9 +156,9 @@ def test_the_trainer_option_takes_effect_and_both_paths_train_the_same_weights(a
 
 
 def test_the_frozen_model_scorer_scores_the_same_on_either_path(apply_calls) -> None:
-    from ludic.training.reference.scoring import FrozenModelScorer
+    from tests.training.test_trainer import make_item
 
-    from .test_trainer import make_item
+    from ludic.training.reference.scoring import FrozenModelScorer
 
     scores = {}
     for enabled in (False, True):

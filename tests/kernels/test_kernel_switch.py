@@ -11,7 +11,7 @@ import logging
 
 import pytest
 import torch
-from tests.training.batching.test_packing import build, grpo_items
+from tests.training.layout.test_packing import build, grpo_items
 from tests.training.test_trainer import FixedBatchSource
 
 import ludic.kernels.cpu.onednn_linear as onednn

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from tests.training.batching.test_packing import group, grpo_items
+from tests.training.layout.test_packing import group, grpo_items
 
 from ludic.training.layout.attention_blocks import Block, build_attention_blocks
 from ludic.training.layout.packing import pack_plan, plan_cost, plan_packed_micro_batches

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tests.training.batching.test_packing import build, grpo_items
+from tests.training.layout.test_packing import build, grpo_items
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ludic.inference.embedded import _generation
