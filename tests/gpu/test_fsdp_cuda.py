@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from ludic.testing import build_tiny_model
 
 pytestmark = pytest.mark.gpu
-WORKER = Path(__file__).parents[1] / "distributed" / "fsdp_worker.py"
+WORKER = Path(__file__).parents[1] / "training" / "parallel" / "fsdp_worker.py"
 needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL FSDP2 needs one GPU per rank (2)")
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.training.onpolicy import tiny_model
 
 from ludic.training.algorithm import chain_preprocess, drop_zero_weight
 from ludic.training.layout.micro_batching import collate_saw_items, truncate_item
 from ludic.training.loss import compute_token_logps
 from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.types import SampleAttachments, SAWBatch, SAWItem
-
-from .onpolicy import tiny_model
 
 
 def item(length: int, weight: float = 1.0, rid: str = "r") -> SAWItem:

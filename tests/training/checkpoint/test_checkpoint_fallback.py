@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.training.onpolicy import tiny_model
 
 from ludic.training.checkpoint.manager import CheckpointLoadError, CheckpointManager
 from ludic.training.config import CheckpointConfig
 
 from .checkpointing import assert_load_refused, assert_unchanged, snapshot, trained_optimizer
-from .onpolicy import tiny_model
 
 
 def _two_checkpoints(tmp_path: Path, **cfg: object) -> tuple[CheckpointManager, dict, Path]:

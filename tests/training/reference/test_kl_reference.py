@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from tests.training.onpolicy import OnPolicySampler, exact_kl, tiny_model
 
 from ludic.training import presets
 from ludic.training.config import TrainerConfig
@@ -15,8 +16,6 @@ from ludic.training.presets import make_cispo
 from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.trainer import Trainer
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
-
-from .onpolicy import OnPolicySampler, exact_kl, tiny_model
 
 RL_PRESETS = ["make_reinforce", "make_reinforce_baseline", "make_grpo", "make_gspo", "make_cispo", "make_scalerl"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.training.onpolicy import OnPolicySampler, exact_kl, tiny_model
 
 from ludic.registry import get_algorithm
 from ludic.training.config import TrainerConfig
@@ -12,8 +13,6 @@ from ludic.training.loss import CISPOLoss, CompositeLoss, TokenKLLoss
 from ludic.training.reference.distill import make_distill
 from ludic.training.reference.scoring import FrozenModelScorer
 from ludic.training.trainer import Trainer
-
-from .onpolicy import OnPolicySampler, exact_kl, tiny_model
 
 
 def test_pure_distillation_reads_no_reward_and_scores_with_the_teacher():

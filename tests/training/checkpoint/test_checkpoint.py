@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.training.onpolicy import tiny_model
 
 from ludic.training.checkpoint.manager import CheckpointManager
 from ludic.training.config import CheckpointConfig
 
 from .checkpointing import trained_optimizer
-from .onpolicy import tiny_model
 
 
 def test_save_then_load_restores_weights_optimizer_and_metadata(tmp_path: Path) -> None:

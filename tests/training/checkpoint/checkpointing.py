@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.training.onpolicy import tiny_model
 
 from ludic.training.checkpoint.manager import CheckpointLoadError, CheckpointManager
-
-from .onpolicy import tiny_model
 
 
 def trained_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
