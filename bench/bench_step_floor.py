@@ -123,16 +123,22 @@ def decoding_seconds(linear: Linear, rows: int, repeats: int) -> float:
     return fastest(variants, repeats * 4)
 
 
-def cell_floor(size: str, reply: int, repeats: int) -> dict[str, float]:
-    """The matmul floor of one cell: decoding (``reply`` steps of 32 rows, plus the prompts' prefill)
-    and training (the step's positions with each prompt once)."""
+def cell_floor(
+    size: str, reply: int, repeats: int, *, tokens: float | None = None, prompt_len: float = PROMPT_LEN
+) -> dict[str, float]:
+    """The matmul floor of one cell: decoding (32 rows x ``reply`` steps, or the ``tokens`` the step
+    really sampled when rows stop early, plus the prompts' prefill) and training (the step's positions:
+    each prompt once, then every sampled token)."""
     rows = PROMPTS * GROUP
-    train_rows = PROMPTS * PROMPT_LEN + rows * reply
+    sampled = rows * reply if tokens is None else tokens
+    prompt_rows = round(PROMPTS * prompt_len)
+    train_rows = prompt_rows + round(sampled)
     train = sum(training_seconds(lin, train_rows, repeats) * lin.count for lin in training_linears(size))
-    decode = reply * sum(decoding_seconds(lin, rows, repeats) * lin.count for lin in decoding_linears(size))
-    prefill = sum(
-        forward_seconds(lin, PROMPTS * PROMPT_LEN, repeats) * lin.count for lin in training_linears(size)
+    full_decode = reply * sum(
+        decoding_seconds(lin, rows, repeats) * lin.count for lin in decoding_linears(size)
     )
+    decode = full_decode * sampled / (rows * reply)  # a finished row leaves the batch: row-steps scale it
+    prefill = sum(forward_seconds(lin, prompt_rows, repeats) * lin.count for lin in training_linears(size))
     return {"training": train, "generation": decode + prefill, "floor": train + decode + prefill}
 
 

@@ -50,6 +50,7 @@ class TimedSource:
         self.inner = inner
         self.seconds: list[float] = []
         self.tokens: list[int] = []
+        self.prompt_tokens: list[float] = []  # per row: the prompt's positions (not the sampled ones)
         self.rewards: list[float] = []
 
     async def next_batch(self) -> Any:
@@ -57,6 +58,8 @@ class TimedSource:
         batch = await self.inner.next_batch()
         self.seconds.append(time.perf_counter() - t0)
         self.tokens.append(sum(sum(it.action_mask) for it in batch.items))
+        positions = sum(len(it.input_ids) for it in batch.items)
+        self.prompt_tokens.append((positions - self.tokens[-1]) / len(batch.items))
         self.rewards.append(float(batch.meta.get("avg_total_reward", float("nan"))))
         return batch
 
@@ -91,7 +94,7 @@ async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> lis
         total = stats["perf/step_seconds"]
         rows.append({
             "step": total, "generation": gen, "push": push, "training": total - gen - push,
-            "tokens": source.tokens[-1], "reward": source.rewards[-1],
+            "tokens": source.tokens[-1], "prompt_tokens": source.prompt_tokens[-1], "reward": source.rewards[-1],
         })  # fmt: skip
     client.close() if hasattr(client, "close") else None
     return rows[1:]  # the first step warms up
@@ -182,8 +185,11 @@ def run_cell(
     cell["ludic"].update({k: median(ludic, k) for k in ("generation", "training", "push")})
     cell["trl"].update({k: median(trl, k) for k in ("generation", "training")})
     cell["lead"] = cell["trl"]["s_per_step"] / cell["ludic"]["s_per_step"]
+    cell["ludic"].update({k: median(ludic, k) for k in ("tokens", "prompt_tokens")})
     if floor:  # measured right after the cell, so both see the machine in the same state
-        cell["floor"] = cell_floor(size, reply, repeats=3)
+        cell["floor"] = cell_floor(
+            size, reply, repeats=3, tokens=cell["ludic"]["tokens"], prompt_len=cell["ludic"]["prompt_tokens"]
+        )
     return cell
 
 
