@@ -25,17 +25,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 import torch.nn.functional as F
+from curve_models import SIZES
 from transformers import AutoModelForCausalLM
 
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache
 from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
 from ludic.testing import tiny_model_path
 
-SIZES = {  # the sizes bench_vs_trl_curve.py trains
-    "0.8M": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
-    "6M": dict(hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=2, intermediate_size=768),
-    "25M": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536),
-}
 ROWS, PROMPT, DONE = 32, 70, 32
 
 

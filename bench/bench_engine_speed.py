@@ -28,16 +28,11 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
+from curve_models import SIZES
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
 from ludic.inference.embedded._generation import BatchGenerator
 from ludic.testing import tiny_model_path
-
-SIZES = {  # name: build_tiny_model kwargs (as bench_vs_trl_curve.py)
-    "0.8M": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
-    "6M": dict(hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=2, intermediate_size=768),
-    "25M": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536),
-}
 
 
 def _requests(rows: int, new_tokens: int, seed: int, context: int = 0) -> list[ChatCompletionRequest]:

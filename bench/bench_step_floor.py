@@ -28,14 +28,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from curve_models import SIZES
 
 from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
 
-SIZES = {  # (hidden, layers, heads, kv_heads, intermediate) of bench_vs_trl_curve.SIZES
-    "0.8M": (128, 4, 4, 2, 384),
-    "6M": (256, 8, 4, 2, 768),
-    "25M": (512, 8, 8, 4, 1536),
-}
 PROMPTS, GROUP, PROMPT_LEN, VOCAB = 4, 8, 69, 259  # the curve's task: 4 prompts x 8 replies, 69-token prompt
 
 
@@ -48,32 +44,30 @@ class Linear:
     count: int
 
 
-def training_linears(size: str) -> list[Linear]:
-    """Every linear layer of the curve's Qwen2 (projections apart, as the training forward runs them)."""
-    hidden, layers, heads, kv_heads, inter = SIZES[size]
-    kv = hidden // heads * kv_heads
+def training_linears(
+    hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, intermediate_size: int
+) -> list[Linear]:
+    """Every linear layer of a tiny Qwen2 (projections apart, as the training forward runs them)."""
+    kv = hidden_size // num_heads * num_kv_heads
     per_layer = [
-        (hidden, hidden),
-        (hidden, kv),
-        (hidden, kv),
-        (hidden, hidden),
-        (hidden, inter),
-        (hidden, inter),
-        (inter, hidden),
-    ]
-    shapes = {}
+        (hidden_size, hidden_size), (hidden_size, kv), (hidden_size, kv), (hidden_size, hidden_size),
+        (hidden_size, intermediate_size), (hidden_size, intermediate_size), (intermediate_size, hidden_size),
+    ]  # fmt: skip
+    shapes: dict[tuple[int, int], int] = {}
     for pair in per_layer:
-        shapes[pair] = shapes.get(pair, 0) + layers
-    return [Linear(i, o, n) for (i, o), n in shapes.items()] + [Linear(hidden, VOCAB, 1)]
+        shapes[pair] = shapes.get(pair, 0) + num_layers
+    return [Linear(i, o, n) for (i, o), n in shapes.items()] + [Linear(hidden_size, VOCAB, 1)]
 
 
-def decoding_linears(size: str) -> list[Linear]:
+def decoding_linears(
+    hidden_size: int, num_layers: int, num_heads: int, num_kv_heads: int, intermediate_size: int
+) -> list[Linear]:
     """The decoding step's matmuls, q/k/v and gate/up fused as the lean decoder runs them."""
-    hidden, layers, heads, kv_heads, inter = SIZES[size]
-    kv = hidden // heads * kv_heads
+    kv = hidden_size // num_heads * num_kv_heads
     return [
-        Linear(hidden, hidden + 2 * kv, layers), Linear(hidden, hidden, layers),
-        Linear(hidden, 2 * inter, layers), Linear(inter, hidden, layers), Linear(hidden, VOCAB, 1),
+        Linear(hidden_size, hidden_size + 2 * kv, num_layers), Linear(hidden_size, hidden_size, num_layers),
+        Linear(hidden_size, 2 * intermediate_size, num_layers), Linear(intermediate_size, hidden_size, num_layers),
+        Linear(hidden_size, VOCAB, 1),
     ]  # fmt: skip
 
 
@@ -133,12 +127,16 @@ def cell_floor(
     sampled = rows * reply if tokens is None else tokens
     prompt_rows = round(PROMPTS * prompt_len)
     train_rows = prompt_rows + round(sampled)
-    train = sum(training_seconds(lin, train_rows, repeats) * lin.count for lin in training_linears(size))
+    train = sum(
+        training_seconds(lin, train_rows, repeats) * lin.count for lin in training_linears(**SIZES[size])
+    )
     full_decode = reply * sum(
-        decoding_seconds(lin, rows, repeats) * lin.count for lin in decoding_linears(size)
+        decoding_seconds(lin, rows, repeats) * lin.count for lin in decoding_linears(**SIZES[size])
     )
     decode = full_decode * sampled / (rows * reply)  # a finished row leaves the batch: row-steps scale it
-    prefill = sum(forward_seconds(lin, prompt_rows, repeats) * lin.count for lin in training_linears(size))
+    prefill = sum(
+        forward_seconds(lin, prompt_rows, repeats) * lin.count for lin in training_linears(**SIZES[size])
+    )
     return {"training": train, "generation": decode + prefill, "floor": train + decode + prefill}
 
 

@@ -20,16 +20,14 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from curve_models import SIZES as CURVE_SIZES
+from curve_models import qwen2_config
 
 from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
 from ludic.training import Trainer, TrainerConfig, make_grpo
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
-SIZES = {  # Qwen2 configs of bench_vs_trl_curve.py
-    "0.8M": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=384),
-    "6M": dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, intermediate_size=768),
-    "25M": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1536),
-}  # fmt: skip
+SIZES = {name: qwen2_config(name) for name in CURVE_SIZES}  # Qwen2Config keywords
 PROMPTS, GROUP, PROMPT_LEN, REPLY_LEN, VOCAB = 4, 8, 69, 128, 260
 
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_step_floor import cell_floor
+from bench_step_floor import SIZES, cell_floor
 from bench_vs_trl import trl_grpo_args, trl_reward_fn
 
 from ludic.envs.letter_repeat import letter_for_seed, prompt_for
@@ -35,11 +35,6 @@ from ludic.quickstart.config import QuickstartConfig
 from ludic.quickstart.run_config import run_config_data, to_run_config
 from ludic.testing import build_tiny_model
 
-SIZES = {  # name: build_tiny_model kwargs
-    "0.8M": dict(hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=384),
-    "6M": dict(hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=2, intermediate_size=768),
-    "25M": dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=1536),
-}
 KNOBS = {"group_size": 8, "prompts_per_step": 4, "lr": 1e-3, "warmup_steps": 0}
 
 
