@@ -8,9 +8,9 @@ isolation, each at the faster of torch's default BLAS (MKL) and oneDNN, interlea
 and sums them: the **matmul floor** of the cell. Attention, norms, sampling, the optimizer and the
 Python around them come on top.
 
-With ``--curve results.json`` (written by ``bench_vs_trl_curve.py``) it sets each floor beside the
-measured steps: Ludic's step, TRL's, and the lead Ludic would have if all its other work cost nothing
-(TRL / floor). Where that bound is near 2x, a 2x lead would need the rest of the step (attention over
+With ``--curve results.json`` (written by ``bench_vs_trl_curve.py``) it counts the tokens those steps
+really sampled and sets each floor beside them: Ludic's step, TRL's, and the lead Ludic would have if all
+its other work cost nothing (TRL / floor); ``bench_vs_trl_curve.py --floor`` does the same in one run. Where that bound is near 2x, a 2x lead would need the rest of the step (attention over
 the KV cache and the packed rows, elementwise work, the loop) to all but vanish.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_step_floor.py --curve runs/bench_vs_trl_curve/results.json
@@ -32,7 +32,7 @@ from curve_models import SIZES
 
 from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
 
-PROMPTS, GROUP, PROMPT_LEN, VOCAB = 4, 8, 69, 259  # the curve's task: 4 prompts x 8 replies, 69-token prompt
+PROMPTS, GROUP, PROMPT_LEN, VOCAB = 4, 8, 36, 259  # the curve's task: 4 prompts x 8 replies, 36-token prompts
 
 
 @dataclass(frozen=True)
@@ -171,10 +171,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     curve = json.loads(args.curve.read_text()) if args.curve else None
+    measured = {(c["size"], c["reply_tokens"]): c["ludic"] for c in curve or []}
     floors = {}
     for size in args.sizes:
         for reply in args.replies:
-            floors[(size, reply)] = cell_floor(size, reply, args.repeats)
+            ludic = measured.get((size, reply), {})  # the tokens the curve's steps sampled, where it has them
+            floors[(size, reply)] = cell_floor(
+                size,
+                reply,
+                args.repeats,
+                tokens=ludic.get("tokens"),
+                prompt_len=ludic.get("prompt_tokens", PROMPT_LEN),
+            )
             print(json.dumps({"size": size, "reply_tokens": reply, **floors[(size, reply)]}), flush=True)
     print(table(floors, curve))
 
