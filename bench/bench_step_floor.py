@@ -28,9 +28,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from bench_train_matmuls import products
 from curve_models import SIZES
 
-from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
+from ludic.kernels.cpu.onednn_linear import onednn_available
 
 PROMPTS, GROUP, PROMPT_LEN, VOCAB = 4, 8, 36, 259  # the curve's task: 4 prompts x 8 replies, 36-token prompts
 
@@ -84,27 +85,23 @@ def fastest(variants: list[Callable[[], object]], repeats: int) -> float:
     return min(statistics.median(t) for t in times)
 
 
-def training_seconds(linear: Linear, rows: int, repeats: int) -> float:
-    """Forward + grad input + grad weight of one linear over ``rows`` positions, each at its fastest."""
+def fastest_products(linear: Linear, rows: int, repeats: int, names: tuple[str, ...]) -> float:
+    """Seconds of the named products of one linear over ``rows`` positions (``bench_train_matmuls.products``:
+    forward, grad input, grad weight), each at the faster of MKL and oneDNN where oneDNN runs."""
     x, w = torch.randn(rows, linear.in_features), torch.randn(linear.out_features, linear.in_features)
-    dy, w_t = torch.randn(rows, linear.out_features), w.t().contiguous()
-    forward = [lambda: F.linear(x, w)]
-    grad_input = [lambda: dy.mm(w)]
-    grad_weight = [lambda: dy.t().mm(x)]
-    if onednn_available():
-        forward.append(lambda: _inner_product(x, w))
-        grad_input.append(lambda: _inner_product(dy, w_t))
-        grad_weight.append(lambda: weight_and_bias_grads(dy, x, w, False))
-    return sum(fastest(products, repeats) for products in (forward, grad_input, grad_weight))
+    pairs = products(x, w, torch.randn(rows, linear.out_features))
+    variants = slice(None) if onednn_available() else slice(1)
+    return sum(fastest(list(pairs[name][variants]), repeats) for name in names)
+
+
+def training_seconds(linear: Linear, rows: int, repeats: int) -> float:
+    """Forward + grad input + grad weight of one linear over ``rows`` positions."""
+    return fastest_products(linear, rows, repeats, ("forward", "grad input", "grad weight"))
 
 
 def forward_seconds(linear: Linear, rows: int, repeats: int) -> float:
-    """The prefill's forward product of one linear over ``rows`` positions (MKL or oneDNN, the faster)."""
-    x, w = torch.randn(rows, linear.in_features), torch.randn(linear.out_features, linear.in_features)
-    variants: list[Callable[[], object]] = [lambda: F.linear(x, w)]
-    if onednn_available():
-        variants.append(lambda: _inner_product(x, w))
-    return fastest(variants, repeats)
+    """The prefill's forward product of one linear over ``rows`` positions."""
+    return fastest_products(linear, rows, repeats, ("forward",))
 
 
 def decoding_seconds(linear: Linear, rows: int, repeats: int) -> float:

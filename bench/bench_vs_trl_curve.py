@@ -177,10 +177,11 @@ def run_cell(
             "tokens_per_s": median([{"v": r["tokens"] / r["step"]} for r in rows], "v"),
             "reward": statistics.fmean(r["reward"] for r in rows),
         }
-    cell["ludic"].update({k: median(ludic, k) for k in ("generation", "training", "push")})
+    cell["ludic"].update(
+        {k: median(ludic, k) for k in ("generation", "training", "push", "tokens", "prompt_tokens")}
+    )
     cell["trl"].update({k: median(trl, k) for k in ("generation", "training")})
     cell["lead"] = cell["trl"]["s_per_step"] / cell["ludic"]["s_per_step"]
-    cell["ludic"].update({k: median(ludic, k) for k in ("tokens", "prompt_tokens")})
     if floor:  # measured right after the cell, so both see the machine in the same state
         cell["floor"] = cell_floor(
             size, reply, repeats=3, tokens=cell["ludic"]["tokens"], prompt_len=cell["ludic"]["prompt_tokens"]
