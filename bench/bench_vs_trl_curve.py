@@ -59,7 +59,9 @@ class TimedSource:
         return batch
 
 
-async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> list[dict[str, float]]:
+def ludic_trainer(cfg: QuickstartConfig, model_dir: Path) -> tuple[Any, TimedSource, Any]:
+    """The Trainer of a curve cell (the quickstart's policy, engine and batches), its timed batch source
+    and its inference client."""
     import torch
 
     from ludic.cli.runtime import load_policy, make_algorithm, make_client, make_engine, make_rollout_source
@@ -68,7 +70,7 @@ async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> lis
     from ludic.training.config import TrainerConfig
     from ludic.training.trainer import Trainer
 
-    run_cfg = to_run_config(run_config_data(cfg, model_dir))  # the quickstart's policy, engine and batches
+    run_cfg = to_run_config(run_config_data(cfg, model_dir))
     torch.manual_seed(run_cfg.seed)
     model, client = load_policy(run_cfg), make_client(run_cfg)
     algo = make_algorithm(run_cfg)
@@ -82,6 +84,11 @@ async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> lis
         model=model, algo=algo, batch_source=source, publisher=ClientPublisher(client), cfg=tcfg,
         optimizer=make_adamw(model.parameters(), lr=cfg.lr, weight_decay=0.0),
     )  # fmt: skip
+    return trainer, source, client
+
+
+async def ludic_round(cfg: QuickstartConfig, model_dir: Path, steps: int) -> list[dict[str, float]]:
+    trainer, source, client = ludic_trainer(cfg, model_dir)
     rows = []
     for _ in range(steps + 1):
         stats = await trainer.train_step()
