@@ -35,6 +35,9 @@ class VLLMLoraPublisher:
                  base_model: str = "", timeout_s: float = 120.0) -> None:  # fmt: skip
         if keep < 1 or not lora_name:
             raise ValueError(f"keep must be >= 1 and lora_name non-empty, got keep={keep}, lora_name={lora_name!r}")
+        if any(c in lora_name for c in "/\\\0"):  # the folders are adapter_dir/<lora_name>-v<N>, later deleted
+            raise ValueError(f"lora_name {lora_name!r} must be one folder name (no '/', '\\' or NUL): its adapter "
+                             "folders would land outside adapter_dir")  # fmt: skip
         self.client, self.lora_name, self.keep = client, lora_name, keep
         self.adapter_dir, self.base_model, self.timeout_s = Path(adapter_dir), base_model, timeout_s
         self._loaded = False

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
+import shutil
 from pathlib import Path
 
 from ludic.inference.weight_sync.adapter_config import ADAPTER_METADATA_KEY, AdapterConfig, AdapterPayload
@@ -45,20 +47,60 @@ def peft_config_json(config: AdapterConfig, base_model: str = "") -> dict[str, o
 
 def write_adapter_folder(payload: AdapterPayload, folder: str | Path, *, version: int | None = None,
                          base_model: str = "") -> Path:  # fmt: skip
-    """Write ``payload`` as a peft adapter folder (into a temporary name, renamed into place when complete)."""
+    """Write ``payload`` as a peft adapter folder: into a fresh temporary folder of its own (two writers never
+    mix files), renamed into place when complete; an adapter folder already there (the same version published
+    again, say after a restart) is replaced, anything else there is refused untouched."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
-    tmp = folder.with_name(f".tmp-{folder.name}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    metadata = {ADAPTER_METADATA_KEY: json.dumps(payload.config.to_json())}
-    if version is not None:
-        metadata[VERSION_METADATA_KEY] = str(parse_version(version))
-    tensors = {PEFT_PREFIX + name: t.detach().contiguous().cpu() for name, t in payload.items()}
-    save_file(tensors, str(tmp / WEIGHTS_FILE), metadata=metadata)
-    (tmp / CONFIG_FILE).write_text(json.dumps(peft_config_json(payload.config, base_model), indent=1), encoding="utf-8")
-    os.replace(tmp, folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _fresh_sibling(folder, ".tmp")
+    try:
+        metadata = {ADAPTER_METADATA_KEY: json.dumps(payload.config.to_json())}
+        if version is not None:
+            metadata[VERSION_METADATA_KEY] = str(parse_version(version))
+        tensors = {PEFT_PREFIX + name: t.detach().contiguous().cpu() for name, t in payload.items()}
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata=metadata)
+        config = json.dumps(peft_config_json(payload.config, base_model), indent=1)
+        (tmp / CONFIG_FILE).write_text(config, encoding="utf-8")
+        _move_into_place(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder
+
+
+def _fresh_sibling(folder: Path, prefix: str) -> Path:
+    """A new empty folder beside ``folder``, of a name no other writer uses (mode as ``mkdir``'s: the umask's,
+    so a server running as another user can read it, as it can ``folder``)."""
+    sibling = folder.with_name(f"{prefix}-{folder.name}-{secrets.token_hex(6)}")
+    sibling.mkdir()
+    return sibling
+
+
+def _is_adapter_folder(folder: Path) -> bool:
+    """A real folder (no link) holding nothing but what ``write_adapter_folder`` writes."""
+    return folder.is_dir() and not folder.is_symlink() and {p.name for p in folder.iterdir()} <= {CONFIG_FILE, WEIGHTS_FILE}
+
+
+def _move_into_place(tmp: Path, folder: Path) -> None:
+    """``tmp`` renamed to ``folder``; an adapter folder there is moved aside first, then deleted."""
+    if not (folder.exists() or folder.is_symlink()):
+        os.replace(tmp, folder)
+        return
+    if not _is_adapter_folder(folder):
+        raise FileExistsError(f"{folder} exists and is not an adapter folder (only {CONFIG_FILE} and {WEIGHTS_FILE}): "
+                              "refusing to replace it; choose another adapter_dir or lora_name")  # fmt: skip
+    old = _fresh_sibling(folder, ".old")
+    os.replace(folder, old / folder.name)
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # another writer got there in between: its folder stays, ours is dropped
+        if not folder.exists():
+            os.replace(old / folder.name, folder)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def read_adapter_folder(folder: str | Path, *, max_bytes: int | None = None) -> tuple[AdapterPayload, int | None]:
