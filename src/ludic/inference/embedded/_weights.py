@@ -99,15 +99,20 @@ class EngineWeightsMixin:
             self._weights_lock.release()
         return f"applied adapter {payload.config.name!r} ({len(payload)} tensors), policy_version={self.policy_version}"
 
-    def unload_adapter(self, timeout_s: float = 600.0) -> None:
-        """Serve the base again (vLLM's unload route); the version stays as it is."""
+    def unload_adapter(self, timeout_s: float = 600.0, *, name: str | None = None) -> bool:
+        """Serve the base again (vLLM's unload route); the version stays as it is. ``name``: only if the adapter
+        served has that name (checked under the lock); returns whether one was unloaded."""
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"unload_adapter could not acquire the engine within {timeout_s}s")
         try:
+            current = self.adapter.config
+            if current is None or (name is not None and current.name != name):
+                return False
             self.adapter.restore_base(self.model)
             self.weights_epoch += 1
         finally:
             self._weights_lock.release()
+        return True
 
     def restart_versions(self, version: int = 0) -> None:
         """Set the policy version without loading weights: the in-process owner starting a new count (the

@@ -26,6 +26,7 @@ adapter is dropped (the next adapter publish applies on the new base).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ from torch import nn
 from ludic.inference.embedded.unmerged import UnmergedLayers, unmerged_unsupported
 from ludic.inference.weight_sync.adapter_config import AdapterConfig, base_fingerprint, lora_names
 from ludic.inference.weight_sync.packing import TensorMeta, dtype_name
-from ludic.inference.weight_sync.weights import first_non_finite, non_finite_message
+from ludic.inference.weight_sync.weights import finite_as, first_non_finite, non_finite_message
 
 
 @contextmanager
@@ -79,11 +80,16 @@ class AdapterState:
         self._pool: ThreadPoolExecutor | None = None
 
     # ---- checks (no change) ---------------------------------------------------------------------
-    def fingerprint(self, model: nn.Module) -> str:
-        if self._fingerprint is None:
-            state = model.state_dict()
-            self._fingerprint = base_fingerprint((k, self.pristine.get(k, v)) for k, v in state.items())
-        return self._fingerprint
+    def fingerprint(self, model: nn.Module, *, cache: bool = True) -> str:
+        """The served base's ``base_fingerprint``, kept until a full update. ``cache=False``: the caller does not
+        hold the weights lock (an update may be half copied), so the value is used once and not kept."""
+        if self._fingerprint is not None:
+            return self._fingerprint
+        state = model.state_dict()
+        fingerprint = base_fingerprint((k, self.pristine.get(k, v)) for k, v in state.items())
+        if cache:
+            self._fingerprint = fingerprint
+        return fingerprint
 
     def expected_metas(self, model: nn.Module, config: AdapterConfig) -> list[TensorMeta]:
         """Names/dtypes/shapes ``config``'s tensors must have on this model (A ``[r, in]``, B ``[out, r]``);
@@ -96,18 +102,21 @@ class AdapterState:
                 weight = state.get(f"{module}.weight")
                 if weight is None or weight.dim() != 2:
                     raise AdapterRefused(f"adapter targets {module!r}, which is not a linear layer of the served model")
-                reason = unmerged_unsupported(model, module) if self.mode == "unmerged" else None
+                reason = unmerged_unsupported(model, module) if self.mode == "unmerged" else _tied(model, module)
                 if reason is not None:
                     raise AdapterRefused(reason)
                 out_features, in_features = weight.shape
                 a_name, b_name = lora_names(module)
                 metas.append(TensorMeta(a_name, dtype_name(weight.dtype), (config.rank, in_features)))
                 metas.append(TensorMeta(b_name, dtype_name(weight.dtype), (out_features, config.rank)))
+            _check_size(config, metas, state)
             self._metas[key] = metas
+        _check_scalings(config, self._metas[key][::2])
         return self._metas[key]
 
-    def check_base(self, model: nn.Module, config: AdapterConfig) -> None:
-        served = self.fingerprint(model)
+    def check_base(self, model: nn.Module, config: AdapterConfig, *, locked: bool = True) -> None:
+        """``locked``: the caller holds the engine's weights lock (else nothing is cached, see ``fingerprint``)."""
+        served = self.fingerprint(model, cache=locked)
         if config.base_fingerprint != served:
             raise AdapterRefused(f"adapter {config.name!r} was trained on base {config.base_fingerprint}, the served "
                                  f"base is {served}: publish merged weights or serve the adapter's base model")  # fmt: skip
@@ -150,7 +159,8 @@ class AdapterState:
         pristine = {n: w if w is not None else params[n].detach().clone() for n, w in pristine.items()}
         folds = [
             _Fold(self._free_buffer(name, pristine[name], params[name]), pristine[name],
-                  *(tensors[n].detach().to(pristine[name].device, torch.float32) for n in lora_names(module)), scaling)
+                  *(tensors[n].detach().to(pristine[name].device, torch.float32) for n in lora_names(module)), scaling,
+                  name)
             for name, module, scaling in zip(targets, config.target_modules, config.scalings, strict=True)
         ]  # fmt: skip
         run_folds(folds, self._helper() if torch.get_num_threads() > 1 else None)  # the thread budget is kept
@@ -199,12 +209,47 @@ class _Fold:
     a: torch.Tensor  # [r, in]
     b: torch.Tensor  # [out, r]
     scaling: float
+    name: str = ""  # the weight's, for the refusal
 
     def run(self) -> None:
         if self.base.dtype == torch.float32 and self.out.dtype == torch.float32:
             torch.addmm(self.base, self.b, self.a, alpha=self.scaling, out=self.out)  # W + scaling * (B @ A)
         else:
             self.out.copy_(torch.addmm(self.base.float(), self.b, self.a, alpha=self.scaling))
+        if not finite_as(self.out):  # finite A, B and scaling can still overflow (1e20 * 1e20): never served
+            raise AdapterRefused(f"adapter folded into {self.name!r} gives NaN or inf weights in "
+                                 f"{dtype_name(self.out.dtype)} (scaling * B @ A overflows); the old weights keep serving")  # fmt: skip
+
+
+def _tied(model: nn.Module, module: str) -> str | None:
+    """Why ``module``'s weight cannot be folded (None when it can): it is tied to another name (``lm_head`` to
+    the embedding), so folding would adapt both, where peft adapts only ``module``."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    weight = params.get(f"{module}.weight")
+    twins = [n for n, p in params.items() if p is weight and n != f"{module}.weight"]
+    if twins:
+        return (f"adapter targets {module!r}, whose weight is tied to {twins[0]!r}: folding would adapt both; "
+                "serve it with adapter_serving='unmerged'")  # fmt: skip
+    return None
+
+
+def _check_size(config: AdapterConfig, metas: list[TensorMeta], state: Mapping[str, torch.Tensor]) -> None:
+    """An adapter no larger than the model, the bound on a full update: a rank of ``10**9`` would have the
+    server allocate A and B (terabytes) as their bytes arrive, and fold a product that large."""
+    values, served = sum(math.prod(m.shape) for m in metas), sum(t.numel() for t in state.values())
+    if values > served:
+        raise AdapterRefused(f"adapter of rank {config.rank} on {len(config.target_modules)} layers holds {values} "
+                             f"values, more than the served model's {served}: use a smaller rank")  # fmt: skip
+
+
+def _check_scalings(config: AdapterConfig, a_metas: list[TensorMeta]) -> None:
+    """Every scaling finite in the served dtype (and float32, which the fold computes in): ``1e300`` becomes
+    inf there, and every adapted weight (or unmerged term) NaN or inf."""
+    for module, scaling, meta in zip(config.target_modules, config.scalings, a_metas, strict=True):
+        limit = min(torch.finfo(meta.dtype).max, torch.finfo(torch.float32).max)
+        if not abs(scaling) <= limit:
+            raise AdapterRefused(f"adapter scaling {scaling:g} of {module!r} is out of the served "
+                                 f"{meta.dtype_name}'s range (|scaling| <= {limit:g})")  # fmt: skip
 
 
 def run_folds(folds: list[_Fold], helper: ThreadPoolExecutor | None) -> None:

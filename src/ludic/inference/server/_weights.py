@@ -20,6 +20,7 @@ fields save two round trips: ``/start_weight_update {"pause": mode}`` pauses fir
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from functools import partial
 from typing import Any
 
@@ -212,18 +213,20 @@ async def load_lora_adapter(request: web.Request) -> web.Response:
         payload, version = await asyncio.to_thread(partial(read_adapter_folder, path, max_bytes=max_blob_bytes(engine)))
     except Exception as exc:  # a missing or malformed folder: the caller's mistake, named
         raise BadRequest(f"lora_path {path!r} refused: {exc}") from exc
+    payload = AdapterPayload(payload, dataclasses.replace(payload.config, name=name))  # unloaded by this name
     await asyncio.to_thread(engine.sync_adapter, payload, version=version)
     return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
 
 async def unload_lora_adapter(request: web.Request) -> web.Response:
-    """vLLM's ``/v1/unload_lora_adapter {lora_name}``: the base serves again (the version is kept)."""
+    """vLLM's ``/v1/unload_lora_adapter {lora_name}``: the base serves again (the version is kept); 404 unless
+    the adapter served has that name (its ``lora_name``, or over the other routes its peft name)."""
     name = await _json_field(request, "lora_name")
     engine = request.app[ENGINE_KEY]
-    current = engine.adapter.config
-    if current is None or not isinstance(name, str):
-        raise web.HTTPNotFound(text=f"no LoRA adapter named {name!r} is loaded")
-    await asyncio.to_thread(engine.unload_adapter)
+    if not isinstance(name, str) or not await asyncio.to_thread(partial(engine.unload_adapter, name=name)):
+        current = engine.adapter.config
+        serving = f" (serving {current.name!r})" if current is not None else ""
+        raise web.HTTPNotFound(text=f"no LoRA adapter named {name!r} is loaded{serving}")
     return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
 
 

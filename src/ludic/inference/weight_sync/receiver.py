@@ -121,21 +121,26 @@ class WeightReceiver:
             raise ValueError("no weight-transfer group: POST /init_weight_transfer_engine first")
         self.owner.refuse_if_busy("start a weight update")
         config = None if adapter is None else AdapterConfig.from_json(adapter)
+        target = self._update_target(config)  # a refused start changes nothing (an update it would take over goes on)
         if self.owner.update_id is not None:  # taken over: its publisher may still write where it was told to
             self._shm.retire(set(self._shm.used))
         self._staged, self._taken, self._reserved = {}, set(), {}
-        if config is not None:  # refused here (400) before any byte: a layer it names that is not there
-            metas = self.engine.adapter.expected_metas(self.engine.model, config)
-            self.engine.adapter.check_base(self.engine.model, config)
-            target = {m.name: torch.empty(m.shape, dtype=m.dtype, device="meta") for m in metas}
-        else:
-            target = self.engine.model.state_dict()
         self._adapter, self._targets = config, target
         self._dtypes = {name: t.dtype for name, t in target.items()}
         self._check = FiniteCheck(self._checker, self._dtypes)  # as stored: after the cast to the model's dtype
         self._live = {p.untyped_storage().data_ptr() for p in self.engine.model.parameters()}
         self.timings = {"receive_s": 0.0, "check_s": 0.0, "alloc_bytes": 0.0}
         return self.owner.open()
+
+    def _update_target(self, config: AdapterConfig | None) -> dict[str, torch.Tensor]:
+        """What the update's tensors must fit: the model's state dict, or (an adapter) meta tensors of the shapes
+        its config gives on this model; refused here (400) before any byte: a layer it names that is not there,
+        a rank above a layer's, a scaling out of range, another base."""
+        if config is None:
+            return self.engine.model.state_dict()
+        metas = self.engine.adapter.expected_metas(self.engine.model, config)
+        self.engine.adapter.check_base(self.engine.model, config, locked=False)  # checked again under the lock
+        return {m.name: torch.empty(m.shape, dtype=m.dtype, device="meta") for m in metas}
 
     def abort(self, update_id: Any) -> None:
         """Discard the update ``update_id`` (its publisher failed midway): the old weights keep serving."""
