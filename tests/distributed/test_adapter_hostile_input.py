@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from ludic.distributed import SyncProbe, VLLMLoraPublisher, adapter_payload
 from ludic.inference import VLLMChatClient
+from ludic.inference.http_client import RequestRefused
 from ludic.inference.weight_sync.adapter_config import ADAPTER_METADATA_KEY, AdapterConfig, lora_names
 from ludic.testing.lora import trained_lora_model
 from ludic.testing.server_process import running_server
@@ -139,3 +140,18 @@ def test_unloading_another_name_is_a_404_and_the_adapter_keeps_serving(url, dirs
     assert SyncProbe(model, client, PROBE, tolerance=1e-4).check(version) < 1e-4
     assert post(url, "/v1/unload_lora_adapter", {"lora_name": "policy-a"}).status_code == 200
     assert post(url, "/v1/unload_lora_adapter", {"lora_name": "policy-a"}).status_code == 404
+
+
+def test_a_refused_folder_publish_keeps_the_old_adapter_and_leaves_no_folder(url, dirs, tmp_path):
+    """The server refuses an adapter of another base: the one before keeps serving, and the refused folder is
+    removed (before, it stayed in adapter_dir, tracked by nothing, never deleted)."""
+    client = VLLMChatClient(base_url=url, enable_weight_updates=True)
+    model = trained_lora_model(dirs[0], ["q_proj"], seed=4)
+    version = served(url)[1] + 1
+    publisher = VLLMLoraPublisher(client, tmp_path, lora_name="p", keep=1)
+    publisher.publish(adapter_payload(model), version=version)
+    with pytest.raises(RequestRefused, match="base"):
+        publisher.publish(adapter_payload(trained_lora_model(dirs[1], ["q_proj"], seed=4)), version=version + 1)
+    assert SyncProbe(model, client, PROBE, tolerance=1e-4).check(version) < 1e-4
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"p-v{version}"]
+    client.unload_lora_adapter_sync("p")

@@ -55,8 +55,13 @@ class VLLMLoraPublisher:
         folder = write_adapter_folder(state_dict, self.adapter_dir / f"{self.lora_name}-{tag}", version=version,
                                       base_model=self.base_model)  # fmt: skip
         t1 = perf_counter()
-        self.client.load_lora_adapter_sync(self.lora_name, str(folder.resolve()), load_inplace=self._loaded,
-                                           timeout_s=self.timeout_s)  # fmt: skip
+        try:
+            self.client.load_lora_adapter_sync(self.lora_name, str(folder.resolve()), load_inplace=self._loaded,
+                                               timeout_s=self.timeout_s)  # fmt: skip
+        except BaseException:  # refused (or lost): the folder serves nothing; left, it was never deleted
+            shutil.rmtree(folder, ignore_errors=True)
+            self._written = [p for p in self._written if p != folder]
+            raise
         self._loaded = True
         self._written = [p for p in self._written if p != folder] + [folder]
         for old in self._written[: -self.keep]:
