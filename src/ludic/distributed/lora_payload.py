@@ -95,7 +95,11 @@ def adapter_payload(model: nn.Module) -> AdapterPayload:
     """The active adapter of a peft ``model``: detached views of its lora_A/lora_B weights, and its config."""
     if not (hasattr(model, "peft_config") and hasattr(model, "get_base_model")):
         raise ValueError(f"lora='adapter' needs a peft model; {type(model).__name__} has no adapters to publish")
-    adapter = model.active_adapter if isinstance(model.active_adapter, str) else model.active_adapter[0]
+    active = list(getattr(model, "active_adapters", None) or [model.active_adapter])
+    if len(active) != 1:  # the forward sums them all; publishing the first served another model
+        raise ValueError(f"adapters {active} are all active (the forward adds each): an adapter publish carries "
+                         "one; use lora='merged', or set_adapter one of them")  # fmt: skip
+    adapter = active[0]
     peft_cfg = model.peft_config[adapter]
     if getattr(peft_cfg, "modules_to_save", None):
         raise ValueError(f"adapter {adapter!r} also trains modules_to_save {peft_cfg.modules_to_save}: an adapter "
