@@ -14,13 +14,19 @@ Per ``POST .../chat/completions`` the transport:
   ids instead of re-tokenising the reply (vLLM does not: pass ``attach_token_ids=False``);
 - records prompt ids, completion ids, log-probs, temperature, top_p and policy version; a response
   without them, an error status or a streamed call is an error of the episode, never a silent gap.
-Other requests pass through unrecorded.
+Other requests pass through unrecorded. A field sent as ``null`` means the default (as in the OpenAI
+API) and ``temperature`` / ``top_p`` are always sent, so what is recorded is what the server used
+(vLLM would otherwise take the model's generation-config defaults). A call made from another
+episode (a client kept across episodes) is refused and fails the episode that made it. Refusals are
+counted; the first ``MAX_KEPT_ERRORS`` are kept word for word (a program looping on refused calls, or
+an abandoned thread calling after its episode ended, cannot grow memory).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +35,13 @@ import httpx
 from ludic.types import TokenTrace
 
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}
-"""What an OpenAI-compatible server uses when the body leaves a field out."""
+"""Sent when neither the program nor the run sets them (the OpenAI API's defaults)."""
+MAX_KEPT_ERRORS = 8
+"""Refusal messages kept per episode; later refusals are only counted (``error_count``)."""
+
+EPISODE: ContextVar[CallRecorder | None] = ContextVar("ludic_episode_recorder", default=None)
+"""The recorder of the episode whose program is running here (set by the protocol; tasks and
+``asyncio.to_thread`` inherit it): a call through another episode's client is refused."""
 
 
 class CallRecordError(RuntimeError):
@@ -60,6 +72,7 @@ class CallRecorder:
     attach_token_ids: bool = True
     calls: list[RecordedCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    error_count: int = 0
     in_flight: int = 0
     sealed: bool = False
     _started: int = 0
@@ -67,19 +80,37 @@ class CallRecorder:
 
     def prepare(self, body: Any) -> dict[str, Any]:
         """The body to send for a chat call; raises CallRecordError (and remembers why) if refused."""
+        caller = EPISODE.get()
+        if caller is not None and caller is not self:  # the refusal fails the episode that made the call
+            why = ("model call through another episode's client (a client kept from an earlier or concurrent "
+                   "episode): use the client each episode is given")  # fmt: skip
+            caller.refuse(why)
+            raise CallRecordError(why)
+        if isinstance(body, dict):  # null means "the default" in the OpenAI API
+            body = {k: v for k, v in body.items() if v is not None}
         with self._lock:
             why = self._refusal(body)
             if why:
-                self.errors.append(why)
+                self._count_error(why)
                 raise CallRecordError(why)
-            index, self._started = self._started, self._started + 1
-            self.in_flight += 1
-            sent = {**self.defaults, **body, "return_token_ids": True, "logprobs": True}
+            sent = {**SAMPLING_DEFAULTS, **self.defaults, **body, "return_token_ids": True, "logprobs": True}
             if self.seed_base is not None and "seed" not in body:
-                sent["seed"] = self.seed_base + index
+                sent["seed"] = self.seed_base + self._started
             if self.attach_token_ids:
                 sent["messages"] = self._with_reply_ids(body["messages"])
+            self._started += 1
+            self.in_flight += 1
             return sent
+
+    def refuse(self, why: str) -> None:
+        """Fail the episode with ``why`` (a call refused before it reached this recorder)."""
+        with self._lock:
+            self._count_error(why)
+
+    def _count_error(self, why: str) -> None:
+        self.error_count += 1
+        if len(self.errors) < MAX_KEPT_ERRORS:
+            self.errors.append(why)
 
     def _refusal(self, body: Any) -> str:
         if self.sealed:
@@ -89,7 +120,7 @@ class CallRecorder:
         if body.get("stream"):
             return "streamed chat calls cannot be recorded: call without stream=True"
         if body.get("n", 1) != 1:
-            return f"n={body['n']!r}: record one completion per call (make n calls)"
+            return f"n={body['n']!r:.40}: record one completion per call (make n calls)"
         if self._started >= self.max_calls:
             return f"more than {self.max_calls} model calls in one episode (max_steps)"
         return ""
@@ -99,7 +130,8 @@ class CallRecorder:
         out = []
         for msg in messages:
             if isinstance(msg, dict) and msg.get("role") == "assistant" and "token_ids" not in msg:
-                ids = by_text.get(msg.get("content"))  # type: ignore[arg-type]
+                content = msg.get("content")  # text only: content parts are the server's to accept or refuse
+                ids = by_text.get(content) if isinstance(content, str) else None
                 msg = {**msg, "token_ids": ids} if ids is not None else msg
             out.append(msg)
         return out
@@ -113,14 +145,14 @@ class CallRecorder:
             try:
                 self.calls.append(_parse_call(sent, status, payload))
             except (CallRecordError, ValueError, KeyError, TypeError, IndexError) as exc:
-                self.errors.append(f"call {len(self.calls) + len(self.errors)}: {exc}")
+                self._count_error(f"call {len(self.calls) + self.error_count}: {exc}")
 
     def abandon(self) -> None:
         """The call raised before a response came (timeout, connection error)."""
         with self._lock:
             self.in_flight -= 1
             if not self.sealed:
-                self.errors.append("a model call got no response (connection error or timeout)")
+                self._count_error("a model call got no response (connection error or timeout)")
 
     def seal(self) -> None:
         with self._lock:

@@ -9,17 +9,20 @@ the episode's reward, so any credit assigner gives every call the episode's cred
 prompt ids begin with the previous call's prompt + completion ids, ``RolloutEngine(one_sequence=True)``
 trains the calls as one sequence; where they do not, the step's ``info["sequence_break"]`` says why.
 
-Failures (counted by the RolloutEngine as failed episodes, never trained): the program raises, runs
-past ``timeout_s``, makes no chat call, returns neither a number nor a string, or a call could not be
+Failures (counted by the RolloutEngine as failed episodes, never trained): the program raises (or
+calls ``sys.exit``), runs past ``timeout_s``, makes no chat call, returns neither a number nor a string, or a call could not be
 recorded (an error status, a streamed call, a response without token ids, a call still in flight
-when the program returned).
+when the program returned, a call through a client kept from another episode).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +34,9 @@ from ludic.interaction.steps import SEED_STRIDE, episode_meta
 from ludic.types import Rollout, Step
 
 Program = Callable[[Any, "ProgramTask"], Any]
+MAX_ABANDONED_THREADS = 64
+"""Sync programs still running past their timeout after which new sync programs are refused (named)."""
+_ABANDONED: set[threading.Thread] = set()
 
 
 class ProgramFailed(RuntimeError):
@@ -98,9 +104,14 @@ class OpenAIProgramProtocol(InteractionProtocol):
                 result = await self._call_program(task, recorder)
         except TimeoutError as exc:
             raise ProgramFailed(f"program exceeded timeout_s={limit}") from exc
+        except SystemExit as exc:  # a script's sys.exit() ends its own episode, not the training run
+            raise ProgramFailed(f"program called sys.exit({exc.code!r})") from exc
         except Exception as exc:  # the SDK reports a refused call as a connection error: name the reason
             if recorder.errors:
                 raise ProgramFailed(f"program raised after a call was refused: {recorder.errors[0]}") from exc
+            cause = exc.__cause__
+            if type(exc).__name__ == "APIConnectionError" and cause is not None:  # e.g. a client closed earlier
+                raise ProgramFailed(f"program raised {exc} ({type(cause).__name__}: {cause})") from exc
             raise
         finally:
             recorder.seal()
@@ -112,19 +123,25 @@ class OpenAIProgramProtocol(InteractionProtocol):
     async def _call_program(self, task: ProgramTask, recorder: Any) -> Any:
         import httpx
 
-        from ludic.inference.call_recorder import RecordingAsyncTransport, RecordingTransport
+        from ludic.inference.call_recorder import EPISODE, RecordingAsyncTransport, RecordingTransport
 
         openai = _import_openai()
         kwargs = {"base_url": self.base_url, "api_key": self.api_key, "max_retries": 0}
-        if _is_async(self.program):
-            http = httpx.AsyncClient(transport=RecordingAsyncTransport(recorder), timeout=None)
-            async with openai.AsyncOpenAI(http_client=http, **kwargs) as client:
-                return await self.program(client, task)
-        # a sync program runs on a worker thread; past its timeout the thread is abandoned (Python cannot
-        # stop it) and the sealed recorder refuses its further calls
-        sync_http = httpx.Client(transport=RecordingTransport(recorder), timeout=None)
-        client = openai.OpenAI(http_client=sync_http, **kwargs)
-        return await asyncio.to_thread(_run_and_close, self.program, client, task)
+        # the program's tasks and worker thread inherit EPISODE: a call it makes through a client kept
+        # from another episode is refused and fails this episode, never recorded in the other one
+        bound = EPISODE.set(recorder)
+        try:
+            if _is_async(self.program):
+                http = httpx.AsyncClient(transport=RecordingAsyncTransport(recorder), timeout=None)
+                async with openai.AsyncOpenAI(http_client=http, **kwargs) as client:
+                    return await self.program(client, task)
+            # a sync program runs on a thread of its own; past its timeout the thread is abandoned (Python
+            # cannot stop it) and the sealed recorder refuses (and only counts) its further calls
+            sync_http = httpx.Client(transport=RecordingTransport(recorder), timeout=None)
+            client = openai.OpenAI(http_client=sync_http, **kwargs)
+            return await _on_own_thread(_run_and_close, self.program, client, task)
+        finally:
+            EPISODE.reset(bound)
 
 
 def calls_to_steps(calls: list[Any], reward: float, action: str | None) -> list[Step]:
@@ -164,7 +181,7 @@ def _sequence_break(prev: Any, call: Any) -> str | None:
 
 def _check_recording(recorder: Any) -> None:
     if recorder.errors:
-        raise ProgramFailed(f"{len(recorder.errors)} model call(s) not recorded; first: {recorder.errors[0]}")
+        raise ProgramFailed(f"{recorder.error_count} model call(s) not recorded; first: {recorder.errors[0]}")
     if recorder.in_flight:
         raise ProgramFailed(f"program returned with {recorder.in_flight} model call(s) still in flight")
     if not recorder.calls:
@@ -192,6 +209,45 @@ def _sampling_fields(inference: InferenceSpec) -> dict[str, Any]:
 def _is_async(program: Program) -> bool:
     call = type(program).__call__ if not inspect.isfunction(program) else program
     return inspect.iscoroutinefunction(program) or inspect.iscoroutinefunction(call)
+
+
+async def _on_own_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a new thread (with this context), not on the loop's shared executor: programs hung
+    past their timeout would fill that pool, and every later ``to_thread`` in the process (other episodes'
+    programs, tools) would wait behind them. At most ``MAX_ABANDONED_THREADS`` hung ones are kept."""
+    _ABANDONED.difference_update([t for t in _ABANDONED if not t.is_alive()])
+    if len(_ABANDONED) >= MAX_ABANDONED_THREADS:
+        raise ProgramFailed(f"{len(_ABANDONED)} sync programs abandoned past their timeout are still running "
+                            "(MAX_ABANDONED_THREADS): fix the program that hangs")  # fmt: skip
+    loop, context = asyncio.get_running_loop(), contextvars.copy_context()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def run() -> None:
+        try:
+            outcome: tuple[bool, Any] = (True, context.run(fn, *args))
+        except BaseException as exc:  # handed to the awaiting episode
+            outcome = (False, exc)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this any more
+            loop.call_soon_threadsafe(_settle, done, outcome)
+
+    thread = threading.Thread(target=run, name="ludic-openai-program", daemon=True)
+    thread.start()
+    try:
+        return await done
+    except asyncio.CancelledError:
+        if thread.is_alive():
+            _ABANDONED.add(thread)
+        raise
+
+
+def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    ok, value = outcome
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 def _run_and_close(program: Program, client: Any, task: ProgramTask) -> Any:
