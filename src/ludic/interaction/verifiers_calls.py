@@ -11,6 +11,10 @@ verifiers' chat programs stream (``stream=True``); Ludic's server answers whole 
 streamed call cannot be recorded. The relay asks upstream without streaming and replays the finished
 completion to the program as server-sent events (one content chunk, one finish chunk, the usage
 chunk when asked, ``[DONE]``), so the program reads the same reply the recorder kept.
+
+A body that is not a JSON object (or a bad ``stream_options``) is a 400 and a refusal of that run; an
+episode opens at most ``max_sessions`` runs (each has its own ``max_calls`` budget and recorder), and
+a call for one more is a 429 recorded in ``errors``: the episode fails, memory stays bounded.
 """
 
 from __future__ import annotations
@@ -23,7 +27,13 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from ludic.inference.call_recorder import CallRecorder, RecordedCall, RecordingAsyncTransport
+from ludic.inference.call_recorder import (
+    MAX_KEPT_ERRORS,
+    CallRecorder,
+    CallRecordError,
+    RecordedCall,
+    RecordingAsyncTransport,
+)
 
 SESSION_HEADER = "X-Session-ID"
 """verifiers' per-run header (``verifiers.v1.clients.client.SESSION_ID_HEADER``): the run's trace id."""
@@ -37,13 +47,16 @@ class CallRelay:
 
     upstream: the model server's OpenAI root (``http://127.0.0.1:8000/v1``). max_calls: per agent run.
     defaults: sampling fields for calls that leave them out. seed_base: per-call seeds (run k's calls
-    get ``seed_base + k * 1000 + i``); None sends no seed.
+    get ``seed_base + k * 1000 + i``); None sends no seed. max_sessions: agent runs (``X-Session-ID``
+    values) one episode may open; ``errors`` says why a call was refused before any run could own it.
     """
 
     upstream: str
     max_calls: int = 64
     defaults: dict[str, Any] = field(default_factory=dict)
     seed_base: int | None = None
+    max_sessions: int = 256
+    errors: list[str] = field(default_factory=list)
     recorders: dict[str, CallRecorder] = field(default_factory=dict)
     _clients: dict[str, httpx.AsyncClient] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
@@ -78,10 +91,16 @@ class CallRelay:
         if recorder is None:
             return []
         late = [f"{recorder.in_flight} model call(s) still in flight"] if recorder.in_flight else []
-        return [*recorder.errors, *late]
+        more = recorder.error_count - len(recorder.errors)
+        return [*recorder.errors, *([f"{more} more refused"] if more else []), *late]
 
     def _client(self, session: str) -> httpx.AsyncClient:
         if session not in self._clients:
+            if len(self._clients) >= self.max_sessions:
+                why = f"more than {self.max_sessions} agent runs ({SESSION_HEADER} values) in one episode"
+                if len(self.errors) < MAX_KEPT_ERRORS:
+                    self.errors.append(why)
+                raise CallRecordError(why)
             seed = None if self.seed_base is None else self.seed_base + 1000 * len(self.recorders)
             recorder = CallRecorder(max_calls=self.max_calls, defaults=dict(self.defaults), seed_base=seed)
             self.recorders[session] = recorder
@@ -92,20 +111,45 @@ class CallRelay:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         session = request.headers.get(SESSION_HEADER, "")
-        body = await request.json()
+        try:
+            client = self._client(session)
+        except CallRecordError as exc:
+            return _error(429, str(exc))
+        body, why = await _read_body(request)
+        if why:  # the run's refusal: its episode fails naming it
+            self.recorders[session].refuse(why)
+            return _error(400, why)
         stream = bool(body.pop("stream", False))
         usage_asked = bool((body.pop("stream_options", None) or {}).get("include_usage"))
         try:
-            upstream = await self._client(session).post(
-                f"{self.upstream.rstrip('/')}/chat/completions", json=body
-            )
+            upstream = await client.post(f"{self.upstream.rstrip('/')}/chat/completions", json=body)
         except Exception as exc:  # refused by the recorder or no connection: the recorder keeps why
-            return web.json_response({"error": {"message": f"ludic relay: {exc}", "code": 502}}, status=502)
+            return _error(502, f"ludic relay: {exc}")
         if upstream.status_code != 200 or not stream:
             return web.Response(
                 body=upstream.content, status=upstream.status_code, content_type="application/json"
             )
         return await _as_events(request, upstream.json(), usage_asked)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "code": status}}, status=status)
+
+
+async def _read_body(request: web.Request) -> tuple[dict[str, Any], str]:
+    """(the chat body, "") or ({}, why it cannot be relayed)."""
+    try:
+        body = json.loads(await request.read())
+    except web.HTTPRequestEntityTooLarge as exc:
+        return {}, f"chat request body over the relay's limit: {exc.text}"
+    except (ValueError, RecursionError) as exc:
+        return {}, f"chat request body is not valid JSON: {str(exc)[:200]}"
+    if not isinstance(body, dict):
+        return {}, f"chat request body is a JSON {type(body).__name__}, not an object"
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return {}, f"stream_options must be a JSON object, got {type(options).__name__}"
+    return body, ""
 
 
 async def _as_events(

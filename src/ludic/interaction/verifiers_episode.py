@@ -16,7 +16,8 @@ user) are played and not returned.
 
 Failures, raised as ``VerifiersEpisodeFailed`` (the rollout engine counts them; nothing trains on them):
 the episode or a run ended in error or past a deadline, a trainable run made no model call, a call was
-refused or not recorded, a reward is unscored or not finite, or the episode exceeded ``timeout_s``.
+refused or not recorded (also one opening more runs than the relay's ``max_sessions``), a reward is
+unscored or not finite, or the episode exceeded ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ async def _play(vf_env: Any, task: Any, ctx: Any, limit: float | None) -> Any:
 def episode_rollouts(episode: Any, relay: CallRelay) -> list[Rollout]:
     """One rollout per trainable run of a finished episode; raises VerifiersEpisodeFailed if any is unusable."""
     _check_episode(episode)
+    if relay.errors:
+        raise VerifiersEpisodeFailed(f"verifiers episode: a model call was refused: {relay.errors[0]}")
     rollouts = [_run_rollout(trace, relay) for trace in episode.traces if trace.agent.trainable]
     if not rollouts:
         raise VerifiersEpisodeFailed("verifiers episode has no trainable agent run: nothing to train")
