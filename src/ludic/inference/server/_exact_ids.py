@@ -12,6 +12,10 @@ the calls could not train as one exact sequence. An assistant message may theref
 with ``inference.sequence_ids.extend_prompt_ids``, the rule ``Agent(exact_sequence=True)`` uses. Where the
 template renders the history differently (it drops old reasoning, say), the prompt is the plain
 re-render and the response's ``sequence_break`` says why.
+
+Each reply with ids re-renders the history before it, so the work grows with replies x history: past
+``MAX_SPLICE_COST`` (a client sending thousands of replies with ids, or a huge history) the prompt is the
+plain re-render too (whose length the engine checks before tokenising), and ``sequence_break`` says so.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from ludic.inference.server._json import BadRequest
 from ludic.inference.template_ids import chat_template_ids
 
 TOKEN_IDS_KEY = "token_ids"
+MAX_SPLICE_COST = 8_000_000
+"""Characters the splice may render in all, each message counted ``MESSAGE_COST`` more (about a second of
+templating): the sum over replies with ids of the history rendered before each."""
+MESSAGE_COST = 500
+"""A message costs the template about as much as this many characters, however short it is."""
 
 
 def split_reply_ids(messages: Any) -> tuple[Any, dict[int, list[int]]]:
@@ -54,6 +63,10 @@ def spliced_prompt_ids(
     first = order[0]
     if first == 0:
         return None, "messages[0]: a reply with token ids needs the messages that prompted it before it"
+    cost = splice_cost(messages, order)
+    if cost > MAX_SPLICE_COST:
+        return None, (f"{len(order)} replies with token ids over this history cost {cost} characters of "
+                      f"templating (limit MAX_SPLICE_COST={MAX_SPLICE_COST}): the prompt was re-rendered")  # fmt: skip
     prompt = chat_template_ids(tokenizer, messages[:first], tools=tools)
     for here, nxt in zip(order, [*order[1:], len(messages)]):
         last = LastCall(messages[:here], prompt, reply_ids[here], messages[here].get("content") or "")
@@ -61,3 +74,14 @@ def spliced_prompt_ids(
         if prompt is None:
             return None, f"messages[{here}]: {why}"
     return prompt, ""
+
+
+def splice_cost(messages: list[dict[str, Any]], order: list[int]) -> int:
+    """What the splice would render: the history before the first reply, then before each next one."""
+    rendered, total = [0], 0
+    for msg in messages:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        rendered.append(rendered[-1] + MESSAGE_COST + (len(content) if isinstance(content, str) else 0))
+    for end in [order[0], *order[1:], len(messages)]:
+        total += rendered[end]
+    return total
