@@ -1,8 +1,10 @@
 """QA over the rows of a data-set file, training rows kept apart from held-out rows.
 
-The ``dataset_qa`` env kind of ``ludic train`` / ``ludic eval``: rows come from a ``.jsonl`` / ``.json``
-/ ``.parquet`` file (read by :func:`ludic.envs.math_qa.load_qa_rows`), the episode with env seed ``s``
-asks row ``s % len(rows)`` of its split. Held-out rows come from a second file (``held_out_path``) or
+The ``dataset_qa`` env kind of ``ludic train`` / ``ludic eval``: rows come from a ``.jsonl`` file (read
+line by line here: a line that is not a UTF-8 JSON object, or lacks a field, is an error naming the file
+and line) or a ``.json`` / ``.parquet`` file (read by :func:`ludic.envs.math_qa.load_qa_rows`, which fills
+a field a row lacks with null); a row without a question is an error either way. The episode with env
+seed ``s`` asks row ``s % len(rows)`` of its split. Held-out rows come from a second file (``held_out_path``) or
 are a seeded fraction of the file (``held_out_fraction``); either way no held-out row is a training
 row. ``split="eval"`` (which ``ludic train`` / ``ludic eval`` pass to evaluations by themselves) plays
 the held-out rows.
@@ -10,6 +12,7 @@ the held-out rows.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -76,19 +79,42 @@ def split_rows(
 def _cached_rows(path: str, mtime_ns: int, size: int, keys: tuple[str, ...]) -> tuple[Mapping[str, Any], ...]:
     from ludic.envs.math_qa import load_qa_rows
 
-    rows = tuple(load_qa_rows(path))
-    if not rows:
+    if path.lower().endswith(".jsonl"):
+        lines = _jsonl_rows(path)
+    else:
+        lines = [(i, row) for i, row in enumerate(load_qa_rows(path), 1)]
+    if not lines:
         raise ValueError(f"dataset_qa: {path!r} holds no rows")
-    for i, row in enumerate(rows):
+    for i, (line, row) in enumerate(lines):
+        where = f"row {i} of {path!r}" + (f" (line {line})" if path.lower().endswith(".jsonl") else "")
         missing = [k for k in keys if k not in row]
         if missing:
-            raise KeyError(f"dataset_qa: row {i} of {path!r} has no {missing} field; fields: {sorted(row)}")
+            raise KeyError(f"dataset_qa: {where} has no {missing} field; fields: {sorted(row)}")
+        if keys and row[keys[0]] is None:  # the question: never ask the model "None"
+            raise ValueError(f"dataset_qa: {where} has a null {keys[0]!r}")
+    return tuple(row for _, row in lines)
+
+
+def _jsonl_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) per non-blank line; a line that is not a UTF-8 JSON object is named."""
+    rows = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+                raise ValueError(f"dataset_qa: line {n} of {path!r} is not UTF-8 JSON: {str(exc)[:200]}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"dataset_qa: line {n} of {path!r} is a JSON {type(row).__name__}, not an object")
+            rows.append((n, row))
     return rows
 
 
 def read_rows(path: str | Path, keys: tuple[str, ...] = ()) -> tuple[Mapping[str, Any], ...]:
-    """The rows of a local data-set file, each checked to have ``keys``; read once per file version
-    (the env is built per episode)."""
+    """The rows of a local data-set file, each checked to have ``keys`` (the first, the question, not null);
+    read once per file version (the env is built per episode)."""
     p = Path(path)
     if p.suffix.lower() not in (".jsonl", ".json", ".parquet"):
         raise ValueError(f"dataset_qa: {str(path)!r} is not a .jsonl, .json or .parquet file")

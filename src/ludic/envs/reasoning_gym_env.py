@@ -11,6 +11,7 @@ prompt. The episode with env seed ``s`` asks item ``s % n`` of its split.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
@@ -38,17 +39,19 @@ def _splits(name: str, config_json: str, size: int, eval_size: int, seed: int) -
     dataset = _reasoning_gym().create_dataset(
         name, size=size + eval_size, seed=seed, **json.loads(config_json)
     )
-    train = tuple(dataset[i] for i in range(size))
-    seen = {item["question"] for item in train}
+    train = tuple(_as_row(name, i, dataset[i]) for i in range(size))
+    seen = {row["question"] for row in train}
     held = tuple(
-        item for item in (dataset[i] for i in range(size, size + eval_size)) if item["question"] not in seen
+        row
+        for row in (_as_row(name, i, dataset[i]) for i in range(size, size + eval_size))
+        if row["question"] not in seen
     )
     if not held:
         raise ValueError(
             f"reasoning_gym {name!r}: all {eval_size} held-out items repeat a training question; "
             "raise eval_size or change the data set's config"
         )
-    return dataset, tuple(map(_as_row, train)), tuple(map(_as_row, held))
+    return dataset, train, held
 
 
 def reasoning_gym_rows(
@@ -118,6 +121,10 @@ class ReasoningGymEnv(DatasetRowsEnv):
                 f"reasoning_gym {self.dataset_name!r}: score_answer raised on item {self.question_id}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        if not math.isfinite(score):  # nothing trains on a NaN / inf reward
+            raise RuntimeError(
+                f"reasoning_gym {self.dataset_name!r}: score_answer gave {score} on item {self.question_id}"
+            )
         info = {
             "score": score,
             "correct": score == 1.0,
@@ -129,7 +136,19 @@ class ReasoningGymEnv(DatasetRowsEnv):
         return StepOutcome(obs=None, reward=score, truncated=False, terminated=True, info=info)
 
 
-def _as_row(item: dict[str, Any]) -> dict[str, Any]:
-    """A DatasetQAEnv row: question, answer, the item's index as its id, and the item itself for scoring."""
-    index = item.get("metadata", {}).get("source_index")
-    return {"question": item["question"], "answer": item["answer"], "id": index, "entry": item}
+def _as_row(name: str, index: int, item: Any) -> dict[str, Any]:
+    """A DatasetQAEnv row: question, answer, the item's index as its id, and the item itself for scoring.
+
+    An item without a text question, or without an ``answer`` field, is an error naming the data set and
+    the item (``answer: None`` is reasoning-gym's "many answers": the scorer judges the reply alone)."""
+    where = f"reasoning_gym {name!r}: item {index}"
+    if not isinstance(item, dict):
+        raise ValueError(f"{where} is a {type(item).__name__}, not a dict with question and answer")
+    if not isinstance(item.get("question"), str):
+        raise ValueError(f"{where} has no text question: {str(item.get('question'))[:80]!r}")
+    if "answer" not in item:
+        raise ValueError(f"{where} has no 'answer' field; fields: {sorted(item)}")
+    metadata = item.get("metadata")
+    source = metadata.get("source_index") if isinstance(metadata, dict) else None
+    return {"question": item["question"], "answer": item["answer"], "id": index if source is None else source,
+            "entry": item}  # fmt: skip

@@ -39,6 +39,9 @@ _LISTED = re.compile(
     r"Available (?:Moves|Actions):([^\n]*)"
 )  # TicTacToe: '[0]', '[1]'; FrozenLake: [up], [down]
 _MOVE = re.compile(r"\[[^\[\]]+\]")
+MAX_BOT_MOVES = 10_000
+"""Bot moves in a row (no policy seat to move, the game not over) after which the game is taken as
+one that never ends: an error naming it, instead of a loop that never returns."""
 
 
 def _textarena() -> Any:
@@ -175,7 +178,7 @@ class TextArenaEnv(LudicEnv[str, str, str]):
             raise KeyError(f"TextArenaEnv: expected exactly the action of {mover!r}, got {sorted(actions)}")
         self._take_turn()
         errors = getattr(self._env.state, "error_count", 0)
-        self._done, _ = self._env.step(actions[mover])
+        self._done = self._play(mover, actions[mover])
         refused = not self._done and getattr(self._env.state, "error_count", 0) > errors  # a retry is granted
         if not self._done:
             self._advance_bots()
@@ -217,10 +220,27 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         return pid
 
     def _advance_bots(self) -> None:
-        """Bots play until a policy seat is to move or the game ends."""
-        while not self._done and self._env.state.current_player_id not in self.players:
+        """Bots play until a policy seat is to move or the game ends (at most ``MAX_BOT_MOVES``)."""
+        for _ in range(MAX_BOT_MOVES):
+            if self._done or self._env.state.current_player_id in self.players:
+                return
             pid = self._take_turn()
-            self._done, _ = self._env.step(self._bot(render(self._seen[pid], self.view)))
+            self._done = self._play(f"bot seat {pid}", self._bot(render(self._seen[pid], self.view)))
+        if not self._done and self._env.state.current_player_id not in self.players:
+            raise RuntimeError(
+                f"textarena env: {self.game} did not end after {MAX_BOT_MOVES} bot moves in a row and never "
+                f"gave a policy seat {self.players} the move"
+            )
+
+    def _play(self, who: str, move: str) -> bool:
+        """The game's step on ``move``; a game that raises is an error naming the game, the mover and the move."""
+        try:
+            done, _ = self._env.step(move)
+        except Exception as exc:
+            raise RuntimeError(
+                f"textarena env: {self.game} raised on {who}'s move {move!r:.80}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return bool(done)
 
     def _view(self, seat: int) -> str:
         pending = list(self._env.state.observations.get(seat, []))
@@ -228,6 +248,9 @@ class TextArenaEnv(LudicEnv[str, str, str]):
 
     def _final(self) -> dict[str, StepOutcome]:
         rewards, game_info = self._env.close()
+        missing = [p for p in self.players if not isinstance(rewards, dict) or p not in rewards]
+        if missing:
+            raise RuntimeError(f"textarena env: {self.game} ended without a reward for seats {missing}: {rewards!r:.80}")
         out = {}
         for p, aid in zip(self.players, self.agent_ids):
             reward = float(rewards[p])
