@@ -19,3 +19,11 @@ def test_several_active_adapters_are_refused_not_published_as_the_first(dirs):
         adapter_payload(model)
     model.base_model.set_adapter("second")
     assert adapter_payload(model).config.name == "second"
+
+
+@pytest.mark.parametrize("extra", [{"bias": "lora_only"}, {"bias": "all"}, {"lora_bias": True}])
+def test_an_adapter_that_trains_biases_is_refused(dirs, extra):
+    """peft trains the biases too (base layers' or lora_B's): the payload, A and B only, dropped them, and the
+    server served the untrained biases."""
+    with pytest.raises(ValueError, match=r"also trains biases.*lora='merged'"):
+        adapter_payload(trained_lora_model(dirs[0], ["q_proj"], seed=1, **extra))
