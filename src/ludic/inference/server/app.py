@@ -28,6 +28,7 @@ import os
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from jinja2 import TemplateError
 
 from ludic.inference.embedded.adapters import ADAPTER_SERVING
 from ludic.inference.embedded.transformers_client import DTYPES, EngineOverloaded, TransformersChatClient
@@ -69,6 +70,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(exc.status, exc.text or exc.reason)
     except json.JSONDecodeError as exc:
         return error_response(400, f"request body is not valid JSON: {exc}")
+    except TemplateError as exc:  # the chat template cannot render these messages (a malformed tool call)
+        return error_response(400, f"the chat template cannot render the messages: {type(exc).__name__}: {exc}")
     except (ValueError, KeyError, TypeError) as exc:  # BadRequest, the engine's refusals, bad metadata
         return error_response(400, str(exc).strip("'\""))
     except EngineOverloaded as exc:
