@@ -151,3 +151,27 @@ async def test_a_program_calling_sys_exit_fails_only_its_episode(base_url: str, 
     protocol = OpenAIProgramProtocol(sync_exits if sync else exits, base_url=base_url)
     with pytest.raises(ProgramFailed, match=r"program called sys.exit\(3\)"):  # was: SystemExit ended the run
         await protocol.run(env=LetterRepeatEnv(), max_steps=2, env_seed=0)
+
+
+async def test_past_max_abandoned_threads_new_sync_programs_are_refused_by_name(
+    base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ludic.interaction import openai_program
+
+    release = threading.Event()
+
+    def hangs(client: Any, task: ProgramTask) -> str:
+        release.wait(60)
+        return "a"
+
+    alive = sum(t.is_alive() for t in openai_program._ABANDONED)  # (dead ones are dropped at the next start)
+    monkeypatch.setattr(openai_program, "MAX_ABANDONED_THREADS", alive + 1)
+    try:
+        for _ in range(2):  # the first hangs and is abandoned; the second is refused before it starts
+            with pytest.raises(ProgramFailed) as failed:
+                await OpenAIProgramProtocol(hangs, base_url=base_url, timeout_s=0.3).run(
+                    env=LetterRepeatEnv(), max_steps=2, env_seed=0
+                )
+        assert "abandoned past their timeout are still running" in str(failed.value)
+    finally:
+        release.set()
