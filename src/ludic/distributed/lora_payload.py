@@ -104,9 +104,9 @@ def adapter_payload(model: nn.Module) -> AdapterPayload:
     if getattr(peft_cfg, "modules_to_save", None):
         raise ValueError(f"adapter {adapter!r} also trains modules_to_save {peft_cfg.modules_to_save}: an adapter "
                          "publish carries LoRA tensors only; use lora='merged'")  # fmt: skip
-    if getattr(peft_cfg, "lora_bias", False):  # (merged_state_dict drops lora_B's bias too)
+    if getattr(peft_cfg, "lora_bias", False):
         raise ValueError(f"adapter {adapter!r} also trains biases (lora_bias=True): an adapter publish carries "
-                         "lora_A/lora_B weights only; train with lora_bias=False")  # fmt: skip
+                         "lora_A/lora_B weights only; use lora='merged'")  # fmt: skip
     if getattr(peft_cfg, "bias", "none") != "none":
         raise ValueError(f"adapter {adapter!r} also trains biases (bias={peft_cfg.bias!r}): an adapter publish "
                          "carries lora_A/lora_B weights only; use lora='merged'")  # fmt: skip

@@ -21,9 +21,11 @@ ParamFilter = Callable[[str, torch.Tensor], bool]
 _ADAPTER_MARKERS = (".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".original_module.")
 
 
-def _lora_deltas(base: nn.Module) -> dict[str, torch.Tensor]:
-    """``module name -> summed delta weight`` of the active adapters of each LoRA layer."""
-    deltas: dict[str, torch.Tensor] = {}
+def _lora_deltas(base: nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    """``module name -> (summed delta weight, summed delta bias or None)`` of the active adapters of each
+    LoRA layer; the bias delta is ``lora_B.bias * scaling`` of adapters trained with ``lora_bias=True``
+    (peft's ``merge`` adds the same)."""
+    deltas: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     for name, module in base.named_modules():
         if not (hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")):
             continue
@@ -34,8 +36,29 @@ def _lora_deltas(base: nn.Module) -> dict[str, torch.Tensor]:
         names = [a for a in active if a in known]
         if getattr(module, "merged", False) or not names:
             continue  # already merged into base_layer, or no active adapter here
-        deltas[name] = sum(module.get_delta_weight(a) for a in names)
+        weight = sum(module.get_delta_weight(a) for a in names)
+        biased = [a for a in names if getattr(module, "lora_bias", {}).get(a, False)]
+        if biased and getattr(module.get_base_layer(), "bias", None) is None:
+            raise ValueError(
+                f"{name}: lora_bias=True on a layer without a bias cannot be merged (as peft's merge)"
+            )
+        bias = sum(module.lora_B[a].bias * module.scaling[a] for a in biased) if biased else None
+        deltas[name] = (weight, bias)
     return deltas
+
+
+def _refuse_tied(base: nn.Module, deltas: dict) -> None:
+    """A LoRA layer whose base weight is shared with another module (``lm_head`` tied to the embedding):
+    merging into it would change the other module too, so the served model would not be the trained one."""
+    owners = {id(p): n for n, p in base.named_parameters(remove_duplicate=False) if ".base_layer." not in n}
+    for name in deltas:
+        weight = base.get_submodule(name).get_base_layer().weight
+        if id(weight) in owners:
+            raise ValueError(
+                f"LoRA on {name}, whose weight is tied to {owners[id(weight)]}: a merged publish would change "
+                "that module too. Untie them (tie_word_embeddings=False), leave this layer out of "
+                "target_modules, or publish the adapter (lora='adapter') to a server serving it unmerged"
+            )
 
 
 def _base_name(key: str, adapter_names: list[str]) -> str:
@@ -52,6 +75,7 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             return {k: v.detach() for k, v in model.state_dict().items()}
         base = model.get_base_model()
         deltas = _lora_deltas(base)
+        _refuse_tied(base, deltas)
         adapters = list(getattr(model, "peft_config", {}))
         out: dict[str, torch.Tensor] = {}
         for key, tensor in base.state_dict().items():
@@ -59,8 +83,9 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
                 continue
             module_name, _, leaf = key.rpartition(".")
             owner = module_name.removesuffix(".base_layer")
-            if module_name.endswith(".base_layer") and leaf == "weight" and owner in deltas:
-                tensor = tensor + deltas[owner].to(tensor.dtype)
+            if module_name.endswith(".base_layer") and owner in deltas:
+                delta = dict(zip(("weight", "bias"), deltas[owner], strict=True)).get(leaf)
+                tensor = tensor if delta is None else tensor + delta.to(tensor.dtype)
             out[_base_name(key, adapters)] = tensor.detach()
         return out
 
@@ -72,7 +97,9 @@ def publishable_state_dict(
     ``publish="adapter"`` and a peft model, the ``AdapterPayload`` instead (no filter applies to it)."""
     if check_lora_mode(publish) == "adapter" and is_peft_model(model):
         if param_filter is not None:
-            raise ValueError("param_filter selects merged weights; an adapter publish sends the whole adapter")
+            raise ValueError(
+                "param_filter selects merged weights; an adapter publish sends the whole adapter"
+            )
         return adapter_payload(model)
     state = merged_state_dict(model)
     if param_filter is None:
