@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,6 +20,8 @@ from ludic.envs.letter_repeat import LetterRepeatEnv  # noqa: E402
 from ludic.inference import call_recorder  # noqa: E402
 from ludic.inference.sampling import InferenceSpec, SamplingConfig  # noqa: E402
 from ludic.interaction.openai_program import OpenAIProgramProtocol, ProgramFailed, ProgramTask  # noqa: E402
+from ludic.testing import build_tiny_model  # noqa: E402
+from ludic.testing.server_process import running_server  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -176,3 +179,25 @@ async def test_past_max_abandoned_threads_new_sync_programs_are_refused_by_name(
         assert "abandoned past their timeout are still running" in str(failed.value)
     finally:
         release.set()
+
+
+@pytest.fixture(scope="module")
+def judge_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Another model server (different weights): a judge the program asks, which is not the policy."""
+    with running_server(build_tiny_model(tmp_path_factory.mktemp("judge"), seed=7)) as url:
+        yield url + "/v1"
+
+
+async def test_a_call_to_another_server_through_the_client_is_not_recorded_as_the_policys(
+    base_url: str, judge_url: str
+) -> None:
+    async def asks_a_judge(client: Any, task: ProgramTask) -> str:
+        answer = (await client.chat.completions.create(**_ask(task))).choices[0].message.content
+        judge = client.with_options(base_url=judge_url)  # shares the client's transport
+        await judge.chat.completions.create(model="judge", messages=[{"role": "user", "content": answer}], max_tokens=2)
+        return answer
+
+    [rollout] = await OpenAIProgramProtocol(asks_a_judge, base_url=base_url).run(
+        env=LetterRepeatEnv(), max_steps=4, env_seed=0
+    )
+    assert len(rollout.steps) == 1  # was: the judge's reply recorded and trained as a policy sample

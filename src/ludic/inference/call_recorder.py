@@ -14,7 +14,8 @@ Per ``POST .../chat/completions`` the transport:
   ids instead of re-tokenising the reply (vLLM does not: pass ``attach_token_ids=False``);
 - records prompt ids, completion ids, log-probs, temperature, top_p and policy version; a response
   without them, an error status or a streamed call is an error of the episode, never a silent gap.
-Other requests pass through unrecorded. A field sent as ``null`` means the default (as in the OpenAI
+Other requests pass through unrecorded, among them chat calls to another server than ``policy_url``
+(``client.with_options(base_url=...)`` shares the transport: a judge model is not the policy). A field sent as ``null`` means the default (as in the OpenAI
 API) and ``temperature`` / ``top_p`` are always sent, so what is recorded is what the server used
 (vLLM would otherwise take the model's generation-config defaults). A call made from another
 episode (a client kept across episodes) is refused and fails the episode that made it. Refusals are
@@ -185,8 +186,12 @@ def _parse_call(sent: dict[str, Any], status: int, payload: bytes) -> RecordedCa
     )
 
 
-def _is_chat(request: httpx.Request) -> bool:
-    return request.method == "POST" and request.url.path.rstrip("/").endswith("/chat/completions")
+def _is_chat(request: httpx.Request, policy: httpx.URL | None) -> bool:
+    """A chat call to the policy's server (``policy``: its URL; None: any server)."""
+    if request.method != "POST" or not request.url.path.rstrip("/").endswith("/chat/completions"):
+        return False
+    url = request.url
+    return policy is None or (url.scheme, url.host, url.port) == (policy.scheme, policy.host, policy.port)
 
 
 def _resend(request: httpx.Request, body: dict[str, Any]) -> httpx.Request:
@@ -204,11 +209,14 @@ def _reply(response: httpx.Response, request: httpx.Request) -> httpx.Response:
 class RecordingAsyncTransport(httpx.AsyncBaseTransport):
     """``httpx.AsyncClient(transport=...)`` for ``openai.AsyncOpenAI(http_client=...)``."""
 
-    def __init__(self, recorder: CallRecorder, inner: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, recorder: CallRecorder, inner: httpx.AsyncBaseTransport | None = None, policy_url: str | None = None
+    ) -> None:
         self.recorder, self.inner = recorder, inner or httpx.AsyncHTTPTransport()
+        self.policy = None if policy_url is None else httpx.URL(policy_url)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if not _is_chat(request):
+        if not _is_chat(request, self.policy):
             return await self.inner.handle_async_request(request)
         sent = self.recorder.prepare(json.loads(await request.aread()))
         outgoing = _resend(request, sent)
@@ -228,11 +236,14 @@ class RecordingAsyncTransport(httpx.AsyncBaseTransport):
 class RecordingTransport(httpx.BaseTransport):
     """``httpx.Client(transport=...)`` for ``openai.OpenAI(http_client=...)`` (sync programs)."""
 
-    def __init__(self, recorder: CallRecorder, inner: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self, recorder: CallRecorder, inner: httpx.BaseTransport | None = None, policy_url: str | None = None
+    ) -> None:
         self.recorder, self.inner = recorder, inner or httpx.HTTPTransport()
+        self.policy = None if policy_url is None else httpx.URL(policy_url)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if not _is_chat(request):
+        if not _is_chat(request, self.policy):
             return self.inner.handle_request(request)
         sent = self.recorder.prepare(json.loads(request.read()))
         outgoing = _resend(request, sent)

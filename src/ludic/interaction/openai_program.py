@@ -132,12 +132,13 @@ class OpenAIProgramProtocol(InteractionProtocol):
         bound = EPISODE.set(recorder)
         try:
             if _is_async(self.program):
-                http = httpx.AsyncClient(transport=RecordingAsyncTransport(recorder), timeout=None)
+                transport = RecordingAsyncTransport(recorder, policy_url=self.base_url)
+                http = httpx.AsyncClient(transport=transport, timeout=None)
                 async with openai.AsyncOpenAI(http_client=http, **kwargs) as client:
                     return await self.program(client, task)
             # a sync program runs on a thread of its own; past its timeout the thread is abandoned (Python
             # cannot stop it) and the sealed recorder refuses (and only counts) its further calls
-            sync_http = httpx.Client(transport=RecordingTransport(recorder), timeout=None)
+            sync_http = httpx.Client(transport=RecordingTransport(recorder, policy_url=self.base_url), timeout=None)
             client = openai.OpenAI(http_client=sync_http, **kwargs)
             return await _on_own_thread(_run_and_close, self.program, client, task)
         finally:
