@@ -160,8 +160,9 @@ class WeightReceiver:
             raise ValueError("no shared-memory weight update in progress: POST /init_weight_transfer_engine with "
                              "init_info {\"backend\": \"shm\"}, then /start_weight_update")  # fmt: skip
         self.owner.check(update_id, required=True)
-        validate_metas(metas, self._targets)
-        with self._lock:
+        with self._lock:  # what this update holds or has reserved does not change while it is checked
+            reserved = (m.name for call, _ in self._reserved.values() for m in call)
+            validate_metas(metas, self._targets, sent={*(self._staged or {}), *reserved})
             size = packed_size(metas)
             shared, fresh = self._shm.take(size, busy=set(self._reserved))
             self.timings["alloc_bytes"] += size if fresh else 0
@@ -177,7 +178,7 @@ class WeightReceiver:
         self.owner.check(update_id, required=self.shared_memory)
         if self.shared_memory or "shm_buffer" in update_info:
             return self._receive_shared(metas, update_info.get("shm_buffer"))
-        validate_metas(metas, self._targets)
+        validate_metas(metas, self._targets, sent=self._staged)
         packed = bool(update_info.get("packed", False))
         with self._lock:
             t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -99,9 +99,14 @@ def finite_as(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> bool:
     return bool(torch.isfinite(torch.stack([low, high]).to(dtype)).all())
 
 
-def validate_metas(metas: Sequence[TensorMeta], target: Mapping[str, torch.Tensor]) -> None:
-    """Announced names/dtypes/shapes (before any bytes arrive) against the model; ValueError names the first bad one."""
+def validate_metas(metas: Sequence[TensorMeta], target: Mapping[str, torch.Tensor], sent: Container[str] = ()) -> None:
+    """Announced names/dtypes/shapes (before any bytes arrive) against the model; ValueError names the first bad one.
+
+    ``sent``: the names this update already received (or reserved): each tensor comes once per update, so a
+    publisher cannot take a receive buffer per repeat (memory without bound) nor leave the value to arrival order."""
     for m in metas:
+        if m.name in sent:
+            raise ValueError(f"{m.name!r} was already sent in this weight update (each tensor is sent once per update)")
         if m.name not in target:
             raise ValueError(f"unknown parameter name {m.name!r} (model has e.g. {list(target)[:3]})")
         want = target[m.name]
