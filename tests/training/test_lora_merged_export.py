@@ -75,3 +75,13 @@ def test_tied_model_without_lora_on_the_head_still_merges() -> None:
     model = trained_lora(True, target_modules=["q_proj", "v_proj"])
     state = merged_state_dict(model)
     torch.testing.assert_close(served_logits(state, True, IDS), model(input_ids=IDS).logits)
+
+
+def test_dora_merges_as_peft_does() -> None:
+    model = trained_lora(False, target_modules=["q_proj", "v_proj", "down_proj"], use_dora=True)
+    with torch.no_grad():  # a magnitude away from its init (the weight's norm), as after training
+        for name, p in model.named_parameters():
+            if "lora_magnitude_vector" in name:
+                p.mul_(torch.rand_like(p) + 0.5)
+    state = merged_state_dict(model)
+    torch.testing.assert_close(served_logits(state, False, IDS), model(input_ids=IDS).logits)

@@ -18,7 +18,9 @@ from ludic.distributed.lora_payload import adapter_payload, check_lora_mode
 from ludic.training.checkpoint._model_io import is_peft_model
 
 ParamFilter = Callable[[str, torch.Tensor], bool]
-_ADAPTER_MARKERS = (".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".original_module.")
+_ADAPTER_MARKERS = (
+    ".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".lora_magnitude_vector.", ".original_module.",
+)
 
 
 def _lora_deltas(base: nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
@@ -29,14 +31,12 @@ def _lora_deltas(base: nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor 
     for name, module in base.named_modules():
         if not (hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")):
             continue
-        if getattr(module, "lora_magnitude_vector", None):
-            raise NotImplementedError(f"merged export of DoRA layers is not supported ({name})")
         active = getattr(module, "active_adapters", [])
         known = getattr(module, "lora_A", {}) or getattr(module, "lora_embedding_A", {})
         names = [a for a in active if a in known]
         if getattr(module, "merged", False) or not names:
             continue  # already merged into base_layer, or no active adapter here
-        weight = sum(module.get_delta_weight(a) for a in names)
+        weight = _weight_delta(name, module, names)
         biased = [a for a in names if getattr(module, "lora_bias", {}).get(a, False)]
         if biased and getattr(module.get_base_layer(), "bias", None) is None:
             raise ValueError(
@@ -45,6 +45,19 @@ def _lora_deltas(base: nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor 
         bias = sum(module.lora_B[a].bias * module.scaling[a] for a in biased) if biased else None
         deltas[name] = (weight, bias)
     return deltas
+
+
+def _weight_delta(name: str, module: nn.Module, adapters: list[str]) -> torch.Tensor:
+    """The change merging ``adapters`` makes to the layer's weight. A plain LoRA adds ``get_delta_weight``;
+    a variant (DoRA: the magnitude times the column-normalised ``W + delta``) is merged by peft's own
+    ``merge_safe``, out of place, so the merged weight is peft's."""
+    variants = getattr(module, "lora_variant", {})
+    if not any(a in variants for a in adapters):
+        return sum(module.get_delta_weight(a) for a in adapters)
+    if len(adapters) > 1:
+        raise NotImplementedError(f"merged export of several active adapters with a LoRA variant (DoRA) on {name}")
+    weight = module.get_base_layer().weight.detach()
+    return variants[adapters[0]].merge_safe(module, adapters[0], weight.clone()) - weight
 
 
 def _refuse_tied(base: nn.Module, deltas: dict) -> None:
