@@ -28,11 +28,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench_vs_trl_curve import KNOBS, ludic_trainer
+from bench_vs_trl_curve import cell_setup, ludic_trainer
 from curve_models import SIZES
 
 from ludic.quickstart.config import QuickstartConfig
-from ludic.testing import build_tiny_model
 
 KINDS: dict[str, tuple[str, ...]] = {  # kind: substrings of the profiler's op names
     "matmul": ("_linear_pointwise", "mkldnn_linear_backward_weights", "aten::mm", "aten::addmm", "aten::bmm"),
@@ -134,12 +133,7 @@ def main() -> None:
     cells = []
     for size in args.sizes:
         for reply in args.replies:
-            out = Path(args.out) / f"{size}_{reply}"
-            model_dir = build_tiny_model(out / "model", seed=0, **SIZES[size])
-            cfg = QuickstartConfig(
-                steps=args.steps + 1, seed=0, output_dir=str(out), live=False, eval_every=0,
-                max_new_tokens=reply, **KNOBS,
-            )  # fmt: skip
+            cfg, model_dir = cell_setup(size, reply, args.steps, Path(args.out) / f"{size}_{reply}")
             phases = asyncio.run(split_cell(cfg, model_dir, args.steps))
             kernels = sum(p["matmul"] + p["attention"] for p in phases.values())
             cell = {"size": size, "reply_tokens": reply, "phases": phases, "kernels": kernels,

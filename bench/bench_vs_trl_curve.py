@@ -165,13 +165,19 @@ def median(rows: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def run_cell(
-    size: str, reply: int, steps: int, rounds: int, out: Path, floor: bool = False
-) -> dict[str, Any]:
+def cell_setup(size: str, reply: int, steps: int, out: Path) -> tuple[QuickstartConfig, Path]:
+    """A cell's config (the quickstart task, ``reply`` new tokens, ``steps`` + 1 steps) and its model."""
     model_dir = build_tiny_model(out / "model", seed=0, **SIZES[size])
     cfg = QuickstartConfig(
         steps=steps + 1, seed=0, output_dir=str(out), live=False, eval_every=0, max_new_tokens=reply, **KNOBS
     )
+    return cfg, model_dir
+
+
+def run_cell(
+    size: str, reply: int, steps: int, rounds: int, out: Path, floor: bool = False
+) -> dict[str, Any]:
+    cfg, model_dir = cell_setup(size, reply, steps, out)
     ludic: list[dict[str, float]] = []
     trl: list[dict[str, float]] = []
     for r in range(rounds):
