@@ -61,3 +61,16 @@ def test_folding_into_a_weight_tied_to_another_is_refused_and_unmerged_serves_it
     with torch.no_grad():
         expected = torch.log_softmax(model(torch.tensor([PROMPT + completion])).logits.float(), -1)[0]
     assert logps == pytest.approx([float(expected[len(PROMPT) - 1 + i, t]) for i, t in enumerate(completion)], abs=1e-4)
+
+
+def test_layout_checks_keep_one_layout_whatever_a_publisher_sends(dirs):
+    """Each new (targets, rank) was kept for good: a token-holding publisher cycling through layouts grew the
+    server's memory. The last layout is kept; an earlier one is worked out again and still checks."""
+    engine = TransformersChatClient(dirs[0])
+    state = engine.adapter
+    config = adapter_payload(trained_lora_model(dirs[0], ["q_proj"], seed=1)).config
+    layouts = [dataclasses.replace(config, rank=r) for r in (2, 3, 4, 5)]
+    metas = [state.expected_metas(engine.model, c) for c in layouts]
+    assert len(state._metas) == 1
+    assert state.expected_metas(engine.model, layouts[0]) == metas[0]
+    assert [m.shape[0] for m in metas[2][::2]] == [4] * len(metas[2][::2])

@@ -76,7 +76,7 @@ class AdapterState:
         self.pristine: dict[str, torch.Tensor] = {}  # weight name -> base weight, for the adapted layers
         self._buffers: dict[str, list[torch.Tensor]] = {}  # weight name -> its fold buffers (``_free_buffer``)
         self._fingerprint: str | None = None  # of the base, cached until a full update changes it
-        self._metas: dict[tuple[tuple[str, ...], int], list[TensorMeta]] = {}  # by (targets, rank): the layout is fixed
+        self._metas: dict[tuple[tuple[str, ...], int], list[TensorMeta]] = {}  # (targets, rank) -> layout, the last one
         self._pool: ThreadPoolExecutor | None = None
 
     # ---- checks (no change) ---------------------------------------------------------------------
@@ -110,7 +110,7 @@ class AdapterState:
                 metas.append(TensorMeta(a_name, dtype_name(weight.dtype), (config.rank, in_features)))
                 metas.append(TensorMeta(b_name, dtype_name(weight.dtype), (out_features, config.rank)))
             _check_size(config, metas, state)
-            self._metas[key] = metas
+            self._metas = {key: metas}  # the last layout only: a run publishes one, and a publisher cannot grow it
         _check_scalings(config, self._metas[key][::2])
         return self._metas[key]
 
