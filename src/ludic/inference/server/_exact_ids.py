@@ -78,10 +78,8 @@ def spliced_prompt_ids(
 
 def splice_cost(messages: list[dict[str, Any]], order: list[int]) -> int:
     """What the splice would render: the history before the first reply, then before each next one."""
-    rendered, total = [0], 0
+    rendered = [0]  # rendered[i]: the cost of messages[:i]
     for msg in messages:
         content = msg.get("content") if isinstance(msg, dict) else None
         rendered.append(rendered[-1] + MESSAGE_COST + (len(content) if isinstance(content, str) else 0))
-    for end in [order[0], *order[1:], len(messages)]:
-        total += rendered[end]
-    return total
+    return sum(rendered[end] for end in [*order, len(messages)])
