@@ -2,8 +2,8 @@
 
 :func:`sft_in_place` is the one SFT pass both use: it trains the run's policy in place (the model
 ``build_train_run`` loaded) with the run's trainer settings at the SFT learning rate and a constant
-schedule, publishes to the run's engine, then restarts the engine's policy versions at 0 so that RL
-versions count RL steps. :func:`start_of_run` is ``ludic train``'s opening: a held-out evaluation
+schedule, and publishes to the run's engine at the version it served before the SFT, so that RL versions
+count RL steps from there on any backend (the embedded engine or a server, where versions cannot go back). :func:`start_of_run` is ``ludic train``'s opening: a held-out evaluation
 before SFT (step -1), the SFT, and one at the start of RL (step 0); a resumed run reads both back
 instead of redoing them (the checkpoint's weights already hold the SFT).
 """
@@ -50,16 +50,30 @@ async def sft_in_place(
         model=run.trainer.model,
         algo=make_sft(),
         batch_source=source,
-        publisher=ClientPublisher(run.client),
+        publisher=HeldVersionPublisher(ClientPublisher(run.client), await run.client.get_policy_version()),
         cfg=sft_cfg,
     )
     await trainer.train(steps)
-    reset_policy_version(run.client)
+
+
+class HeldVersionPublisher:
+    """Publishes every update at one ``version``: the SFT trainer would publish ``version=step``, leaving
+    the engine ahead of RL step 0 (the first RL items would look newer than the trainer, and a server
+    refuses the RL trainer's lower versions: they must not go backwards)."""
+
+    def __init__(self, inner: Any, version: int) -> None:
+        self.inner, self.version = inner, version
+
+    def publish(self, state_dict: Any, version: int | None = None) -> None:
+        self.inner.publish(state_dict, version=self.version)
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        return dict(getattr(self.inner, "last_stats", {}) or {})
 
 
 def reset_policy_version(client: Any) -> None:
-    """The trainer publishes ``version=step``; the SFT publishes left the engine ahead of RL step 0,
-    which would tag the first RL items as newer than the trainer (pipeline mode drops by that)."""
+    """Restart an in-process engine's policy versions at 0 (``restart_versions``; not reachable over HTTP)."""
     client.restart_versions(0)
 
 
