@@ -32,7 +32,7 @@ _REGISTRIES = {
 def preflight(cfg: RunConfig, *, train: bool) -> None:
     """Raise :class:`ConfigError` listing every problem found; ``train`` adds the training checks."""
     factories, errors = _lookup(cfg)
-    errors += _output_dir_errors(cfg)
+    errors += _output_dir_errors(cfg) + _tokenizer_errors(cfg)
     for section, factory in factories.items():
         errors += _kwarg_errors(cfg, section, factory)
     if train:
@@ -186,6 +186,23 @@ def _prompt_length_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> li
         f"[trainer].max_seq_len: {cfg.trainer.max_seq_len} leaves no action token: the first prompt of "
         f"env {cfg.env.name!r} (seed {cfg.rollout.seed}) is already {shortest} tokens, so every completion "
         "would be truncated away and nothing learned; raise max_seq_len"
+    ]
+
+
+_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def _tokenizer_errors(cfg: RunConfig) -> list[str]:
+    """A local model folder with no tokenizer files (a checkpoint written without one) fails every episode
+    ("no chat_template"); say so now, with the key that fixes it."""
+    source = Path(cfg.model.tokenizer or cfg.model.path)
+    if not source.is_dir() or any((source / name).is_file() for name in _TOKENIZER_FILES):
+        return []
+    if cfg.model.tokenizer:
+        return [f"[model].tokenizer: {str(source)!r} holds no tokenizer ({', '.join(_TOKENIZER_FILES)})"]
+    return [
+        f"[model].path: {str(source)!r} holds no tokenizer ({', '.join(_TOKENIZER_FILES)}); set "
+        "[model].tokenizer to the folder of the model it was trained from (e.g. the run's [model].path)"
     ]
 
 

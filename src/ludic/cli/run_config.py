@@ -165,6 +165,8 @@ def build_train_run(
         if pipeline is not None:
             pipeline.close()  # the private Redis it started
         raise
+    if trainer.checkpointer is not None:  # each checkpoint folder is a whole model for ``ludic eval --model``
+        trainer.checkpointer.tokenizer = getattr(client, "tokenizer", None) or load_tokenizer(cfg)
     trainer.train_logger = make_train_logger(
         out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich, prefix=log_prefix
     )

@@ -54,6 +54,7 @@ from ludic.training.checkpoint._model_io import (
     read_model_state,
     save_model_weights,
 )
+from ludic.training.checkpoint._tokenizer import save_tokenizer
 from ludic.training.config import CheckpointConfig
 
 _log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class CheckpointManager:
     def __init__(self, cfg: CheckpointConfig) -> None:
         self.cfg = cfg
         self.output_dir = Path(cfg.output_dir)
+        self.tokenizer: Any = None
+        """Saved into each checkpoint beside the weights when set (``ludic train`` sets the run's)."""
 
     # ---- saving -------------------------------------------------------------------------------
     def maybe_save(self, model: nn.Module, optimizer: Any = None, *, step: int, **kwargs: Any) -> Path | None:
@@ -101,6 +104,7 @@ class CheckpointManager:
         tmp.mkdir()
         try:
             save_model_weights(model, tmp)
+            save_tokenizer(self.tokenizer, tmp)
             if optimizer is not None and self.cfg.save_optimizer:
                 torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
             if scheduler is not None and self.cfg.save_optimizer:
