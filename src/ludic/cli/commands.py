@@ -62,6 +62,7 @@ def add_train_parser(sub: Any) -> None:
         "first) instead of resuming from the latest checkpoint",
     )
     _add_import_flag(p)
+    _add_override_flags(p)
     p.set_defaults(run=_run_train)
 
 
@@ -74,6 +75,24 @@ def _add_import_flag(p: argparse.ArgumentParser) -> None:
         metavar="MODULE",
         help="import MODULE (a dotted name or a .py path) first, so the envs, harnesses, protocols and "
         "algorithms it registers can be named; repeatable, after the config's own imports",
+    )
+
+
+def _add_override_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="change one config key (e.g. trainer.lr=1e-5, steps=20, rollout.sampling.temperature=0.7); the "
+        "value is read as TOML (a bare word is a string); checked as the same key in the file; repeatable",
+    )
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="override [logging].output_dir (a [checkpoint].output_dir under the old one moves with it)",
     )
 
 
@@ -94,6 +113,7 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--model", default=None, help="override [model].path (e.g. a trained checkpoint)")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print it; start nothing")
     _add_import_flag(p)
+    _add_override_flags(p)
     p.set_defaults(run=_run_eval)
 
 
@@ -103,7 +123,8 @@ def _load(args: argparse.Namespace) -> Any:
     from ludic.cli.preflight import preflight
     from ludic.config import ConfigError, load_config
 
-    cfg = load_config(args.config)  # raises ConfigError before anything starts
+    # raises ConfigError before anything starts; --set keys are checked as the file's own
+    cfg = load_config(args.config, args.overrides, output_dir=args.output_dir)
     _import_user_modules(cfg.imports, Path(args.config).parent)  # config paths: next to the config
     _import_user_modules(args.imports, Path.cwd())  # flag paths: from where ludic runs
     if getattr(args, "steps", None) is not None:

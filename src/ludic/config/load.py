@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from ludic.config.errors import ConfigError, format_errors, key_path
 from ludic.config.limits import MAX_CONFIG_DEPTH, check_depth, check_toml_depth
+from ludic.config.overrides import apply_overrides, set_output_dir
 from ludic.config.schema import RunConfig
 from ludic.config.yaml_reader import MAX_CONFIG_NODES, yaml_load
 
@@ -145,7 +146,15 @@ def parse_config(data: Mapping[str, Any], *, file: str = "<config>") -> RunConfi
     return cfg
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Read and validate a run config; raises :class:`ConfigError` listing every problem."""
+def load_config(
+    path: str | Path, overrides: Sequence[str] = (), *, output_dir: str | None = None
+) -> RunConfig:
+    """Read and validate a run config; raises :class:`ConfigError` listing every problem.
+
+    overrides: ``section.key=value`` changes (``--set``); output_dir: ``--output-dir`` (``ludic.config.overrides``).
+    """
     path = Path(path)
-    return parse_config(read_config_file(path), file=path.name)
+    data = read_config_file(path)
+    if output_dir is not None:
+        data = set_output_dir(data, output_dir)
+    return parse_config(apply_overrides(data, overrides), file=path.name)
