@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ludic.cli.demonstrations import sft_errors
+from ludic.cli.lora import lora_errors
 from ludic.config import ConfigError, RunConfig
 from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
 
@@ -36,7 +37,7 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
     for section, factory in factories.items():
         errors += _kwarg_errors(cfg, section, factory)
     if train:
-        errors += _group_errors(cfg)
+        errors += _group_errors(cfg) + lora_errors(cfg)  # [lora]: peft installed, targets in the model
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
     if not errors:

@@ -129,6 +129,7 @@ def build_train_run(
     """
     import torch
 
+    from ludic.cli.lora import publish_mode
     from ludic.cli.pipeline_mode import build_pipeline_mode
     from ludic.distributed import ClientPublisher
     from ludic.training.loggers.dashboard import make_train_logger
@@ -137,7 +138,8 @@ def build_train_run(
     torch.manual_seed(cfg.seed)
     out = Path(cfg.logging.output_dir)
     model = load_policy(cfg)
-    client = make_client(cfg)
+    client = make_client(cfg, model)  # a [lora] run's embedded engine shares the frozen base
+    lora = publish_mode(cfg)  # [lora].publish: the adapter alone or merged weights
     engine = make_engine(cfg, client, cfg.rollout.sampling.to_sampling())
     algo = make_algorithm(cfg)
     evaluator = make_evaluator(cfg, engine, out / "eval", reducers)
@@ -145,7 +147,7 @@ def build_train_run(
         cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
     vocab_size = model.get_input_embeddings().num_embeddings  # pipeline items are checked against it
     pipeline = (
-        build_pipeline_mode(cfg, ClientPublisher(client), vocab_size=vocab_size)
+        build_pipeline_mode(cfg, ClientPublisher(client, lora=lora), vocab_size=vocab_size)
         if cfg.pipeline.enabled
         else None
     )
@@ -154,7 +156,7 @@ def build_train_run(
             model=model,
             algo=algo,
             batch_source=pipeline.batch_source if pipeline else make_rollout_source(cfg, engine, algo),
-            publisher=pipeline.publisher if pipeline else ClientPublisher(client),
+            publisher=pipeline.publisher if pipeline else ClientPublisher(client, lora=lora),
             cfg=cfg.trainer,
             checkpoint_config=cfg.checkpoint,
             evaluator=evaluator,

@@ -18,12 +18,18 @@ from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 
 
 def load_policy(cfg: RunConfig) -> Any:
-    """``[model].path`` in ``[model].dtype`` on ``[model].device`` (the model the trainer updates)."""
+    """``[model].path`` in ``[model].dtype`` on ``[model].device`` (the model the trainer updates); with
+    ``[lora]``, wrapped in peft adapters that alone are trained (``ludic.cli.lora``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, cfg.model.dtype)
-    return AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
+    if cfg.lora is None:
+        return model
+    from ludic.cli.lora import wrap_policy
+
+    return wrap_policy(model, cfg.lora, cfg.model.path)
 
 
 def load_tokenizer(cfg: RunConfig) -> Any:
@@ -32,23 +38,29 @@ def load_tokenizer(cfg: RunConfig) -> Any:
     return AutoTokenizer.from_pretrained(cfg.model.tokenizer or cfg.model.path)
 
 
-def make_client(cfg: RunConfig) -> Any:
-    """The inference backend named by ``[inference]``."""
+def make_client(cfg: RunConfig, policy: Any = None) -> Any:
+    """The inference backend named by ``[inference]``. ``policy``: the trainer's model; a ``[lora]`` run
+    publishing adapters serves its frozen base from the embedded engine without a second copy."""
     if cfg.inference.backend == "server":
         from ludic.inference import VLLMChatClient
 
         return VLLMChatClient(base_url=cfg.inference.server_url, enable_weight_updates=True)
     from ludic.inference import TransformersChatClient
 
-    return TransformersChatClient(
-        cfg.model.path,
-        cfg.model.tokenizer,
+    engine_kwargs: dict[str, Any] = dict(
         generate_in_thread=True if cfg.pipeline.enabled else None,  # pipeline: decode beside the trainer
         device=cfg.model.device,
         max_batch_size=cfg.inference.max_batch_size,
         model_name=cfg.model.path,
         dtype=cfg.model.dtype,
     )
+    if cfg.lora is not None:
+        from ludic.cli.lora import make_shared_engine, shares_base
+
+        if policy is not None and shares_base(cfg):
+            return make_shared_engine(cfg, policy, **engine_kwargs)
+        engine_kwargs["adapter_serving"] = cfg.lora.serving
+    return TransformersChatClient(cfg.model.path, cfg.model.tokenizer, **engine_kwargs)
 
 
 def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:

@@ -37,6 +37,7 @@ async def sft_in_place(
 ) -> None:
     """SFT ``run.trainer.model`` on ``items`` for ``steps`` batches; ``run`` is a ``TrainRun``."""
     from ludic.distributed import ClientPublisher
+    from ludic.distributed.lora_payload import lora_publish_mode
     from ludic.training.batching import OfflineBatchSource
     from ludic.training.presets import make_sft
     from ludic.training.trainer import Trainer
@@ -50,7 +51,10 @@ async def sft_in_place(
         model=run.trainer.model,
         algo=make_sft(),
         batch_source=source,
-        publisher=HeldVersionPublisher(ClientPublisher(run.client), await run.client.get_policy_version()),
+        publisher=HeldVersionPublisher(
+            ClientPublisher(run.client, lora=lora_publish_mode(run.trainer.publisher)),  # [lora]: the adapter
+            await run.client.get_policy_version(),
+        ),
         cfg=sft_cfg,
     )
     await trainer.train(steps)

@@ -206,6 +206,53 @@ class SftSection(Section):
         return self
 
 
+class LoraSection(Section):
+    """``[lora]``: train LoRA adapters on a frozen base instead of every weight (docs/lora.md; needs the
+    ``peft`` extra)."""
+
+    rank: int = 8
+    """Rank ``r`` of each adapter (A is ``[r, in]``, B ``[out, r]``)."""
+    alpha: float | None = None
+    """``lora_alpha``: the update is scaled by ``alpha / rank`` (``alpha / sqrt(rank)`` with ``rslora``);
+    default ``2 * rank``."""
+    targets: list[str] | Literal["all-linear"] = "all-linear"
+    """Module names to adapt (``["q_proj", "v_proj"]``: every module whose name ends with one of them), or
+    ``"all-linear"``: every linear layer but the output head. Checked against the model by ``--dry-run``."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input while training (0 keeps the trainer's log-probs equal to the engine's)."""
+    rslora: bool = False
+    """Rank-stabilised scaling ``alpha / sqrt(rank)`` (peft's ``use_rslora``)."""
+    publish: Literal["adapter", "merged"] = "adapter"
+    """What each step sends to inference: the adapter alone ("adapter": ~1% of the bytes; the embedded engine
+    and Ludic's server serve it on the base they hold) or merged weights ("merged": any server, vLLM's
+    weight routes included)."""
+    serving: Literal["unmerged", "fold"] = "unmerged"
+    """How the embedded engine serves a published adapter: "unmerged" (beside the base, which it then shares
+    with the trainer: one frozen base in the process) or "fold" (into its weights: a base-speed forward, a copy
+    of the adapted layers). A server takes ``--adapter-serving`` when started."""
+
+    @model_validator(mode="after")
+    def _check(self) -> LoraSection:
+        _at_least(self, 1, "rank")
+        if self.alpha is not None and not self.alpha > 0:
+            raise ValueError(f"alpha must be > 0, got {self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if isinstance(self.targets, list):
+            if not self.targets:
+                raise ValueError('targets is empty: name modules (["q_proj", "v_proj"]) or give "all-linear"')
+            blank = [i for i, name in enumerate(self.targets) if not name.strip() or name == "all-linear"]
+            if blank:
+                raise ValueError(f'targets[{blank[0]}] is {self.targets[blank[0]]!r}: give module names, '
+                                 'or targets = "all-linear" alone')  # fmt: skip
+        return self
+
+    @property
+    def lora_alpha(self) -> float:
+        """``alpha``, defaulting to ``2 * rank``."""
+        return float(2 * self.rank if self.alpha is None else self.alpha)
+
+
 class LoggingSection(Section):
     output_dir: str = "runs/ludic"
     """Where metrics.jsonl, the plot, eval results and checkpoints go."""
@@ -242,6 +289,8 @@ class RunConfig(Section):
     """Keyword arguments of ``TrainerConfig`` (checked against it)."""
     sft: SftSection | None = None
     """An SFT warm start before RL (``ludic train`` only; a resumed run does not redo it)."""
+    lora: LoraSection | None = None
+    """Train LoRA adapters on the frozen ``[model]`` instead of every weight (``ludic export`` merges them)."""
     checkpoint: CheckpointConfig | None = None
     """Keyword arguments of ``CheckpointConfig``; ``output_dir`` defaults to ``<logging.output_dir>/checkpoints``."""
     steps: int = 100
@@ -256,6 +305,10 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         _at_least(self, 0, "steps")
+        lora, server = self.lora, self.inference.backend == "server"
+        if lora is not None and server and "serving" in lora.model_fields_set:
+            raise ValueError("[lora].serving sets how the embedded engine serves an adapter; with backend 'server' "
+                             "pass --adapter-serving to the server when starting it")  # fmt: skip
         blank = [i for i, name in enumerate(self.imports) if not name.strip()]
         if blank:
             raise ValueError(f"imports[{blank[0]}] is empty; give a module name or a .py path")
