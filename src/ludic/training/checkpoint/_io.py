@@ -98,19 +98,30 @@ def check_optimizer_state(optimizer: torch.optim.Optimizer, state: Any, *, file:
     """Refuse an optimizer state that does not fit ``optimizer`` before anything is changed.
 
     ``Optimizer.load_state_dict`` checks group sizes but not tensor shapes; a state for another
-    model would load and fail later, mid-step.
+    model would load and fail later, mid-step. Hyper-parameters typed and in range, every state value
+    finite, no state for a parameter the optimizer lacks (``_checks``).
     """
+    from ludic.training.checkpoint._checks import check_group_values, check_state_keys
+
     if not isinstance(state, Mapping) or "param_groups" not in state or "state" not in state:
         raise CheckpointLoadError(f"{file}: not an optimizer state_dict (no 'state'/'param_groups')")
     groups, saved_groups = optimizer.param_groups, state["param_groups"]
+    if not isinstance(saved_groups, list):
+        raise CheckpointLoadError(f"{file}: 'param_groups' must be a list, got {type(saved_groups).__name__}")
     if len(groups) != len(saved_groups):
         raise CheckpointLoadError(
             f"{file}: has {len(saved_groups)} parameter groups, the optimizer {len(groups)}"
         )
+    if not all(isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in saved_groups):
+        raise CheckpointLoadError(f"{file}: every parameter group must be a mapping with a 'params' list")
     params = [p for g in groups for p in g["params"]]
     saved_ids = [i for g in saved_groups for i in g["params"]]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in saved_ids) or len(set(saved_ids)) != len(saved_ids):
+        raise CheckpointLoadError(f"{file}: parameter ids must be distinct ints, got {saved_ids[:8]!r:.120}")
     if [len(g["params"]) for g in groups] != [len(g["params"]) for g in saved_groups]:
         raise CheckpointLoadError(f"{file}: parameter counts per group differ from the optimizer's")
+    check_group_values(str(file), saved_groups, groups)
+    check_state_keys(str(file), state["state"], saved_ids)
     for param, pid in zip(params, saved_ids):
         for key, value in state["state"].get(pid, {}).items():
             if torch.is_tensor(value) and value.dim() > 0 and value.shape != param.shape:

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file, save_model
 from torch import nn
 
+from ludic.training.checkpoint._checks import check_finite
 from ludic.training.checkpoint._io import CheckpointLoadError, load_plain
 
 _PLAIN_FILE = "model.safetensors"
@@ -74,7 +75,7 @@ def check_model_state(model: nn.Module, state: dict[str, torch.Tensor], folder: 
     """Refuse weights that do not fit ``model`` (names, tied storage, shapes) before copying any.
 
     Keys absent from the files are allowed only when they share storage with a loaded key
-    (tied embeddings, which ``save_pretrained`` writes once).
+    (tied embeddings, which ``save_pretrained`` writes once). Every value finite.
     """
     current = model.state_dict()
     unknown = sorted(set(state) - set(current))
@@ -89,10 +90,14 @@ def check_model_state(model: nn.Module, state: dict[str, torch.Tensor], folder: 
             raise CheckpointLoadError(
                 f"checkpoint {folder}: {key} has shape {tuple(value.shape)}, the model {tuple(current[key].shape)}"
             )
+    check_finite(f"checkpoint {folder}", state.items())
 
 
 def read_adapter_state(folder: Path) -> dict[str, torch.Tensor]:
-    return _read_safetensors(folder, "adapter_model*.safetensors")
+    """The adapter's tensors, every one finite (a forged NaN never loads)."""
+    state = _read_safetensors(folder, "adapter_model*.safetensors")
+    check_finite(f"checkpoint {folder}", state.items())
+    return state
 
 
 def apply_model_state(model: nn.Module, state: dict[str, torch.Tensor], folder: Path) -> None:

@@ -7,21 +7,24 @@ planted checkpoint runs code. Here DCP only moves tensors: each rank writes its 
 shard offsets as JSON) and loads them with ``HuggingFaceStorageReader``, which builds DCP's metadata
 from those headers. Everything else (optimizer hyperparameters, file list, global shapes) is in
 ``shards.json``. Before one byte is copied, every file is checked: the listed files and no others, at
-their recorded sizes, shards covering each tensor, names/shapes/dtypes matching the model and optimizer.
+their recorded sizes, shards disjoint and covering each tensor (``_shard_layout``), names/shapes/dtypes
+matching the model and optimizer, its hyper-parameters typed and in range, no state for an unknown
+parameter; once read, every value finite. One error type for all of it: :class:`CheckpointLoadError`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ludic.training.checkpoint._checks import check_finite, check_group_values, check_state_keys, check_value
 from ludic.training.checkpoint._files import read_json, write_json_atomic
 from ludic.training.checkpoint._io import CheckpointLoadError
+from ludic.training.parallel._shard_layout import check_coverage, parse_specs
 
 MANIFEST = "shards.json"
 FORMAT = "ludic-dcp-safetensors-1"
@@ -112,60 +115,50 @@ def _check_files(folder: Path, manifest: dict[str, Any]) -> dict[str, list[tuple
     return chunks
 
 
-def _check_coverage(folder: Path, specs: dict[str, Any], chunks: dict[str, list]) -> None:
-    """Every tensor's shards lie inside it, have its dtype and add up to all of it (none missing)."""
-    for key, spec in specs.items():
-        shape, dtype = spec["shape"], spec["dtype"]
-        covered = 0
-        for offsets, size, chunk_dtype in chunks.get(key, []):
-            inside = len(offsets) == len(size) == len(shape) and all(
-                o >= 0 and o + s <= n for o, s, n in zip(offsets, size, shape)
-            )
-            if not inside or chunk_dtype != dtype:
-                raise CheckpointLoadError(f"{folder}: a shard of {key} ({size} at {offsets}, {chunk_dtype}) "
-                                          f"does not fit its shape {shape} / dtype {dtype}")  # fmt: skip
-            covered += math.prod(size)
-        if covered != math.prod(shape):
-            raise CheckpointLoadError(f"{folder}: shards of {key} hold {covered} of {math.prod(shape)} values")
-    stray = sorted(set(chunks) - set(specs))
-    if stray:
-        raise CheckpointLoadError(f"{folder}: shards hold tensors {MANIFEST} does not list: {stray[:5]}")
-
-
 def check_shards(folder: Path, expected: dict[str, torch.Tensor], plain: dict[str, Any] | None) -> dict[str, Any]:
     """Read and check ``shards.json`` and every shard header against the current state; returns the manifest."""
-    manifest = read_json(folder / MANIFEST)
+    where = folder / MANIFEST
+    manifest = read_json(where)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointLoadError(f"{folder / MANIFEST}: not a {FORMAT} manifest")
-    specs = manifest.get("tensors")
-    if not isinstance(specs, dict) or not isinstance(manifest.get("files"), dict):
-        raise CheckpointLoadError(f"{folder / MANIFEST}: 'tensors' and 'files' must be JSON objects")
+        raise CheckpointLoadError(f"{where}: not a {FORMAT} manifest")
+    specs = parse_specs(where, manifest.get("tensors"))
+    if not isinstance(manifest.get("files"), dict):
+        raise CheckpointLoadError(f"{where}: 'files' must be a JSON object")
     if set(specs) != set(expected):
         diff = sorted(set(specs) ^ set(expected))[:5]
         raise CheckpointLoadError(f"{folder}: saved tensors differ from the model/optimizer's ({diff} ...)")
     for key, value in expected.items():
-        if specs[key].get("shape") != list(value.shape):
+        if specs[key][0] != list(value.shape):
             raise CheckpointLoadError(
-                f"{folder}: {key} has shape {specs[key].get('shape')}, the model/optimizer {list(value.shape)}"
+                f"{folder}: {key} has shape {specs[key][0]}, the model/optimizer {list(value.shape)}"
             )
-    _check_coverage(folder, specs, _check_files(folder, manifest))
+    check_coverage(folder, specs, _check_files(folder, manifest))
     if plain is not None:
-        _check_param_groups(folder, manifest.get("optimizer"), plain)
+        _check_optimizer(where, manifest.get("optimizer"), plain)
     return manifest
 
 
-def _check_param_groups(folder: Path, saved: Any, current: dict[str, Any]) -> None:
+def _check_optimizer(where: Path, saved: Any, current: dict[str, Any]) -> None:
+    """The optimizer's plain parts: the same groups, each hyper-parameter typed and in range, no unknown state."""
     groups = saved.get("param_groups") if isinstance(saved, dict) else None
     if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-        raise CheckpointLoadError(f"{folder / MANIFEST}: no optimizer param groups (saved with save_optimizer=False?)")
+        raise CheckpointLoadError(f"{where}: no optimizer param groups (saved with save_optimizer=False?)")
     if [g.get("params") for g in groups] != [g["params"] for g in current["param_groups"]]:
-        raise CheckpointLoadError(f"{folder / MANIFEST}: optimizer param groups name other parameters")
-    if not isinstance(saved.get("state"), dict):
-        raise CheckpointLoadError(f"{folder / MANIFEST}: optimizer 'state' must be a JSON object")
+        raise CheckpointLoadError(f"{where}: optimizer param groups name other parameters")
+    check_group_values(f"{where}: optimizer", groups, current["param_groups"])
+    state = saved.get("state")
+    check_state_keys(f"{where}: optimizer", state, current["state"])
+    for fqn, entry in state.items():
+        if set(entry) != set(current["state"][fqn]):
+            raise CheckpointLoadError(f"{where}: optimizer state of {fqn!r} holds {sorted(entry)[:5]}, the "
+                                      f"optimizer's {sorted(current['state'][fqn])[:5]}")  # fmt: skip
+        for key, value in entry.items():
+            check_value(f"{where}: optimizer state of {fqn!r}", key, value, current["state"][fqn][key])
 
 
 def read_shards(folder: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Collective: this rank's shards of every tensor, resharded by DCP into new buffers (nothing in place)."""
+    """Collective: this rank's shards of every tensor, resharded by DCP into new buffers (nothing in place),
+    every value finite (else :class:`CheckpointLoadError`, raised on this rank only: the caller agrees)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
 
@@ -174,6 +167,7 @@ def read_shards(folder: Path, expected: dict[str, torch.Tensor]) -> dict[str, to
         dcp.load(dest, storage_reader=HuggingFaceStorageReader(str(folder)))
     except Exception as exc:
         raise CheckpointLoadError(f"{folder}: reading the safetensors shards failed: {exc}") from exc
+    check_finite(str(folder), ((k, v.to_local() if hasattr(v, "to_local") else v) for k, v in dest.items()))
     return dest
 
 

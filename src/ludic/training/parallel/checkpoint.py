@@ -139,7 +139,13 @@ class DistributedCheckpointer(CheckpointManager):
         if errors:
             raise CheckpointLoadError("; ".join(errors))
         info, tensors, plain, manifest, sched, rng = checked  # type: ignore[misc]
-        loaded = read_shards(folder, tensors)
+        try:  # every rank reads (a collective), then all agree: one rank's NaN shard stops every rank
+            loaded, error = read_shards(folder, tensors), None
+        except CheckpointLoadError as exc:
+            loaded, error = None, f"rank {self.rank}: {exc}"
+        errors = [e for e in all_gather_json(error) if e]
+        if errors:
+            raise CheckpointLoadError("; ".join(errors))
         self._apply(model, optimizer, loaded, plain, manifest)
         if sched is not None:
             scheduler.load_state_dict(sched)
