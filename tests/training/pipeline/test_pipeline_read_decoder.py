@@ -116,7 +116,7 @@ def _items(make_item) -> list:
 
     return [
         make_item(0), meta(1, sampling_temperature=0.7, sampling_top_p=1.0), meta(2, sampling_temperature=0),
-        meta(3, sampling_temperature=1), meta(4, sampling_temperature="hot"), meta(5, sampling_top_p=True),
+        meta(3, sampling_temperature=1), meta(4, sampling_temperature=0.0), meta(5, sampling_top_p=1),
         dataclasses.replace(make_item(6), token_weights=[1.0, -5.0]),
         dataclasses.replace(make_item(7), input_ids=[1, 2, 258, 7, 8]),
     ]  # fmt: skip
@@ -134,6 +134,9 @@ def _bad(make_item) -> list:
         dataclasses.replace(make_item(23), token_weights=[1.0, 1e7]), meta(24, sampling_temperature=float("nan")),
         meta(25, sampling_temperature=1e-5), meta(26, sampling_temperature=5e3), meta(27, sampling_top_p=0.95),
         meta(28, sampling_top_p=float("nan")), meta(29, sampling_temperature=-1.0),
+        # not numbers: read as T = 1 by the trainer, so refused (issue 37)
+        meta(30, sampling_temperature="0.7"), meta(31, sampling_temperature=True),
+        meta(32, sampling_temperature=False), meta(33, sampling_top_p=True),
     ]  # fmt: skip
 
 
@@ -162,5 +165,5 @@ def test_refusals_of_a_read_are_check_items_verdicts(make_item, allow_nucleus):
     got = refusals(_decoded([*good, *bad]), limits)
     reasons = [v.reason for v in got if v is not None]
     assert reasons == [v.reason for v in (_verdict(it, limits) for it in [*good, *bad]) if v is not None]
-    # where nucleus items are taken, so are top_p 0.95 and NaN
-    assert len(reasons) == len(bad) - 2 * allow_nucleus
+    # where nucleus items are taken, so are top_p 0.95, NaN and True
+    assert len(reasons) == len(bad) - 3 * allow_nucleus

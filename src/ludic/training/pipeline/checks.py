@@ -10,8 +10,9 @@ fails is refused with a ``BadEntry`` whose reason the batch source counts (``pip
 - ``out_of_vocab``: a token id outside ``[0, vocab_size)``;
 - ``extreme_weight``: ``weight`` or a token weight with ``|w| > max_abs_weight``;
 - ``bad_temperature``: ``meta["sampling_temperature"]`` NaN, inf, negative, or in ``(0, min_temperature)``
-  or above ``max_temperature`` (0 means greedy, scored at T = 1, as everywhere in Ludic);
-- ``nucleus_sampled``: ``meta["sampling_top_p"] < 1`` (or NaN). Its actor log-probs are of the
+  or above ``max_temperature`` (0 means greedy, scored at T = 1, as everywhere in Ludic), or not a number
+  at all (``"0.7"``, ``true``: the trainer would score it at T = 1, not the T it was sampled at);
+- ``nucleus_sampled``: ``meta["sampling_top_p"] < 1`` (or NaN, or not a number). Its actor log-probs are of the
   nucleus-truncated distribution, which the trainer cannot recompute, so ratio-based losses refuse the
   whole batch (``validate_actor_logps`` raises). ``allow_nucleus=True`` lets them through for losses
   without importance ratios.
@@ -106,7 +107,7 @@ def _all_within(items: list[SAWItem], limits: EntryLimits) -> bool:
         t, top_p = meta.get("sampling_temperature"), meta.get("sampling_top_p")
         if (
             not -bound <= item.weight <= bound
-            or (t is not None and t != 0 and not (type(t) in _REAL and lo <= t <= hi))
+            or (t is not None and not (type(t) in _REAL and (t == 0 or lo <= t <= hi)))
             or (top_p is not None and not nucleus and not (type(top_p) in _REAL and top_p >= 1.0))
         ):
             return False
@@ -146,6 +147,8 @@ def _number(value: Any) -> bool:
 
 def _check_sampling(meta: dict[str, Any], limits: EntryLimits) -> None:
     t = meta.get("sampling_temperature")
+    if t is not None and not _number(t):
+        raise BadEntry("bad_temperature", f"sampling_temperature {t!r:.40} is not a number")
     if _number(t) and t != 0 and not limits.min_temperature <= t <= limits.max_temperature:
         raise BadEntry(
             "bad_temperature",
@@ -153,6 +156,8 @@ def _check_sampling(meta: dict[str, Any], limits: EntryLimits) -> None:
             f"[{limits.min_temperature:g}, {limits.max_temperature:g}]",
         )
     top_p = meta.get("sampling_top_p")
+    if top_p is not None and not _number(top_p) and not limits.allow_nucleus:
+        raise BadEntry("nucleus_sampled", f"sampling_top_p {top_p!r:.40} is not a number: whether the log-probs are of a truncated distribution is unknown")  # fmt: skip
     if _number(top_p) and not limits.allow_nucleus and not top_p >= 1.0:
         raise BadEntry(
             "nucleus_sampled",

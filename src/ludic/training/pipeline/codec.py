@@ -19,8 +19,11 @@ entry of another version or another run is told apart from a broken one: they co
 ``unknown_schema`` and ``foreign``. Decoding refuses (``BadEntry``, naming the reason the batch source
 counts) a missing ``item`` field, an undecodable body or one of another shape, a wrong type, or a byte
 count that is not a multiple of the itemsize (``malformed``); a cut body (``truncated``); and arrays whose
-lengths disagree, masks holding anything but 0 and 1, NaN or inf among the floats or as the weight, an
-empty item (``invalid``). Other stream fields beside ``item`` are ignored. The checks are a handful of vectorised calls on the packed bytes, and the result is a
+lengths disagree, masks holding anything but 0 and 1, an all-zero attention or action mask (nothing to
+train on), NaN or inf among the floats or as the weight, a positive log-prob among ``actor_logps`` or the
+frozen log-probs (a probability above 1: the importance ratio against it is meaningless), a
+``policy_version`` outside ``[0, 2**63)`` or an id longer than ``MAX_ID_CHARS``, an empty item
+(``invalid``). Other stream fields beside ``item`` are ignored. The checks are a handful of vectorised calls on the packed bytes, and the result is a
 ``PackedSAWItem`` that builds its Python lists on first read.
 
 Schemas 1 and 2 (three stream fields ``v``, ``run``, ``data``: the version, the run, a msgpack map; an
@@ -53,6 +56,13 @@ _STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes u
 _F4, _F8 = np.dtype("<f4"), np.dtype("<f8")
 _STEP_HALF = 1 << 16
 _STEP = bytes(_STEP_HALF) + b"\1" * _STEP_HALF
+MAX_ID_CHARS = 256
+"""Longest item id taken: ids are the producer's (a uuid4 hex: 32); the batch source keeps thousands of them."""
+MAX_VERSION = 2**63 - 1
+"""Largest policy version taken (int64, as tensors and JSON readers hold it)."""
+_NEGATIVE_TOPS = bytes(range(0x80, 0xFF))
+"""Top bytes of negative finite float32s (and -0.0); little-endian, a float whose top byte is not one of these
+is zero or positive, or NaN or inf: ``top.translate(None, _NEGATIVE_TOPS)`` is empty for negative floats."""
 """64 Ki zeros, then 64 Ki ones: a mask of zeros then ones is the slice starting as many zeros before the middle."""
 
 
@@ -155,16 +165,21 @@ def _decode(data: bytes, run_id: bytes) -> tuple[str, int | None, PackedSAWItem]
     _, _, item_id, version, weight, meta, ids, attention, action, actor, token_weights, frozen = body
     if type(item_id) is not str or not (version is None or type(version) is int):
         raise BadEntry("malformed", f"id {item_id!r:.40} / policy_version {version!r:.40}")
+    if len(item_id) > MAX_ID_CHARS or not (version is None or 0 <= version <= MAX_VERSION):
+        raise BadEntry("invalid", f"id of {len(item_id)} chars (at most {MAX_ID_CHARS}) / policy_version {version!r:.40} (0 to 2**63-1)")  # fmt: skip
     if type(weight) is not float or type(meta) is not dict or type(frozen) is not dict:
         raise BadEntry("malformed", f"weight {weight!r:.40} / meta {type(meta).__name__} / frozen log-probs {type(frozen).__name__}")  # fmt: skip
     if not math.isfinite(weight):
         raise BadEntry("invalid", f"weight must be a finite number, got {weight!r}")
+    meta_version = meta.get("policy_version", version)  # encode_item writes the meta's int version; stats read it
+    if meta_version is not version and (type(meta_version) is not int or meta_version != version):
+        raise BadEntry("invalid", f"meta policy_version {meta_version!r:.40} is not the entry's {version!r}")
     n_action = _action_tokens(ids, attention, action)
     arrays = {"input_ids": ids, "attention_mask": attention, "action_mask": action}
     if token_weights is not None:
         arrays["token_weights"] = _floats("token_weights", token_weights, 8, n_action)
     if actor is not None:
-        actor = PackedTokenLogps.of(_floats("actor_logps", actor, 4, n_action))
+        actor = PackedTokenLogps.of(_logps("actor_logps", actor, n_action))
     attachments = SampleAttachments(actor, _frozen(frozen, n_action) if frozen else {})
     return item_id, version, PackedSAWItem.of(arrays, weight=weight, meta=meta, attachments=attachments)
 
@@ -179,9 +194,11 @@ def _action_tokens(ids: Any, attention: Any, action: Any) -> int:
     n = len(ids) >> 2
     if n == 0 or len(attention) != n or len(action) != n:
         raise BadEntry("invalid", f"input_ids has {n} entries, attention_mask {len(attention)}, action_mask {len(action)}")  # fmt: skip
-    n_action = _ones(action)
-    if n_action < 0 or _ones(attention) < 0:
+    n_action, n_attended = _ones(action), _ones(attention)
+    if n_action < 0 or n_attended < 0:
         raise BadEntry("invalid", "a mask holds values other than 0 and 1")
+    if n_action == 0 or n_attended == 0:
+        raise BadEntry("invalid", f"{'action_mask' if n_action == 0 else 'attention_mask'} is all zeros: nothing to train on")  # fmt: skip
     return n_action
 
 
@@ -255,6 +272,17 @@ def _floats(name: str, raw: Any, itemsize: int, n_action: int) -> bytes:
     return raw
 
 
+def _logps(name: str, raw: Any, n_action: int) -> bytes:
+    """``raw`` after checking it holds one finite float32 log-prob, at most 0, per action token."""
+    raw = _floats(name, raw, 4, n_action)
+    if raw[3::4].translate(None, _NEGATIVE_TOPS):  # some are not negative: +0.0 is fine, a positive is not
+        values = np.frombuffer(raw, dtype=_F4)
+        if not (values <= 0).all():
+            bad = values[~(values <= 0)]
+            raise BadEntry("invalid", f"{name} holds {bad.size} positive log-prob(s), e.g. {float(bad[0])!r}: a log-prob is at most 0")  # fmt: skip
+    return raw
+
+
 def _frozen(frozen: dict[Any, Any], n_action: int) -> dict[str, list[float]]:
     """The frozen models' log-probs by key, each checked like ``actor_logps``."""
     lists = {}
@@ -262,7 +290,7 @@ def _frozen(frozen: dict[Any, Any], n_action: int) -> dict[str, list[float]]:
         if type(key) is not str:
             raise BadEntry("malformed", f"frozen log-probs key {key!r:.40} is not a str")
         name = f"frozen_logps[{key!r}]"
-        lists[key] = np.frombuffer(_floats(name, raw, 4, n_action), dtype=_F4).tolist()
+        lists[key] = np.frombuffer(_logps(name, raw, n_action), dtype=_F4).tolist()
     return lists
 
 

@@ -18,8 +18,11 @@ from typing import Any
 from ludic.training.pipeline.codec import (
     _FIELD,
     _LENGTH,
+    _NEGATIVE_TOPS,
     _STEP,
     _STEP_HALF,
+    MAX_ID_CHARS,
+    MAX_VERSION,
     SCHEMA_VERSION,
     BadEntry,
     _msgpack,
@@ -48,18 +51,21 @@ def decode_read(entries: Sequence[Sequence[Any]], run_id: bytes) -> list[Decoded
             _, _, item_id, version, weight, meta, ids, attention, action, actor, token_weights, frozen = body
             n = len(ids) >> 2 if type(ids) is bytes else 0
             # NaN and inf: x - x is NaN, not 0. Masks: attention all ones (the second half of _STEP), action
-            # zeros then ones (a slice of _STEP, as codec._ones). Floats: see codec._floats (top bytes)
+            # zeros then ones (a slice of _STEP, as codec._ones). Floats: see codec._floats (top bytes); log-probs
+            # all negative: every top byte in 0x80-0xFE (codec._logps; zeros and the rest go to decode_fields)
             if not (
-                type(item_id) is not str or (version is not None and type(version) is not int)
+                type(item_id) is not str or len(item_id) > MAX_ID_CHARS
+                or (version is not None and (type(version) is not int or not 0 <= version <= MAX_VERSION))
                 or type(weight) is not float or weight - weight != 0.0
                 or type(meta) is not dict or type(frozen) is not dict or frozen
+                or ("policy_version" in meta and meta["policy_version"] is not version)
                 or type(attention) is not bytes or type(action) is not bytes
                 or n == 0 or len(ids) & 3 or len(attention) != n or len(action) != n
                 or not _STEP.startswith(attention, _STEP_HALF)
                 or (first := action.find(1)) < 0 or first > _STEP_HALF or n - first > _STEP_HALF
                 or not _STEP.startswith(action, _STEP_HALF - first)
                 or (actor is not None and (type(actor) is not bytes or len(actor) != (n - first) << 2
-                                           or 0x7F in (top := actor[3::4]) or 0xFF in top))
+                                           or actor[3::4].translate(None, _NEGATIVE_TOPS)))
                 or (token_weights is not None and (type(token_weights) is not bytes
                                                    or len(token_weights) != (n - first) << 3
                                                    or 0x7F in (top := token_weights[7::8]) or 0xFF in top))
