@@ -19,8 +19,16 @@ from aiohttp import web
 from ludic.inference.embedded.transformers_client import TransformersChatClient
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
+from ludic.inference.server._chat_stream import send_stream, stream_chunks
 from ludic.inference.server._exact_ids import spliced_prompt_ids, split_reply_ids
 from ludic.inference.server._json import BadRequest, read_json
+from ludic.inference.server._tool_calls import (
+    EXCLUDE_TOOLS_KEY,
+    TOOL_PARSER_KEY,
+    assistant_message,
+    read_reply,
+    tool_mode,
+)
 from ludic.types import ChatResponse
 
 ENGINE_KEY = web.AppKey("engine", TransformersChatClient)
@@ -106,10 +114,20 @@ async def _checked_complete(
     return await engine.complete_ids(ids, sampling)
 
 
-async def chat_completions(request: web.Request) -> web.Response:
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """OpenAI chat; tool calls in the reply come back as ``tool_calls`` (``inference/server/_tool_calls.py``)."""
     engine = request.app[ENGINE_KEY]
     body = await read_json(request)
-    messages, reply_ids = split_reply_ids(body.get("messages") if isinstance(body, dict) else None)
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise BadRequest(f"stream must be a boolean, got {stream!r:.40}")
+    parser = request.app.get(TOOL_PARSER_KEY)
+    mode = tool_mode(body, have_parser=parser is not None, exclude_when_none=request.app.get(EXCLUDE_TOOLS_KEY, False))
+    if not mode.render_tools:
+        body = {**body, "tools": None}
+    messages, reply_ids = split_reply_ids(body.get("messages"))
     chat = parse_chat_request({**body, "messages": messages} if reply_ids else body, engine.model_name)
     engine.check_chat_fits(chat)  # microseconds; refuses a chat too long for the context before templating it
     # rendering a long chat template is CPU work: keep it off the event loop
@@ -118,11 +136,12 @@ async def chat_completions(request: web.Request) -> web.Response:
         ids, why = await asyncio.to_thread(spliced_prompt_ids, engine.tokenizer, chat.messages, reply_ids, chat.tools)
     ids = ids or await asyncio.to_thread(engine.prompt_ids_for, chat)
     response, info = await _checked_complete(engine, ids, chat.sampling)
+    parsed, finish_reason = read_reply(response.text, response.finish_reason, parser, mode)  # type: ignore[arg-type]
     choice: dict[str, Any] = {
         "index": 0,
-        "message": {"role": "assistant", "content": response.text},
-        "finish_reason": response.finish_reason,
-        "token_ids": response.completion_token_ids,
+        "message": assistant_message(parsed),
+        "finish_reason": finish_reason,
+        "token_ids": response.completion_token_ids,  # the whole reply's, calls included: what is trained
         "weight_versions": weight_versions(info),
     }
     if body.get("logprobs"):
@@ -130,6 +149,10 @@ async def chat_completions(request: web.Request) -> web.Response:
     envelope = _envelope("chat.completion", engine.model_name, choice, response)
     if why:
         envelope["sequence_break"] = why
+    if stream:
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return await send_stream(request, stream_chunks(envelope, parsed, include_usage))
     return web.json_response(envelope)
 
 

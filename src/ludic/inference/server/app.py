@@ -8,7 +8,9 @@ Routes:
 - Generation (``inference/server/_generate.py``): ``POST /v1/chat/completions``, ``POST /v1/completions``
   (``prompt`` as token ids, ``return_token_ids``, ``logprobs``, ``prompt_logprobs``), ``POST
   /inference/v1/generate`` (``token_ids`` + ``sampling_params``). Responses carry
-  ``weight_versions`` and ``policy_version``.
+  ``weight_versions`` and ``policy_version``. Chat replies holding tool calls in the chat template's
+  format come back as OpenAI ``tool_calls``, streamed (``stream=true``) or not (``--tool-parser``,
+  ``inference/server/_tool_calls.py``).
 - Weights (``inference/server/_weights.py``): vLLM's weight-transfer routes over a gloo/NCCL group, and
   ``POST /ludic/update_weights_blob?version=N`` (a safetensors blob).
 
@@ -35,7 +37,9 @@ from ludic.inference.embedded.transformers_client import DTYPES, EngineOverloade
 from ludic.inference.server._generate import ENGINE_KEY, chat_completions, completions, generate
 from ludic.inference.server._json import MAX_BODY_KEY
 from ludic.inference.server._origin_guard import origin_guard
+from ludic.inference.server._tool_calls import EXCLUDE_TOOLS_KEY, TOOL_PARSER_KEY
 from ludic.inference.server._weights import RECEIVER_KEY, add_weight_routes
+from ludic.inference.tool_parsers import ToolParser, resolve_tool_parser
 from ludic.inference.weight_sync.receiver import TransferError, WeightReceiver
 
 API_KEY_KEY = web.AppKey("api_key", str)
@@ -103,12 +107,17 @@ def build_app(
     max_body_bytes: int = 8 << 20,
     transfer_timeout_s: float = 120.0,
     drop_weight_updates: bool = False,
+    tool_parser: ToolParser | None = None,
+    exclude_tools_when_tool_choice_none: bool = False,
 ) -> web.Application:
-    """The aiohttp app; ``drop_weight_updates`` is fault injection (tests of the sync probe)."""
+    """The aiohttp app; ``drop_weight_updates`` is fault injection (tests of the sync probe); ``tool_parser``
+    reads tool calls out of chat replies (``None``: replies stay text)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[error_middleware, auth_middleware, origin_guard])
     app[ENGINE_KEY] = engine
     app[API_KEY_KEY] = api_key or ""
     app[MAX_BODY_KEY] = max_body_bytes
+    app[TOOL_PARSER_KEY] = tool_parser
+    app[EXCLUDE_TOOLS_KEY] = exclude_tools_when_tool_choice_none
     app[RECEIVER_KEY] = WeightReceiver(engine, timeout_s=transfer_timeout_s, drop_updates=drop_weight_updates)
     app.router.add_get("/health", health)
     app.router.add_get("/policy_version", policy_version)
@@ -137,6 +146,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--adapter-serving", default="fold", choices=ADAPTER_SERVING,
                         help="serve a LoRA adapter folded into the weights (cheaper forward) or unmerged beside "
                              "them (cheaper publish); see docs/lora.md")  # fmt: skip
+    parser.add_argument("--tool-parser", default="auto",
+                        help="read tool calls out of chat replies as OpenAI tool_calls: auto (detected from the "
+                             "chat template), none, hermes, llama3_json, mistral, or module:attr (a parser of "
+                             "your own); see docs/serving.md")  # fmt: skip
+    parser.add_argument("--exclude-tools-when-tool-choice-none", action="store_true",
+                        help="with tool_choice='none', leave the tools out of the prompt (default: rendered, "
+                             "as vLLM does)")  # fmt: skip
     parser.add_argument("--drop-weight-updates", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -147,10 +163,16 @@ def main(argv: list[str] | None = None) -> None:
         args.model, device=args.device, dtype=args.dtype, max_batch_size=args.max_batch_size,
         max_pending=args.max_pending, generate_in_thread=True, adapter_serving=args.adapter_serving,
     )
+    try:
+        tool_parser, tool_line = resolve_tool_parser(args.tool_parser, getattr(engine.tokenizer, "chat_template", None))
+    except ValueError as exc:
+        raise SystemExit(f"--tool-parser: {exc}") from None
     app = build_app(engine, api_key=args.api_key, max_body_bytes=int(args.max_body_mb * (1 << 20)),
-                    transfer_timeout_s=args.transfer_timeout, drop_weight_updates=args.drop_weight_updates)
+                    transfer_timeout_s=args.transfer_timeout, drop_weight_updates=args.drop_weight_updates,
+                    tool_parser=tool_parser,
+                    exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none)  # fmt: skip
     auth = "bearer token required" if args.api_key else "no token"
-    print(f"ludic inference server: {args.model} on http://{args.host}:{args.port} ({auth})", flush=True)
+    print(f"ludic inference server: {args.model} on http://{args.host}:{args.port} ({auth}); {tool_line}", flush=True)
     # handler_cancellation: a client that disconnects cancels its handler, and so its queued row
     web.run_app(app, host=args.host, port=args.port, print=lambda _: None, handle_signals=True,
                 handler_cancellation=True, shutdown_timeout=2.0)  # fmt: skip

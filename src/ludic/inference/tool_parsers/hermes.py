@@ -1,0 +1,37 @@
+"""Hermes/Qwen format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks in the reply.
+
+Qwen2.5/Qwen3, Hermes 2/3 and Ludic's tiny ChatML template use it. Text outside the blocks is the
+reply's content. One malformed block (bad JSON, no name, no closing tag) makes the whole reply plain
+content: a half-read reply would run some calls and silently drop another.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, finish, plain
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+class HermesToolParser:
+    name = "hermes"
+
+    def parse(self, text: str) -> ParsedReply:
+        if OPEN not in text:
+            return plain(text)
+        calls: list[ParsedToolCall] = []
+        outside: list[str] = []
+        pos = 0
+        while (start := text.find(OPEN, pos)) != -1:  # each find moves forward: linear in the reply
+            end = text.find(CLOSE, start + len(OPEN))
+            if end == -1:
+                return plain(text)
+            outside.append(text[pos:start])
+            try:
+                calls.append(call_from_object(json.loads(text[start + len(OPEN) : end])))
+            except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; deep nesting
+                return plain(text)
+            pos = end + len(CLOSE)
+        outside.append(text[pos:])
+        return finish("".join(outside), calls)

@@ -1,0 +1,43 @@
+"""Llama-3.x JSON format: the reply is ``{"name": ..., "parameters": {...}}`` (optionally after
+``<|python_tag|>``), several calls separated by ``;``.
+
+Llama 3.1/3.2/3.3's JSON tool template asks for exactly that. The reply counts as calls only when
+all of it (past the tag) is call objects; anything else, malformed JSON included, is plain content.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, plain
+
+PYTHON_TAG = "<|python_tag|>"
+
+
+class Llama3JsonToolParser:
+    name = "llama3_json"
+
+    def parse(self, text: str) -> ParsedReply:
+        body = text.strip()
+        if body.startswith(PYTHON_TAG):
+            body = body[len(PYTHON_TAG) :].lstrip()
+        if not body.startswith("{"):
+            return plain(text)
+        decoder = json.JSONDecoder()
+        calls: list[ParsedToolCall] = []
+        pos = 0
+        try:
+            while True:
+                obj, pos = decoder.raw_decode(body, pos)
+                calls.append(call_from_object(obj, ("parameters", "arguments")))
+                rest = body[pos:].lstrip()
+                if not rest:
+                    break
+                if not rest.startswith(";"):
+                    return plain(text)
+                pos = len(body) - len(rest) + 1
+                while pos < len(body) and body[pos].isspace():
+                    pos += 1
+        except (ValueError, RecursionError):
+            return plain(text)
+        return ParsedReply(None, calls)
