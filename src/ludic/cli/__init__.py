@@ -1,4 +1,4 @@
-"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``."""
+"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``, ``export RUN OUT``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ludic.cli.commands import add_eval_parser, add_list_parser, add_quickstart_parser, add_train_parser
+from ludic.cli.export import add_export_parser
 from ludic.config import ConfigError
 from ludic.training.checkpoint.manager import CheckpointLoadError
 from ludic.training.checkpoint.resume import ResumeError
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(sub)
     add_eval_parser(sub)
     add_list_parser(sub)
+    add_export_parser(sub)
     return parser
 
 
@@ -32,6 +34,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ResumeError, CheckpointLoadError) as exc:
         print(f"ludic {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or user code raising it): one line and the shell's code, no traceback
+        print(f"ludic {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:  # user code (an env factory, a reward) called sys.exit: never a silent success
+        code = exc.code if isinstance(exc.code, int) and exc.code != 0 else 1
+        print(f"ludic {args.command}: stopped by sys.exit({exc.code!r}) from code the run called", file=sys.stderr)
+        return code
 
 
 __all__ = ["build_parser", "main"]

@@ -11,7 +11,6 @@ reaching such an engine first gives it weights of its own (``ludic.cli.shared_ba
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +94,9 @@ def lora_errors(cfg: RunConfig) -> list[str]:
     naming a module of ``[model]`` (built on the meta device from its config); empty when fine."""
     if cfg.lora is None:
         return []
-    if importlib.util.find_spec("peft") is None:
+    try:
+        import peft  # noqa: F401
+    except ImportError:
         return [PEFT_MISSING]
     if isinstance(cfg.lora.targets, str):
         return []
