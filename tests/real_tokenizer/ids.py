@@ -43,3 +43,18 @@ class ScriptedIdsClient:
             policy_version=0,
         )
         return response, {"policy_version": 0}
+
+
+def split_ids(tokenizer: Any, text: str) -> list[int]:
+    """``text``'s canonical ids with its first splittable token split in two: the same text, other ids."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    for k, tok in enumerate(ids):
+        piece = tokenizer.decode([tok])
+        for cut in range(1, len(piece)):
+            left = tokenizer.encode(piece[:cut], add_special_tokens=False)
+            right = tokenizer.encode(piece[cut:], add_special_tokens=False)
+            if len(left) == len(right) == 1:
+                split = [*ids[:k], *left, *right, *ids[k + 1 :]]
+                if tokenizer.decode(split) == text and tokenizer.encode(text, add_special_tokens=False) != split:
+                    return split
+    raise ValueError(f"no token of {text!r} splits into two tokens")

@@ -9,7 +9,9 @@ the Hermes/Qwen call format are also described in the system message that is sen
 
 Calls are read from the server's structured ``tool_calls`` when it returns them, else parsed
 from the reply text (``ludic.agents.tool_calls``). A reply with calls is not an action: it is
-kept in the context as an assistant message with ``tool_calls``, the calls run (in order, or
+kept in the context as an assistant message with ``tool_calls`` (and, where the chat template does
+not render ``tool_calls``, as SmolLM2's does not, with the reply's whole text as its content, so the
+model sees its own call and the ids it sampled stay the prompt's), the calls run (in order, or
 concurrently when every tool called says it may), each result becomes a ``{"role": "tool",
 "tool_call_id", "name", "content"}`` message, and the model is asked again. A missing tool,
 invalid JSON arguments, a tool that raises or a result that cannot be written as JSON becomes a
@@ -69,6 +71,9 @@ class ToolAgent(Agent):
             template = getattr(self.tokenizer, "chat_template", None) or ""
             tools_in_system_prompt = "tools" not in template
         self.tools_in_system_prompt = tools_in_system_prompt
+        # a template without ``tool_calls`` would render a call reply as its text minus the call: keep it all
+        template = getattr(self.tokenizer, "chat_template", None)
+        self.calls_in_content = isinstance(template, str) and "tool_calls" not in template
         self._calls_made = 0
 
     def reset(self, system_prompt: str | None = None) -> None:
@@ -118,7 +123,7 @@ class ToolAgent(Agent):
             self.ctx.append_message(
                 {
                     "role": "assistant",
-                    "content": content,
+                    "content": response.text if self.calls_in_content and not response.tool_calls else content,
                     "tool_calls": [c.as_message_entry() for c in calls if c.error is None],
                 }
             )
