@@ -28,6 +28,10 @@ TOOL_PARSER_KEY = web.AppKey("tool_parser", object)
 EXCLUDE_TOOLS_KEY = web.AppKey("exclude_tools_when_none", bool)
 
 
+class ToolParserError(RuntimeError):
+    """The server's tool parser failed on a reply (a bug in the parser: HTTP 500 naming it)."""
+
+
 @dataclass(frozen=True)
 class ToolMode:
     """What a chat request asks of tools: render them into the prompt? read calls out of the reply?"""
@@ -63,7 +67,14 @@ def read_reply(text: str, finish_reason: str | None, parser: ToolParser | None, 
     """The reply as (content, calls) and the finish reason the response carries."""
     if parser is None or not mode.parse_calls:
         return ParsedReply(text, []), finish_reason
-    parsed = parser.parse(text)
+    try:
+        parsed = parser.parse(text)
+    except Exception as exc:  # a parser's bug is the server's fault (500), never the request's (400)
+        raise ToolParserError(f"tool parser {getattr(parser, 'name', parser)!r} raised on a reply: "
+                              f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    if not isinstance(parsed, ParsedReply):
+        raise ToolParserError(f"tool parser {getattr(parser, 'name', parser)!r} returned a "
+                              f"{type(parsed).__name__}, not a ParsedReply")  # fmt: skip
     if parsed.tool_calls and finish_reason == "stop":
         return parsed, "tool_calls"
     return parsed, finish_reason
