@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ludic.cli.custom_reward import reward_errors
 from ludic.cli.demonstrations import sft_errors
 from ludic.cli.lora import lora_errors
 from ludic.config import ConfigError, RunConfig
@@ -42,6 +43,8 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
             errors += _prompt_length_errors(cfg, factories["env"])
     if not errors:
         errors += _eval_env_errors(cfg, factories["env"]) + _seat_errors(cfg, factories["env"])
+    if not errors:
+        errors += reward_errors(cfg)  # [env].reward: imported and called once
     if not errors and train:
         errors += sft_errors(cfg)  # the demonstrations file's every line, or the env's demonstrations()
     if errors:

@@ -11,9 +11,10 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from ludic.cli.custom_reward import env_factory
 from ludic.config import RunConfig
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
-from ludic.registry import ENV_REGISTRY, get_algorithm, get_harness, get_protocol
+from ludic.registry import get_algorithm, get_harness, get_protocol
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 
 
@@ -85,7 +86,7 @@ def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
         return protocol(agent=new_agent(), **protocol_kwargs)
 
     return RolloutEngine(
-        env_registry={cfg.env.name: ENV_REGISTRY.get(cfg.env.name)},
+        env_registry={cfg.env.name: env_factory(cfg)},  # [env].reward bound in, when given
         protocol_registry={cfg.protocol.name: make_protocol},
         one_sequence=cfg.protocol.one_sequence,
     )

@@ -5,6 +5,7 @@ from ludic.config.load import load_config, parse_config, read_config_file
 from ludic.config.schema import (
     AlgorithmSection,
     ComponentSection,
+    EnvSection,
     EvalSection,
     HarnessSection,
     InferenceSection,
@@ -22,6 +23,7 @@ __all__ = [
     "AlgorithmSection",
     "ComponentSection",
     "ConfigError",
+    "EnvSection",
     "EvalSection",
     "HarnessSection",
     "InferenceSection",

@@ -157,4 +157,6 @@ def load_config(
     data = read_config_file(path)
     if output_dir is not None:
         data = set_output_dir(data, output_dir)
-    return parse_config(apply_overrides(data, overrides), file=path.name)
+    cfg = parse_config(apply_overrides(data, overrides), file=path.name)
+    cfg._folder = str(path.parent)
+    return cfg

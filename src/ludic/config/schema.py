@@ -45,6 +45,21 @@ class ComponentSection(Section):
     """Keyword arguments passed to the registered factory."""
 
 
+class EnvSection(ComponentSection):
+    reward: str | None = None
+    """Your own reward, ``"module:function"`` (a dotted module or a ``.py`` path relative to this file), for the
+    data-set kinds (``dataset_qa``): ``function(reply, target, row) -> float`` replaces exact match; the
+    held-out split and demonstrations stay the kind's own. Checked (imported and called once) by ``--dry-run``."""
+
+    @model_validator(mode="after")
+    def _check(self) -> EnvSection:
+        if self.reward is not None:
+            module, sep, function = self.reward.rpartition(":")
+            if not sep or not module.strip() or not function.isidentifier():
+                raise ValueError(f"reward must be 'module:function' (e.g. 'my_rewards:score'), got {self.reward!r}")
+        return self
+
+
 class HarnessSection(ComponentSection):
     name: str = "plain"
     """Registry name of the harness (the agent built per episode)."""
@@ -267,7 +282,7 @@ class RunConfig(Section):
 
     model: ModelSection
     """The policy model."""
-    env: ComponentSection
+    env: EnvSection
     """The environment (registry name + kwargs)."""
     harness: HarnessSection = Field(default_factory=HarnessSection)
     """The agent harness."""
@@ -301,6 +316,7 @@ class RunConfig(Section):
     """The user's modules to import before names are looked up, so their envs, harnesses, protocols and
     algorithms register themselves: dotted names (``my_envs``) or ``.py`` paths relative to this file."""
     _source: str = PrivateAttr(default="<config>")
+    _folder: str = PrivateAttr(default=".")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -318,3 +334,8 @@ class RunConfig(Section):
     def source(self) -> str:
         """The file this config came from (set by the loader; not a config key)."""
         return self._source
+
+    @property
+    def folder(self) -> str:
+        """The folder of that file (``.py`` paths in ``imports`` and ``[env].reward`` are relative to it)."""
+        return self._folder

@@ -7,6 +7,7 @@ agent's parser's job (e.g. ``boxed_parser`` or ``xml_tag_parser("answer")``).
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,6 +82,8 @@ class DatasetQAEnv(SingleAgentEnv):
     Step info: ``correct``, ``parsed_answer`` (the normalised action), ``target_answer``,
     ``question_id`` (the row's ``id``/``question_id``/``idx``, else a hash of the question; also in
     the reset info). A row whose answer is None is never answered correctly.
+    reward_fn: ``reward_fn(reply, target, row) -> float`` (a user's own scoring, ``[env].reward``) gives the
+        reward instead of ``correct_reward`` / ``incorrect_reward``; ``correct`` stays the exact match.
     """
 
     def __init__(
@@ -93,8 +96,10 @@ class DatasetQAEnv(SingleAgentEnv):
         system_prompt: str | None = None,
         correct_reward: float = 1.0,
         incorrect_reward: float = 0.0,
+        reward_fn: Callable[[str, str | None, Mapping[str, Any]], float] | None = None,
     ) -> None:
         self.question_key, self.answer_key, self.target_parser = question_key, answer_key, target_parser
+        self.reward_fn = reward_fn
         self._load_sample(sample)
         self._system_prompt = system_prompt
         self.correct_reward = correct_reward
@@ -142,7 +147,17 @@ class DatasetQAEnv(SingleAgentEnv):
             "question_id": self.question_id,
         }
         reward = self.correct_reward if correct else self.incorrect_reward
+        if self.reward_fn is not None:
+            reward = _checked_reward(self.reward_fn, self.reward_fn(action, self.target_answer, dict(self.sample)))
         return StepOutcome(obs=None, reward=reward, truncated=False, terminated=True, info=info)
+
+
+def _checked_reward(fn: Callable[..., Any], value: Any) -> float:
+    """A user reward's value as a finite float; anything else is an error naming the function."""
+    if isinstance(value, (bool, int, float)) and math.isfinite(float(value)):
+        return float(value)
+    name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
+    raise TypeError(f"reward function {name} returned {value!r:.80}; it must return a finite number")
 
 
 def _question_id(sample: Mapping[str, Any], question: str) -> str:

@@ -165,12 +165,14 @@ def dataset_qa_env(
     system_prompt: str | None = None,
     correct_reward: float = 1.0,
     incorrect_reward: float = 0.0,
+    reward_fn: Callable[[str, str | None, Mapping[str, Any]], float] | None = None,
 ) -> DatasetQAEnv:
     """The ``dataset_qa`` kind: one fixed ``sample`` row, or the rows of ``split`` of the file ``path``.
 
     path: a .jsonl / .json / .parquet file of rows with ``question_key`` and ``answer_key`` fields.
     split: "train" or "eval" (held-out rows: ``held_out_path``'s, or ``held_out_fraction`` of ``path``
         chosen with ``split_seed``). target_format: "plain" or "gsm8k" (the answer after "####").
+    reward_fn: ``reward_fn(reply, target, row) -> float`` instead of exact match (``[env].reward``).
     """
     if target_format not in TARGET_FORMATS:
         raise ValueError(
@@ -179,6 +181,7 @@ def dataset_qa_env(
     qa_kwargs: dict[str, Any] = dict(
         target_parser=TARGET_FORMATS[target_format], question_key=question_key, answer_key=answer_key,
         system_prompt=system_prompt, correct_reward=correct_reward, incorrect_reward=incorrect_reward,
+        reward_fn=reward_fn,
     )  # fmt: skip
     if (sample is None) == (path is None):
         raise ValueError("dataset_qa: give exactly one of sample (one row) or path (a data-set file)")
