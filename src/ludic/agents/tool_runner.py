@@ -9,7 +9,7 @@ A synchronous tool not marked ``concurrent`` runs one call at a time per event l
 ran on the loop thread), so tools that are not thread-safe stay safe. Async tools run on the loop.
 
 Every failure becomes ``(message, True)`` for a tool message the model reads, never an exception: a
-tool that raises, and a result that cannot be written as JSON (a circular structure, one nested too
+tool that raises (``SystemExit`` included: ``sys.exit()`` in a tool), and a result that cannot be written as JSON (a circular structure, one nested too
 deeply, an object whose ``str`` raises).
 """
 
@@ -33,7 +33,9 @@ async def run_tool(tool: Tool, arguments: dict[str, Any]) -> tuple[str, bool]:
     """``(content, error)`` for one call: the tool's result as text, or what went wrong."""
     try:
         result = await _call(tool, arguments)
-    except Exception as exc:  # the model sees the failure and may retry; not silent
+    except (Exception, SystemExit) as exc:  # the model sees the failure and may retry; not silent
+        # SystemExit too: a tool calling sys.exit() is a failing tool, not a request to end the run (raised
+        # in a task, it would escape act() and stop the event loop, every other episode with it)
         return f"Error: tool {tool.name!r} raised {type(exc).__name__}: {exc}", True
     return tool_result_text(tool.name, result)
 

@@ -5,7 +5,8 @@
 their code: the user asked for it by naming them). A name is either a dotted module name
 (``my_pkg.envs``), found on ``sys.path`` plus the config file's folder and the current folder, or a
 path to a ``.py`` file (relative to the config file's folder for config entries, to the current
-folder for flags). A module that cannot be imported is a :class:`UserImportError` naming it.
+folder for flags). A module that cannot be imported, raises, or calls ``sys.exit`` while importing is a
+:class:`UserImportError` naming it (``KeyboardInterrupt`` still interrupts: the CLI exits 130 on it).
 """
 
 from __future__ import annotations
@@ -81,6 +82,11 @@ def _import_checked(name: str, base: Path) -> ModuleType:
         raise UserImportError(f"imports: importing {name!r} failed: {_where(exc)}") from exc
     except Exception as exc:  # the user's module raised while running: name it and say where
         raise UserImportError(f"imports: importing {name!r} failed: {_where(exc)}") from exc
+    except SystemExit as exc:  # sys.exit() at import: the run would end silently, with its exit code
+        raise UserImportError(
+            f"imports: importing {name!r} called sys.exit({exc.code!r}){_at(exc)}; "
+            "a module named in imports must not exit when imported"
+        ) from exc
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -113,6 +119,10 @@ def _import_file(path: Path) -> ModuleType:
 
 def _where(exc: BaseException) -> str:
     """``ValueError: bad (my_envs.py:12)``: the error and the innermost frame it came from."""
+    return f"{type(exc).__name__}: {exc}{_at(exc)}"
+
+
+def _at(exc: BaseException) -> str:
+    """`` (my_envs.py:12)``: the innermost frame ``exc`` came from ('' when none)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{at}"
+    return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
