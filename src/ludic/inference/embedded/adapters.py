@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ludic.inference.embedded.unmerged import UnmergedLayers, unmerged_unsupported
+from ludic.inference.embedded.unmerged import UnmergedLayers, overflows, unmerged_unsupported
 from ludic.inference.weight_sync.adapter_config import AdapterConfig, base_fingerprint, lora_names
 from ludic.inference.weight_sync.packing import TensorMeta, dtype_name
 from ludic.inference.weight_sync.weights import finite_as, first_non_finite, non_finite_message
@@ -150,7 +150,12 @@ class AdapterState:
         serves, then all of them swapped in (``Parameter.data``), so a failure midway changes nothing.
         Unmerged: every term staged (copies of A and B), then all swapped in (``UnmergedLayers``)."""
         if self.mode == "unmerged":
-            self.unmerged.swap(model, self.unmerged.stage(model, tensors, config))
+            staged = self.unmerged.stage(model, tensors, config)
+            for module, term in staged.items():  # the fold's check of the product, before anything is served
+                if overflows(term):
+                    raise AdapterRefused(f"adapter on {module!r} gives NaN or inf terms in {dtype_name(term.a.dtype)} "
+                                         "(scaling * B @ A overflows); the old adapter keeps serving")  # fmt: skip
+            self.unmerged.swap(model, staged)
             self.config = config
             return
         params = dict(model.named_parameters(remove_duplicate=False))
@@ -242,14 +247,24 @@ def _check_size(config: AdapterConfig, metas: list[TensorMeta], state: Mapping[s
                              f"values, more than the served model's {served}: use a smaller rank")  # fmt: skip
 
 
+MAX_SCALING = 1e4
+"""The largest ``|scaling|`` served. peft's ``alpha / r`` (or ``alpha / sqrt(r)``) is 0.5 to 64 in practice;
+``1e30`` times an A and B of ordinary size (0.01 to 1) stays finite in float32 yet swamps every weight, and
+the model served is a broken, near-uniform one, with no error anywhere. Refused instead, naming the scaling."""
+
+
 def _check_scalings(config: AdapterConfig, a_metas: list[TensorMeta]) -> None:
     """Every scaling finite in the served dtype (and float32, which the fold computes in): ``1e300`` becomes
-    inf there, and every adapted weight (or unmerged term) NaN or inf."""
+    inf there, and every adapted weight (or unmerged term) NaN or inf; and at most ``MAX_SCALING``."""
     for module, scaling, meta in zip(config.target_modules, config.scalings, a_metas, strict=True):
         limit = min(torch.finfo(meta.dtype).max, torch.finfo(torch.float32).max)
         if not abs(scaling) <= limit:
             raise AdapterRefused(f"adapter scaling {scaling:g} of {module!r} is out of the served "
                                  f"{meta.dtype_name}'s range (|scaling| <= {limit:g})")  # fmt: skip
+        if abs(scaling) > MAX_SCALING:
+            raise AdapterRefused(f"adapter scaling {scaling:g} of {module!r} is above {MAX_SCALING:g} (peft's "
+                                 "lora_alpha / r is 0.5 to 64 in practice): an adapter that large would serve a "
+                                 "broken model; check lora_alpha and r")  # fmt: skip
 
 
 def run_folds(folds: list[_Fold], helper: ThreadPoolExecutor | None) -> None:

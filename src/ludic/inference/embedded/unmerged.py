@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ludic.inference.weight_sync.adapter_config import AdapterConfig, lora_names
+from ludic.inference.weight_sync.weights import finite_as
 from ludic.kernels.cpu.lean_weights import LORA_ATTR
 
 
@@ -78,6 +79,20 @@ class UnmergedLayers:
     def _detach(self, module: nn.Module, name: str) -> None:
         self.hooks.pop(name).remove()
         delattr(module, LORA_ATTR)
+
+
+def overflows(term: LoraTerm) -> bool:
+    """Whether ``scaling * B @ A`` has NaN or inf in the served dtype: finite A, B and scaling can still overflow
+    (1e20 * 1e20), and the fold refuses that product, so serving it unmerged must too. A bound first
+    (``|scaling| * r * max|A| * max|B|``, one pass over A and B); the product itself (float64, exact enough to
+    tell) only when an adapter passes the bound."""
+    dtype = term.a.dtype
+    limit = torch.finfo(dtype).max
+    a_max, b_max = (float(t.detach().abs().max()) if t.numel() else 0.0 for t in (term.a, term.b))
+    if abs(term.scaling) * term.a.shape[0] * a_max * b_max <= limit:
+        return False
+    product = torch.mm(term.b.detach().double(), term.a.detach().double()) * term.scaling
+    return not finite_as(product, dtype)
 
 
 def unmerged_unsupported(model: nn.Module, module: str) -> str | None:

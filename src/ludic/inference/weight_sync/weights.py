@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
@@ -131,6 +132,7 @@ def assign_weights(model: torch.nn.Module, params: Mapping[str, torch.Tensor], *
 
 
 MAX_VERSION = 2**63 - 1  # policy versions are int64 (Redis stream fields, tensors, vLLM's own counters)
+_DECIMAL = re.compile(r"[0-9]+")  # a version as a string: ASCII digits, no sign, space or "_"
 
 
 def parse_version(value: Any) -> int:
@@ -138,10 +140,11 @@ def parse_version(value: Any) -> int:
     an integer from 0 to 2**63-1, else ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"weight version {value!r:.50} is not an integer (Ludic's policy versions are ints)")
-    try:
-        version = int(value)
-    except ValueError:
-        raise ValueError(f"weight version {value!r:.50} is not an integer (Ludic's policy versions are ints)") from None
+    if isinstance(value, str) and not _DECIMAL.fullmatch(value):  # int() also takes " 8", "+8", "8_0", "٨"
+        raise ValueError(f"weight version {value!r:.50} is not a decimal integer (ASCII digits only, as written)")
+    if isinstance(value, str) and len(value) > 20:  # never int() of a 1 MB string
+        raise ValueError(f"weight version {value[:30]}... ({len(value)} digits) is out of range: versions are int64")
+    version = int(value)
     if not 0 <= version <= MAX_VERSION:
         raise ValueError(f"weight version {version} is out of range: versions are int64 from 0 to {MAX_VERSION}")
     return version
