@@ -96,15 +96,20 @@ def test_lora_run_from_toml_serves_checkpoints_and_exports(tmp_path: Path, tiny_
             assert torch.equal(merged[key], value), key
 
 
+@pytest.mark.parametrize(
+    ("publish", "serving", "shared"),
+    [("adapter", "unmerged", "all"), ("adapter", "fold", "unadapted"), ("merged", "unmerged", "none")],
+)
 def test_engine_shares_the_frozen_base_and_serves_the_trained_adapter(
-    tmp_path: Path, tiny_model: Path
+    tmp_path: Path, tiny_model: Path, publish: str, serving: str, shared: str
 ) -> None:
     from transformers import AutoModelForCausalLM
 
     from ludic.cli.run_config import build_train_run, train_steps
     from ludic.cli.warm_start import start_of_run
 
-    cfg = load_config(_config(tmp_path, tiny_model))
+    lora = f'{LORA}publish = "{publish}"\nserving = "{serving}"\n'
+    cfg = load_config(_config(tmp_path, tiny_model, lora=lora))
     original = load_file(tiny_model / "model.safetensors")
 
     async def run_it() -> None:
@@ -118,9 +123,13 @@ def test_engine_shares_the_frozen_base_and_serves_the_trained_adapter(
             assert trainable and all("lora_" in n for n in trainable)
             optimised = {id(p) for group in run.trainer.optimizer.param_groups for p in group["params"]}
             assert optimised == {id(p) for p in policy.parameters() if p.requires_grad}  # the adapter alone
-            # one frozen base in the process: every engine weight is a trainer base tensor's storage
+            # adapters published: one frozen base in the process (folded: the adapted layers are the engine's own)
             base_ptrs = {p.data_ptr() for p in base.values()}
-            assert all(p.data_ptr() in base_ptrs for p in engine.model.parameters())
+            served = dict(engine.model.named_parameters())
+            on_base = {n for n, p in served.items() if p.data_ptr() in base_ptrs}
+            adapted = {n for n in served if re.search(r"(q_proj|v_proj)\.weight$", n)}
+            assert on_base == {"all": set(served), "unadapted": set(served) - adapted, "none": set()}[shared]
+            assert engine.adapter_serving == serving
             for name, value in original.items():  # the base never moved
                 key = re.sub(r"(q_proj|v_proj)\.(weight|bias)$", r"\1.base_layer.\2", name)
                 assert torch.equal(base[key].detach(), value), name
@@ -183,3 +192,30 @@ def test_dry_run_checks_lora(tmp_path: Path, tiny_model: Path, capsys, monkeypat
     monkeypatch.setitem(__import__("sys").modules, "peft", None)  # peft not installed: import peft fails
     err = _dry_run_error(_config(tmp_path / "n", tiny_model), capsys)
     assert "[lora] needs peft" in err and "ludic[peft]" in err
+
+
+def test_shipped_lora_config_validates(capsys) -> None:
+    shipped = Path(__file__).resolve().parents[2] / "examples" / "configs" / "letter_repeat_lora.toml"
+    assert main(["train", str(shipped), "--dry-run", "--steps", "3"]) == 0
+    lora = json.loads(capsys.readouterr().out)["lora"]
+    assert lora == {"rank": 8, "alpha": 16.0, "targets": "all-linear", "dropout": 0.0, "rslora": False,
+                    "publish": "adapter", "serving": "unmerged"}  # fmt: skip
+
+
+def test_a_full_update_never_writes_the_shared_base(tmp_path: Path, tiny_model: Path) -> None:
+    """A merged publish reaching the shared engine (any publisher with lora="merged") gives the engine its own
+    weights first: the trainer's frozen base keeps its values, the engine serves the update."""
+    from ludic.cli.lora import make_shared_engine
+    from ludic.cli.runtime import load_policy
+    from ludic.training._lora import merged_state_dict
+
+    cfg = load_config(_config(tmp_path, tiny_model))
+    policy = load_policy(cfg)
+    engine = make_shared_engine(cfg, policy)
+    base = {n: p.detach().clone() for n, p in policy.get_base_model().named_parameters()}
+    update = {k: v + 0.5 for k, v in merged_state_dict(policy).items()}
+    engine.sync_weights(update, version=1)
+    for name, param in policy.get_base_model().named_parameters():
+        assert torch.equal(param.detach(), base[name]), name
+    served = engine.model.state_dict()
+    assert all(torch.equal(served[k], v) for k, v in update.items())
