@@ -14,10 +14,10 @@ from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.template_ids import chat_template_ids
 from ludic.testing.real_tokenizer import (
-    build_real_tokenizer_model,
     build_successor_model,
     is_canonical,
     load_tokenizer,
+    real_tokenizer_model_path,
 )
 
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -40,8 +40,9 @@ def test_the_fixture_is_smollm2s_bpe_tokenizer_and_chatml_template(tokenizer) ->
     assert not is_canonical(tokenizer, HELLO_WORLD) and is_canonical(tokenizer, HELLO_WORLD_CANONICAL)
 
 
-def test_a_built_model_has_the_vocabulary_and_gives_back_the_same_tokenizer(tmp_path: Path, tokenizer) -> None:
-    folder = build_real_tokenizer_model(tmp_path / "m", TOKENIZER_DIR, seed=1)
+def test_a_built_model_has_the_vocabulary_and_gives_back_the_same_tokenizer(tokenizer) -> None:
+    folder = real_tokenizer_model_path(TOKENIZER_DIR, seed=1)
+    assert real_tokenizer_model_path(TOKENIZER_DIR, seed=1) == folder  # built once per process
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert model.config.vocab_size == 49152 and model.config.model_type == "llama"
     assert model.config.eos_token_id == EOS and sum(p.numel() for p in model.parameters()) < 4_000_000

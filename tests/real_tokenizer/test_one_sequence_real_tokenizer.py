@@ -124,3 +124,18 @@ async def test_rollout_engine_one_sequence_trains_the_sampled_ids(client):
     for item in batch.items:
         assert item.meta["one_sequence"] and item.meta["step_indices"] == [0, 1, 2]
         assert _action_spans(item) == [SAMPLED] * 3 and not _contains(item.input_ids, HELLO_WORLD_CANONICAL)
+
+
+async def test_a_stop_string_ending_inside_a_token_trains_the_whole_sampled_token(client, tokenizer):
+    """BPE only: "wo" stops inside the sampled token " wor". The text is cut ("Hello "), the ids are not: the
+    sequence holds and trains " wor" as sampled, and the next prompt follows it."""
+    agent = _agent(client, exact=True)
+    agent.sampling = SamplingConfig(temperature=1.0, max_tokens=8, stop=("wo",))
+    (rollout,) = await SingleAgentProtocol(agent).run(env=TurnsEnv(2), max_steps=2, sampling_seed=5)
+    first, second = (s.trace for s in rollout.steps)
+    assert first.completion_token_ids == HELLO_WORLD[:3] and rollout.steps[0].action == "Hello "
+    head = [*first.prompt_token_ids, *HELLO_WORLD[:3]]
+    assert second.prompt_token_ids[: len(head)] == head
+    assert tokenizer.decode(second.prompt_token_ids[len(head) :]).startswith("<|im_end|>\n<|im_start|>user\nTurn 1")
+    (item,) = rollout_to_sequence_items(rollout, {(rollout.id, s.index): 1.0 for s in rollout.steps})
+    assert _action_spans(item) == [HELLO_WORLD[:3], HELLO_WORLD[:3]]
