@@ -3,7 +3,11 @@
 The ``dataset_qa`` env kind of ``ludic train`` / ``ludic eval``: rows come from a ``.jsonl`` file (read
 line by line here: a line that is not a UTF-8 JSON object, or lacks a field, is an error naming the file
 and line) or a ``.json`` / ``.parquet`` file (read by :func:`ludic.envs.math_qa.load_qa_rows`, which fills
-a field a row lacks with null); a row without a question is an error either way. The episode with env
+a field a row lacks with null); a row without a question, or whose question is not a non-blank string,
+or whose answer is not a string, a number or null, is an error either way. Every such error is a
+:class:`DatasetRowsError` naming the file, the row (and line) and the field; a file that cannot be read at
+all (a corrupt parquet) is one naming the file. A UTF-8 byte-order mark at the start of a ``.jsonl`` file
+is skipped, as Python's ``utf-8-sig`` codec does. The episode with env
 seed ``s`` asks row ``s % len(rows)`` of its split. Held-out rows come from a second file (``held_out_path``) or
 are a seeded fraction of the file (``held_out_fraction``); either way no held-out row is a training
 row. ``split="eval"`` (which ``ludic train`` / ``ludic eval`` pass to evaluations by themselves) plays
@@ -12,7 +16,9 @@ the held-out rows.
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -24,6 +30,16 @@ from ludic.envs.demonstrations import Demonstration
 from ludic.types import Info, Obs
 
 Split = Literal["train", "eval"]
+
+
+class DatasetRowsError(ValueError, KeyError):
+    """A data-set file or row ``dataset_qa`` refuses; the message names the file, the row and the field.
+
+    A ``ValueError`` (and, for a missing field, as before, a ``KeyError``)."""
+
+    __str__ = ValueError.__str__  # the message as written, not KeyError's repr of it
+
+
 TARGET_FORMATS: dict[str, Callable[[str], str] | None] = {"plain": None, "gsm8k": gsm8k_target_parser}
 """``target_format`` names: how the answer field becomes the target (gsm8k: the text after "####")."""
 
@@ -82,17 +98,48 @@ def _cached_rows(path: str, mtime_ns: int, size: int, keys: tuple[str, ...]) -> 
     if path.lower().endswith(".jsonl"):
         lines = _jsonl_rows(path)
     else:
-        lines = [(i, row) for i, row in enumerate(load_qa_rows(path), 1)]
+        try:
+            lines = [(i, row) for i, row in enumerate(load_qa_rows(path), 1)]
+        except Exception as exc:  # pyarrow's and datasets' errors name neither the file nor what it is
+            kind = Path(path).suffix.lower()[1:]
+            raise DatasetRowsError(f"dataset_qa: {path!r} cannot be read as {kind}: {type(exc).__name__}: {str(exc)[:300]}") from exc  # fmt: skip
     if not lines:
-        raise ValueError(f"dataset_qa: {path!r} holds no rows")
+        raise DatasetRowsError(f"dataset_qa: {path!r} holds no rows")
     for i, (line, row) in enumerate(lines):
         where = f"row {i} of {path!r}" + (f" (line {line})" if path.lower().endswith(".jsonl") else "")
-        missing = [k for k in keys if k not in row]
-        if missing:
-            raise KeyError(f"dataset_qa: {where} has no {missing} field; fields: {sorted(row)}")
-        if keys and row[keys[0]] is None:  # the question: never ask the model "None"
-            raise ValueError(f"dataset_qa: {where} has a null {keys[0]!r}")
+        _check_row(row, keys, where)
     return tuple(row for _, row in lines)
+
+
+def _check_row(row: Mapping[str, Any], keys: tuple[str, ...], where: str) -> None:
+    """``row`` has ``keys``; the first (the question) a non-blank string, the second (the answer) a string, a
+    finite number, a bool or null: ``str(42)`` is a fine target, ``str({...})`` or an int question asked as "42" are not."""
+    missing = [k for k in keys if k not in row]
+    if missing:
+        raise DatasetRowsError(f"dataset_qa: {where} has no {missing} field; fields: {sorted(row)}")
+    if not keys:
+        return
+    question = row[keys[0]]
+    if question is None:  # never ask the model "None"
+        raise DatasetRowsError(f"dataset_qa: {where} has a null {keys[0]!r}")
+    if not isinstance(question, str) or not question.strip():
+        what = (
+            "a blank string"
+            if isinstance(question, str)
+            else f"a {type(question).__name__} ({question!r:.40})"
+        )
+        raise DatasetRowsError(f"dataset_qa: {where}: {keys[0]!r} must be a non-blank string, got {what}")
+    if len(keys) > 1:
+        answer = row[keys[1]]
+        if not (
+            answer is None
+            or type(answer) in (str, bool, int)
+            or (type(answer) is float and math.isfinite(answer))
+        ):
+            raise DatasetRowsError(
+                f"dataset_qa: {where}: {keys[1]!r} must be a string, a finite number, a bool or null, "
+                f"got a {type(answer).__name__} ({answer!r:.40})"
+            )
 
 
 def _jsonl_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
@@ -100,14 +147,19 @@ def _jsonl_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
     rows = []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(codecs.BOM_UTF8):  # written by some editors and Windows tools
+                raw = raw[len(codecs.BOM_UTF8) :]
             if not raw.strip():
                 continue
             try:
                 row = json.loads(raw.decode("utf-8"))
-            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-                raise ValueError(f"dataset_qa: line {n} of {path!r} is not UTF-8 JSON: {str(exc)[:200]}") from None
+            except (
+                ValueError,
+                RecursionError,
+            ) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+                raise DatasetRowsError(f"dataset_qa: line {n} of {path!r} is not UTF-8 JSON: {str(exc)[:200]}") from None  # fmt: skip
             if not isinstance(row, dict):
-                raise ValueError(f"dataset_qa: line {n} of {path!r} is a JSON {type(row).__name__}, not an object")
+                raise DatasetRowsError(f"dataset_qa: line {n} of {path!r} is a JSON {type(row).__name__}, not an object")  # fmt: skip
             rows.append((n, row))
     return rows
 
@@ -186,6 +238,8 @@ def dataset_qa_env(
     if (sample is None) == (path is None):
         raise ValueError("dataset_qa: give exactly one of sample (one row) or path (a data-set file)")
     if sample is not None:
+        if isinstance(sample, Mapping):  # (anything else: DatasetQAEnv names it)
+            _check_row(sample, (question_key, answer_key), "sample")
         return DatasetQAEnv(sample, **qa_kwargs)
     rows = split_of(
         str(path), split, held_out_path, held_out_fraction, split_seed, (question_key, answer_key)
