@@ -18,6 +18,7 @@ from typing import Any
 from ludic.cli.custom_reward import reward_errors
 from ludic.cli.demonstrations import sft_errors
 from ludic.cli.lora import lora_errors
+from ludic.cli.run_loggers import logger_errors
 from ludic.config import ConfigError, RunConfig
 from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
 
@@ -39,6 +40,7 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
         errors += _kwarg_errors(cfg, section, factory)
     if train:
         errors += _group_errors(cfg) + lora_errors(cfg)  # [lora]: peft installed, targets in the model
+        errors += logger_errors(cfg)  # [logging] wandb / tensorboard: packages, wandb.init keywords
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
     if not errors:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ludic.cli.run_loggers import config_loggers
 from ludic.cli.runtime import (
     load_policy,
     load_tokenizer,
@@ -170,8 +171,9 @@ def build_train_run(
     if trainer.checkpointer is not None:  # each checkpoint folder is a whole model for ``ludic eval --model``
         trainer.checkpointer.tokenizer = getattr(client, "tokenizer", None) or load_tokenizer(cfg)
     trainer.train_logger = make_train_logger(
-        out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich, prefix=log_prefix
-    )
+        out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich, prefix=log_prefix,
+        extra=config_loggers(cfg),  # [logging] wandb / tensorboard
+    )  # fmt: skip
     return TrainRun(
         cfg=cfg, trainer=trainer, evaluator=evaluator, logger=trainer.train_logger, out_dir=out,
         client=client, engine=engine, algo=algo, pipeline=pipeline,

@@ -275,6 +275,13 @@ class LoggingSection(Section):
     """Live terminal dashboard."""
     plot: bool = True
     """Write the reward/loss PNG at the end."""
+    wandb: dict[str, Any] | None = None
+    """Log every step to Weights & Biases: keyword arguments of ``wandb.init`` (``project``, ``name``, ``group``,
+    ``tags``, ``entity``, ``mode = "offline"``, ``dir``, ...; ``{}`` for wandb's defaults); the run config is
+    the wandb run's ``config``. Needs ``pip install 'ludic[wandb]'``."""
+    tensorboard: bool = False
+    """Write every step's stats as TensorBoard scalars to ``<output_dir>/tensorboard``
+    (``pip install 'ludic[tensorboard]'``)."""
 
 
 class RunConfig(Section):

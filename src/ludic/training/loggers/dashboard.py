@@ -4,7 +4,7 @@ reward AND loss sparklines (or a line every N steps when not interactive)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,10 @@ class EveryNPrinter:
 
 
 def make_train_logger(
-    jsonl_path: Path, *, total_steps: int, live: bool, prefix: str = "[ludic]"
+    jsonl_path: Path, *, total_steps: int, live: bool, prefix: str = "[ludic]", extra: Sequence[Any] = ()
 ) -> TeeLogger:
-    """JSONL of every step's stats, plus the live dashboard (or a ``prefix`` line every 10 steps)."""
+    """JSONL of every step's stats, plus the live dashboard (or a ``prefix`` line every 10 steps) and the
+    ``extra`` sinks (W&B, TensorBoard)."""
     jsonl_path.parent.mkdir(parents=True, exist_ok=True)
     screen: Any = RewardLossDashboard(total_steps=total_steps) if live else EveryNPrinter(prefix=prefix)
-    return TeeLogger(JsonlLogger(jsonl_path), screen)
+    return TeeLogger(JsonlLogger(jsonl_path), screen, *extra)

@@ -1,0 +1,46 @@
+"""The loggers ``[logging]`` asks for beyond metrics.jsonl and the screen: W&B (``wandb = {...}``) and
+TensorBoard (``tensorboard = true``). :func:`logger_errors` is the dry run's check of them."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from ludic.config import RunConfig
+
+TENSORBOARD_DIR = "tensorboard"
+"""TensorBoard's event files go to ``<logging.output_dir>/tensorboard``."""
+
+
+def config_loggers(cfg: RunConfig) -> list[Any]:
+    """The sinks ``[logging]`` names, each opened now (a wandb run is initialised)."""
+    from ludic.training.loggers import TensorBoardLogger, WandbLogger
+
+    sinks: list[Any] = []
+    if cfg.logging.tensorboard:
+        sinks.append(TensorBoardLogger(Path(cfg.logging.output_dir) / TENSORBOARD_DIR))
+    if cfg.logging.wandb is not None:
+        sinks.append(WandbLogger(config=cfg.model_dump(mode="json"), init_kwargs=cfg.logging.wandb))
+    return sinks
+
+
+def logger_errors(cfg: RunConfig) -> list[str]:
+    """Each logger's package imports, and ``wandb = {...}`` holds only keywords ``wandb.init`` takes."""
+    errors = []
+    if cfg.logging.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError as exc:
+            errors.append(f"[logging].tensorboard: needs the tensorboard package (pip install "
+                          f"'ludic[tensorboard]'): {exc}")  # fmt: skip
+    if cfg.logging.wandb is not None:
+        try:
+            import wandb
+        except ImportError as exc:
+            return [*errors, f"[logging].wandb: needs the wandb package (pip install 'ludic[wandb]'): {exc}"]
+        known = list(inspect.signature(wandb.init).parameters)
+        unknown = sorted(set(cfg.logging.wandb) - set(known))
+        if unknown:
+            errors.append(f"[logging].wandb: {unknown} are not wandb.init keywords (it takes: {', '.join(known)})")
+    return errors
