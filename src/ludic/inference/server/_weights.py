@@ -12,7 +12,8 @@ generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` tak
 
 ``/start_weight_update`` answers an ``update_id``; the other calls of that update may send it (the
 shared-memory ones must), and ``POST /ludic/abort_weight_update {"update_id"}`` discards it. While one
-publisher's update is in progress, another's ``start`` or ``init`` is refused with 409. Ludic's own
+publisher's update is in progress, another's ``start`` or ``init`` is refused with 409, and so are
+``/ludic/update_weights_blob`` and ``/v1/load_lora_adapter`` (they would apply under that update). Ludic's own
 fields save two round trips: ``/start_weight_update {"pause": mode}`` pauses first and
 ``/finish_weight_update {"resume": true}`` resumes after (a refused update too).
 """
@@ -46,6 +47,13 @@ async def _in_thread(fn: Any, *args: Any) -> Any:
         return await asyncio.to_thread(fn, *args)
     except UpdateConflict as exc:
         raise web.HTTPConflict(text=str(exc)) from exc
+
+
+def _unless_updating(receiver: WeightReceiver, action: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` unless another publisher's update is in progress (``UpdateConflict``, a 409): a
+    blob or adapter folder applied meanwhile would land under that update's tensors."""
+    receiver.owner.refuse_if_busy(action)
+    return fn(*args, **kwargs)
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -172,8 +180,9 @@ def max_blob_bytes(engine: Any) -> int:
 async def update_weights_blob(request: web.Request) -> web.Response:
     from safetensors.torch import load
 
-    engine = request.app[ENGINE_KEY]
+    engine, receiver = request.app[ENGINE_KEY], request.app[RECEIVER_KEY]
     require_content_type(request, "application/octet-stream")  # what VLLMChatClient sends; never a page's
+    await _in_thread(receiver.owner.refuse_if_busy, "apply a weight blob")  # before the bytes, and again below
     version = request.query.get("version")
     version_int = None if version is None else next_version(version, engine.policy_version)  # before the bytes
     limit = max_blob_bytes(engine)
@@ -192,7 +201,8 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     if adapter is not None:
         params = AdapterPayload(params, adapter)  # served on top of the base (``sync_adapter``)
     try:
-        status = await asyncio.to_thread(engine.sync_weights, params, version=version_int)
+        apply = partial(_unless_updating, receiver, "apply a weight blob", engine.sync_weights, params, version=version_int)
+        status = await _in_thread(apply)  # 409 (not 400) when another publisher's update is in progress
     except (KeyError, TypeError, ValueError) as exc:
         raise BadRequest(f"weights rejected: {exc}") from exc
     return web.json_response({"status": status, "policy_version": engine.policy_version})
@@ -209,12 +219,14 @@ async def load_lora_adapter(request: web.Request) -> web.Response:
     if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
         raise BadRequest("load_lora_adapter needs string fields lora_name and lora_path")
     engine = request.app[ENGINE_KEY]
+    await _in_thread(request.app[RECEIVER_KEY].owner.refuse_if_busy, "load a LoRA adapter")
     try:
         payload, version = await asyncio.to_thread(partial(read_adapter_folder, path, max_bytes=max_blob_bytes(engine)))
     except Exception as exc:  # a missing or malformed folder: the caller's mistake, named
         raise BadRequest(f"lora_path {path!r} refused: {exc}") from exc
     payload = AdapterPayload(payload, dataclasses.replace(payload.config, name=name))  # unloaded by this name
-    await asyncio.to_thread(engine.sync_adapter, payload, version=version)
+    receiver = request.app[RECEIVER_KEY]
+    await _in_thread(partial(_unless_updating, receiver, "load a LoRA adapter", engine.sync_adapter, payload, version=version))
     return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
 
