@@ -139,3 +139,25 @@ async def test_a_stop_string_ending_inside_a_token_trains_the_whole_sampled_toke
     assert tokenizer.decode(second.prompt_token_ids[len(head) :]).startswith("<|im_end|>\n<|im_start|>user\nTurn 1")
     (item,) = rollout_to_sequence_items(rollout, {(rollout.id, s.index): 1.0 for s in rollout.steps})
     assert _action_spans(item) == [HELLO_WORLD[:3], HELLO_WORLD[:3]]
+
+
+async def test_the_trainer_scores_the_sampled_ids_as_the_engine_did(client, successor_dir):
+    """The item's action tokens are where the engine sampled them: the trainer's log-probs agree with the
+    engine's (a re-tokenised "Hello" " world", or a shift by one, would score about -20 a token)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ludic.training.layout.micro_batching import collate_saw_items
+    from ludic.training.loss import compute_token_logps
+
+    rollout = await _episode(client, exact=True)
+    (item,) = rollout_to_sequence_items(rollout, {(rollout.id, s.index): 1.0 for s in rollout.steps})
+    model = AutoModelForCausalLM.from_pretrained(successor_dir)
+    batch = collate_saw_items([item], pad_token_id=EOS, device="cpu")
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logps = compute_token_logps(logits, batch["input_ids"])[0]
+    trained = [float(logps[i]) for i, flag in enumerate(item.action_mask) if flag]
+    actor = item.attachments.actor_logps.token_logps
+    assert len(trained) == len(actor) == 15
+    assert max(abs(a - b) for a, b in zip(trained, actor, strict=True)) < 1e-3
