@@ -219,3 +219,34 @@ def test_a_full_update_never_writes_the_shared_base(tmp_path: Path, tiny_model: 
         assert torch.equal(param.detach(), base[name]), name
     served = engine.model.state_dict()
     assert all(torch.equal(served[k], v) for k, v in update.items())
+
+
+def test_a_lora_checkpoint_as_model_path_is_served_merged(tmp_path: Path, tiny_model: Path) -> None:
+    """``ludic eval --model <LoRA checkpoint>``: the engine serves base + adapter merged, every token's log-prob the
+    peft model's (loaded by transformers as is, its LoRA layers ran in the prefill only: decoding used the base)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from ludic.cli.runtime import make_client
+    from ludic.inference import SamplingConfig
+
+    assert (
+        main(
+            ["train", str(_config(tmp_path, tiny_model, steps=1, extra="[checkpoint]\nevery_n_steps = 1\n"))]
+        )
+        == 0
+    )
+    checkpoint = tmp_path / "out" / "checkpoints" / "step_000001"
+    cfg = load_config(tmp_path / "run.toml")
+    cfg.model.path = str(checkpoint)
+    engine = make_client(cfg)
+    prompt = [1, 80, 90, 100, 2, 1, 70]
+    reply, _ = asyncio.run(engine.complete_ids(prompt, SamplingConfig(temperature=1.0, max_tokens=6, seed=3), return_logprobs=True))  # fmt: skip
+    peft_model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_model), checkpoint
+    ).eval()
+    ids = torch.tensor([prompt + reply.completion_token_ids])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(peft_model(ids).logits[0, len(prompt) - 1 : -1], -1)
+    expected = logprobs.gather(1, ids[0, len(prompt) :, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(reply.completion_logprobs), expected, atol=1e-4, rtol=0)

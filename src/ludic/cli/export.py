@@ -99,7 +99,7 @@ def export_model(
     folder = find_model_folder(source)
     adapter = folder / "adapter_config.json"
     base_path = _base_of(adapter, base) if adapter.is_file() else None
-    model = _merged(folder, base_path, dtype) if base_path is not None else _full(folder, dtype)
+    model = merge_adapter(folder, base_path, dtype) if base_path is not None else _full(folder, dtype)
     tok = _tokenizer(tokenizer, folder, base_path, Path(source))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-export-{out.name}-{uuid.uuid4().hex[:8]}"
@@ -148,8 +148,17 @@ def _load(path: str, dtype: str) -> Any:
         raise ExportError(f"cannot load a model from {path}: {exc}") from exc
 
 
-def _merged(folder: Path, base_path: str, dtype: str) -> Any:
-    """The base with the adapter in ``folder`` merged in (peft's ``unload`` then the merged weights loaded)."""
+def is_adapter(path: str | Path) -> bool:
+    """Whether ``path`` is a peft adapter folder (a LoRA run's checkpoint or final_model)."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def merge_adapter(folder: str | Path, base_path: str | None = None, dtype: str = "auto") -> Any:
+    """A plain transformers model: the base (``base_path``, default the one the adapter records) with the adapter
+    in ``folder`` merged in (peft's ``unload``, then the merged weights loaded). Served or trained as any model:
+    an engine given peft's layers would run them in its prefill only, not in its own decoding steps."""
+    folder = Path(folder)
+    base_path = _base_of(folder / "adapter_config.json", base_path)
     from ludic.training._lora import merged_state_dict
 
     try:
@@ -158,7 +167,7 @@ def _merged(folder: Path, base_path: str, dtype: str) -> Any:
         raise ExportError(
             f"{folder} is a LoRA adapter: merging it needs peft: pip install 'ludic[peft]'"
         ) from exc
-    base_model = _load(base_path, dtype)
+    base_model = merge_adapter(base_path, dtype=dtype) if is_adapter(base_path) else _load(base_path, dtype)
     peft_model = PeftModel.from_pretrained(base_model, str(folder))
     state = merged_state_dict(peft_model)  # computed before unload: LoRA on a tied layer is refused by name
     plain = peft_model.unload()

@@ -24,8 +24,13 @@ def load_policy(cfg: RunConfig) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    dtype = getattr(torch, cfg.model.dtype)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
+    from ludic.cli.export import is_adapter, merge_adapter
+
+    if is_adapter(cfg.model.path):  # a LoRA run's checkpoint: its merged model
+        model = merge_adapter(cfg.model.path, dtype=cfg.model.dtype).to(cfg.model.device)
+    else:
+        dtype = getattr(torch, cfg.model.dtype)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(cfg.model.device)
     if cfg.lora is None:
         return model
     from ludic.cli.lora import wrap_policy
@@ -61,6 +66,11 @@ def make_client(cfg: RunConfig, policy: Any = None) -> Any:
         if policy is not None and shares_base(cfg):
             return make_shared_engine(cfg, policy, **engine_kwargs)
         engine_kwargs["adapter_serving"] = cfg.lora.serving
+    from ludic.cli.export import is_adapter, merge_adapter
+
+    if is_adapter(cfg.model.path):  # a LoRA checkpoint (``ludic eval --model``): served merged
+        model = merge_adapter(cfg.model.path, dtype=cfg.model.dtype)
+        return TransformersChatClient(model, cfg.model.tokenizer or cfg.model.path, **engine_kwargs)
     return TransformersChatClient(cfg.model.path, cfg.model.tokenizer, **engine_kwargs)
 
 
