@@ -250,3 +250,18 @@ def test_a_lora_checkpoint_as_model_path_is_served_merged(tmp_path: Path, tiny_m
         logprobs = torch.log_softmax(peft_model(ids).logits[0, len(prompt) - 1 : -1], -1)
     expected = logprobs.gather(1, ids[0, len(prompt) :, None])[:, 0]
     torch.testing.assert_close(torch.tensor(reply.completion_logprobs), expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow  # a server subprocess: ~30 s on 2 shared cores
+def test_lora_run_publishes_adapters_to_ludics_server(tmp_path: Path, model_dir: Path, base_url: str) -> None:
+    """backend "server": the SFT and RL steps publish the adapter over HTTP (Ludic's server, a subprocess), which
+    samples from exactly the trainer's peft model."""
+    server = base_url.removesuffix("/v1")
+    extra = f'[inference]\nbackend = "server"\nserver_url = "{server}"\n'
+    assert main(["train", str(_config(tmp_path, model_dir, extra=extra))]) == 0
+    records = _metrics(tmp_path)
+    assert [r["step"] for r in records] == [1, 2]
+    model_bytes = sum(4 * t.numel() for t in load_file(model_dir / "model.safetensors").values())
+    for r in records:
+        assert r["train/mismatch_abs_mean"] < 1e-4, r  # the adapter trained by SFT, served by the server
+        assert 0 < r["perf/publish_bytes"] < 0.1 * model_bytes
