@@ -18,7 +18,7 @@ def tokenizer() -> Any:
     return load_tokenizer(TOKENIZER_DIR)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def successor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real model with SmolLM2's tokenizer that answers every prompt with ``HELLO_WORLD`` + eos."""
     from ludic.testing.real_tokenizer import build_successor_model
