@@ -9,6 +9,7 @@ on this side). Runs go through a pool of ``pool_size`` slots; results are cached
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -16,13 +17,15 @@ import re
 import tempfile
 import weakref
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ludic.envs.code_exec.compile_check import MAX_CODE_BYTES, compile_error, compile_error_bounded
 from ludic.envs.code_exec.sandbox import CodeRunner, RunOutcome, SandboxLimits
 
-MAX_CODE_BYTES = 256 * 1024
+__all__ = ["MAX_CODE_BYTES", "CodeExecResult", "CodeExecutor", "TestCase", "TestResult", "compile_error"]
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 """C0/C1 controls but \\t and \\n, DEL, and the bidi overrides: a program's output must not drive the
 terminal of whoever reads the logs (cursor moves, title changes, hidden text)."""
@@ -110,9 +113,13 @@ class CodeExecutor:
         limits: SandboxLimits | None = None,
         pool_size: int = 4,
         cache_size: int = 4096,
+        compile_timeout_s: float = 5.0,
     ) -> None:
         if not isinstance(pool_size, int) or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        if not 0 < compile_timeout_s < float("inf"):
+            raise ValueError(f"compile_timeout_s must be finite and > 0, got {compile_timeout_s!r}")
+        self.compile_timeout_s = compile_timeout_s
         self.runner = runner
         self.limits = limits or SandboxLimits()
         self.pool_size = pool_size
@@ -150,7 +157,8 @@ class CodeExecutor:
         return result, False
 
     async def _evaluate(self, code: str, tests: list[TestCase]) -> CodeExecResult:
-        error = await asyncio.to_thread(compile_error, code)
+        async with self._slot():  # a child process compiles (compile_check): a compile bomb blocks nothing
+            error = await compile_error_bounded(code, timeout_s=self.compile_timeout_s)
         if error:
             return CodeExecResult(compile_failed=True, compile_error=printable(error))
         with tempfile.TemporaryDirectory(prefix="ludic-code-") as tmp:
@@ -161,7 +169,9 @@ class CodeExecutor:
             results = await asyncio.gather(*(self._run_test(Path(tmp), t) for t in tests))
         return CodeExecResult(compile_failed=False, tests=list(results))
 
-    async def _run_test(self, code_dir: Path, test: TestCase) -> TestResult:
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[int]:
+        """One of the ``pool_size`` slots of this event loop, held for the block."""
         slots = self._slots.get(asyncio.get_running_loop())
         if slots is None:  # one pool per event loop (asyncio queues belong to one loop)
             slots = self._slots[asyncio.get_running_loop()] = asyncio.Queue()
@@ -169,22 +179,15 @@ class CodeExecutor:
                 slots.put_nowait(slot)
         slot = await slots.get()
         try:
-            self.runs += 1
-            outcome = await self.runner.run(code_dir, test.input.encode(), self.limits, slot=slot)
+            yield slot
         finally:
             slots.put_nowait(slot)
+
+    async def _run_test(self, code_dir: Path, test: TestCase) -> TestResult:
+        async with self._slot() as slot:
+            self.runs += 1
+            outcome = await self.runner.run(code_dir, test.input.encode(), self.limits, slot=slot)
         return _judge(outcome, test)
-
-
-def compile_error(code: str) -> str:
-    """'' if ``code`` compiles; else what is wrong (the compile runs here but executes nothing)."""
-    if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
-        return f"program longer than {MAX_CODE_BYTES} bytes"
-    try:
-        compile(code, "solution.py", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return ""
 
 
 def _judge(outcome: RunOutcome, test: TestCase) -> TestResult:
