@@ -9,8 +9,8 @@ request body (the temperature the program asked for) and response body (the ids 
 Per ``POST .../chat/completions`` the transport:
 - asks for ids and log-probs (``return_token_ids``, ``logprobs``) and fills the sampling fields the
   program left out from ``defaults`` (a seed per call when the episode has one);
-- gives each assistant message whose text is a reply recorded earlier in the episode that reply's
-  ``token_ids``, so a server that accepts them (Ludic's) continues the conversation on the sampled
+- gives each assistant message whose text is a reply recorded earlier in the episode (or whose
+  ``tool_calls`` are the ones the server read out of one, found by their ids) that reply's ``token_ids``, so a server that accepts them (Ludic's) continues the conversation on the sampled
   ids instead of re-tokenising the reply (vLLM does not: pass ``attach_token_ids=False``);
 - records prompt ids, completion ids, log-probs, temperature, top_p and policy version; a response
   without them, an error status or a streamed call is an error of the episode, never a silent gap.
@@ -61,6 +61,8 @@ class RecordedCall:
     policy_version: int | None
     server_sequence_break: str | None = None
     """Why the server could not keep earlier replies' ids verbatim (None when it did, or was not asked)."""
+    tool_call_ids: tuple[str, ...] = ()
+    """The ids of the ``tool_calls`` the server read out of the reply (the message sent back carries them)."""
 
 
 @dataclass
@@ -128,11 +130,15 @@ class CallRecorder:
 
     def _with_reply_ids(self, messages: list[Any]) -> list[Any]:
         by_text = {call.text: call.trace.completion_token_ids for call in self.calls}
+        by_call_id = {i: call.trace.completion_token_ids for call in self.calls for i in call.tool_call_ids}
         out = []
         for msg in messages:
             if isinstance(msg, dict) and msg.get("role") == "assistant" and "token_ids" not in msg:
                 content = msg.get("content")  # text only: content parts are the server's to accept or refuse
                 ids = by_text.get(content) if isinstance(content, str) else None
+                calls = msg.get("tool_calls")  # a reply returned as tool_calls: found by its calls' ids
+                if calls and isinstance(calls, list) and isinstance(calls[0], dict):
+                    ids = by_call_id.get(calls[0].get("id"))  # type: ignore[arg-type]
                 msg = {**msg, "token_ids": ids} if ids is not None else msg
             out.append(msg)
         return out
@@ -172,17 +178,19 @@ def _parse_call(sent: dict[str, Any], status: int, payload: bytes) -> RecordedCa
     logps = [float(entry["logprob"]) for entry in ((choice.get("logprobs") or {}).get("content") or [])]
     if len(logps) != len(completion):
         raise CallRecordError(f"response has {len(logps)} log-probs for {len(completion)} completion tokens")
+    calls = (choice.get("message") or {}).get("tool_calls") or []
     version = body.get("policy_version")
     if version is None and choice.get("weight_versions"):
         version = int(choice["weight_versions"][-1]["version"])
     return RecordedCall(
         trace=TokenTrace(list(prompt), list(completion), logps, choice.get("finish_reason")),
-        text=(choice.get("message") or {}).get("content") or "",
+        text=choice.get("text") or (choice.get("message") or {}).get("content") or "",  # "text": the whole reply
         messages=list(sent["messages"]),
         temperature=float(sent.get("temperature", SAMPLING_DEFAULTS["temperature"])),
         top_p=float(sent.get("top_p", SAMPLING_DEFAULTS["top_p"])),
         policy_version=version,
         server_sequence_break=body.get("sequence_break"),
+        tool_call_ids=tuple(str(c.get("id")) for c in calls if isinstance(c, dict)),
     )
 
 

@@ -19,6 +19,8 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
+from ludic.envs.letter_repeat import LetterRepeatEnv  # noqa: E402
+from ludic.interaction.openai_program import OpenAIProgramProtocol  # noqa: E402
 from ludic.testing import build_tiny_model  # noqa: E402
 from ludic.testing.server_process import running_server, start_server  # noqa: E402
 
@@ -51,6 +53,12 @@ def after_call(call_id: str = "call_x") -> list[dict[str, Any]]:
     call = {"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": arguments}}
     return [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call_id, "content": calculator("6*7")}]  # fmt: skip
+
+
+def spliced_after_call() -> list[dict[str, Any]]:
+    """The same chat as the server renders it when the call comes back with its ``token_ids``: as sampled."""
+    return [*QUESTION, {"role": "assistant", "content": CALL_TEXT},
+            {"role": "tool", "tool_call_id": "call_x", "content": calculator("6*7")}]  # fmt: skip
 
 
 def fit_replies(model_dir: Path, examples: list[tuple[list[dict[str, Any]], str]], tools: list[dict]) -> None:
@@ -90,8 +98,9 @@ def fit_replies(model_dir: Path, examples: list[tuple[list[dict[str, Any]], str]
 def tool_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     small = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 128}
     model_dir = build_tiny_model(tmp_path_factory.mktemp("tool-model"), seed=0, **small)
-    fit_replies(model_dir, [(QUESTION, CALL_TEXT), (after_call(), ANSWER), (BROKEN_QUESTION, BROKEN_TEXT)],
-                [CALCULATOR])  # fmt: skip
+    examples = [(QUESTION, CALL_TEXT), (after_call(), ANSWER), (BROKEN_QUESTION, BROKEN_TEXT),
+                (spliced_after_call(), ANSWER)]  # fmt: skip
+    fit_replies(model_dir, examples, [CALCULATOR])
     return model_dir
 
 
@@ -170,6 +179,27 @@ def test_a_streamed_reply_keeps_the_whole_replys_ids(tool_url: str) -> None:
     assert chunks[0]["prompt_token_ids"] and last["finish_reason"] == "tool_calls"
 
 
+async def test_an_agent_programs_tool_call_episode_trains_as_one_exact_sequence(tool_url: str) -> None:
+    async def calculator_agent(client: Any, task: Any) -> float:
+        messages: list[Any] = list(QUESTION)
+        kwargs = {"model": task.model, "tools": [CALCULATOR], "temperature": 0, "max_tokens": 120}
+        first = (await client.chat.completions.create(messages=messages, **kwargs)).choices[0].message
+        messages += [first.model_dump(exclude_none=True), *run_tool_calls(first)]
+        final = (await client.chat.completions.create(messages=messages, **kwargs)).choices[0].message
+        return float(final.content == ANSWER)
+
+    protocol = OpenAIProgramProtocol(calculator_agent, base_url=tool_url)
+    [rollout] = await protocol.run(env=LetterRepeatEnv(), max_steps=2, env_seed=0, sampling_seed=0)
+    call, answer = rollout.steps
+    assert answer.reward == 1.0
+    assert call.action == CALL_TEXT  # the step keeps the reply as sampled, not the emptied content
+    assert bytes(t - 3 for t in call.trace.completion_token_ids[:-1]).decode() == CALL_TEXT
+    # the tool-call reply went back with its ids: the answer's prompt extends the call's exact ids
+    head = [*call.trace.prompt_token_ids, *call.trace.completion_token_ids]
+    assert answer.trace.prompt_token_ids[: len(head)] == head
+    assert "sequence_break" not in answer.info
+
+
 def test_tool_choice_none_leaves_the_call_as_text(tool_url: str) -> None:
     client = openai.OpenAI(base_url=tool_url, api_key="-", max_retries=0)
     choice = ask(client, QUESTION, tool_choice="none").choices[0]
@@ -209,6 +239,7 @@ class ShoutingParser:
 '''
 
 
+@pytest.mark.slow  # a server of its own
 def test_a_users_parser_named_on_the_command_line_reads_the_replies(
     tool_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,6 +251,7 @@ def test_a_users_parser_named_on_the_command_line_reads_the_replies(
     assert call.function.name == "CALCULATOR"
 
 
+@pytest.mark.slow  # a server of its own
 def test_an_unknown_tool_parser_stops_the_server_naming_the_choices(tool_model: Path) -> None:
     with pytest.raises(RuntimeError, match=r"--tool-parser: unknown tool parser 'qwen9'.*hermes.*llama3_json"):
         start_server(tool_model, "--tool-parser", "qwen9")

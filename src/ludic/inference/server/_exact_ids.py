@@ -4,7 +4,8 @@ An OpenAI-style program continues a conversation by sending the model's reply ba
 message. Re-rendering that text through the chat template re-tokenises the reply, which need not give
 back the ids the model sampled, so the next call's prompt would not extend the previous call's ids and
 the calls could not train as one exact sequence. An assistant message may therefore carry
-``"token_ids"``: the ``choices[0].token_ids`` this server returned for it. The prompt is then built as
+``"token_ids"``: the ``choices[0].token_ids`` this server returned for it (a reply returned as
+``tool_calls`` too: its ids are the whole reply's, and the splice puts them in as sampled). The prompt is then built as
 
     ids of the messages before the first such reply + its token ids + ids of what the template adds
     after it (+ the next such reply's ids + ...)
@@ -60,6 +61,7 @@ def spliced_prompt_ids(
 ) -> tuple[list[int] | None, str]:
     """(prompt ids holding each reply's ``reply_ids`` verbatim, "") or (None, why the template forbids it)."""
     order = sorted(reply_ids)
+    messages = as_sampled(tokenizer, messages, reply_ids)
     first = order[0]
     if first == 0:
         return None, "messages[0]: a reply with token ids needs the messages that prompted it before it"
@@ -74,6 +76,22 @@ def spliced_prompt_ids(
         if prompt is None:
             return None, f"messages[{here}]: {why}"
     return prompt, ""
+
+
+def as_sampled(tokenizer: Any, messages: list[dict[str, Any]], reply_ids: dict[int, list[int]]) -> list[dict[str, Any]]:
+    """Replies sent back as ``tool_calls`` (the server read the calls out of them), as the text that was sampled.
+
+    The template would re-serialise the calls its own way; the splice needs the reply exactly as the
+    model wrote it, which its ids spell (less the end-of-turn token, as the engine decodes replies).
+    Only the splice sees this; a splice that fails re-renders the messages as sent.
+    """
+    out = list(messages)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    for i, ids in reply_ids.items():
+        if out[i].get("tool_calls"):
+            text_ids = ids[:-1] if ids and ids[-1] == eos else ids
+            out[i] = {"role": "assistant", "content": tokenizer.decode(text_ids, skip_special_tokens=False)}
+    return out
 
 
 def splice_cost(messages: list[dict[str, Any]], order: list[int]) -> int:

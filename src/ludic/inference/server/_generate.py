@@ -144,6 +144,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "token_ids": response.completion_token_ids,  # the whole reply's, calls included: what is trained
         "weight_versions": weight_versions(info),
     }
+    if parsed.tool_calls:  # the reply as sampled, which the message no longer spells (Ludic's extra field)
+        choice["text"] = response.text
     if body.get("logprobs"):
         choice["logprobs"] = {"content": _token_logprobs(response)}
     envelope = _envelope("chat.completion", engine.model_name, choice, response)
