@@ -210,7 +210,14 @@ def make_scalerl(
     kl_coeff: float = 0.0,
     ref_model: RefModel | None = None,
 ) -> RLAlgorithm:
-    """ScaleRL: group-mean / batch-std advantages + CISPO; ``filter_zvp`` drops zero-variance prompts."""
+    """ScaleRL: group-mean / batch-std advantages + CISPO; ``filter_zvp`` drops zero-variance prompts.
+
+    Aggregation: the loss averages each reply over its tokens, then over the batch's replies
+    (``length_normalize=True``, CISPO's ``red_t`` then ``mean_i``). ScaleRL's prompt-level aggregation
+    instead averages over all the tokens of a prompt's group, then over prompts. With whole groups of
+    ``group_size`` replies the two agree when a group's replies have equal lengths; otherwise ScaleRL
+    gives each token of a group the same weight (a long reply counts more), Ludic each reply the same.
+    ``length_normalize=False`` gives every token of the batch the same weight instead."""
     loss = CISPOLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
         tis_cap=tis_cap, mis_threshold=mis_threshold,

@@ -109,8 +109,11 @@ class GroupNormalizedReturn:
 class HybridNormalizedReturn:
     """ScaleRL: group-mean baseline, batch-level scale: ``A_i = (R_i - mean_group(R)) / (std_batch(A) + 1e-8)``.
 
-    ``std_batch`` is the population std of the group-centred advantages over the whole batch, so
-    the advantages have unit scale while a group whose samples all scored the same keeps A = 0.
+    ``std_batch`` is the population std of the group-centred advantages over every rollout given,
+    groups whose samples all scored the same included (their A is 0). So the advantages of the whole
+    batch have unit population std; where a filter then drops the tied groups (``make_scalerl``'s
+    ``filter_zvp``), the kept ones have std ``sqrt(n_all / n_kept)``, above 1 (x1.155 when a quarter of
+    the rollouts were in tied groups).
     """
 
     group_size: int
