@@ -8,7 +8,9 @@ Sources, in order of preference:
    (or a list of them) and nothing else.
 
 A call whose JSON is invalid is still returned (with ``error`` set) so the agent can answer it
-with a tool message saying what went wrong. Parsing never backtracks: an unclosed
+with a tool message saying what went wrong: invalid JSON (``NaN``/``Infinity``, which JSON does not
+have, and integers of more than 4,300 digits included), arguments that are not an object, an entry of
+``tool_calls`` that is not an object. Nothing a reply holds makes parsing raise. Parsing never backtracks: an unclosed
 ``<tool_call>`` stops the scan, so adversarial replies cost O(length).
 """
 
@@ -68,6 +70,9 @@ def structured_tool_calls(entries: list[dict[str, Any]], *, first_id: int = 0) -
     """Calls from a server's ``message.tool_calls`` (arguments as a JSON string or an object)."""
     calls = []
     for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            calls.append(ToolCall(f"call_{first_id + i}", None, None, f"a tool call must be a JSON object, got {entry!r:.80}"))  # fmt: skip
+            continue
         call_id = str(entry.get("id") or f"call_{first_id + i}")
         fn = entry.get("function") if isinstance(entry.get("function"), dict) else entry
         name, args = fn.get("name"), fn.get("arguments", {})
@@ -80,16 +85,16 @@ def structured_tool_calls(entries: list[dict[str, Any]], *, first_id: int = 0) -
 
 def _call_from_obj_or_error(name: Any, args_text: str, call_id: str) -> ToolCall:
     try:
-        args = json.loads(args_text) if args_text.strip() else {}
-    except (json.JSONDecodeError, RecursionError) as exc:
+        args = _loads(args_text) if args_text.strip() else {}
+    except (ValueError, RecursionError) as exc:
         return ToolCall(call_id, _name(name), None, f"invalid JSON in tool call arguments ({_why(exc)})")
     return _checked(name, args, call_id)
 
 
 def _call_from_json_text(body: str, call_id: str) -> ToolCall:
     try:
-        obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        obj = _loads(body)
+    except (ValueError, RecursionError) as exc:
         return ToolCall(call_id, None, None, f"invalid JSON in tool call ({_why(exc)}). Expected {CALL_FORMAT}")
     if not isinstance(obj, dict):
         return ToolCall(call_id, None, None, f"a tool call must be a JSON object. Expected {CALL_FORMAT}")
@@ -111,8 +116,8 @@ def _plain_json_calls(text: str, first_id: int) -> list[ToolCall]:
     if not body.startswith(("{", "[")):
         return []
     try:
-        obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError):
+        obj = _loads(body)
+    except (ValueError, RecursionError):
         return []
     objs = obj if isinstance(obj, list) else [obj]
     if not objs or not all(_looks_like_call(o) for o in objs):
@@ -136,5 +141,16 @@ def _name(name: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def _loads(text: str) -> Any:
+    """``json.loads`` as JSON means it: ``NaN``, ``Infinity`` and ``-Infinity`` are errors (ValueError)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _why(exc: Exception) -> str:
-    return exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
