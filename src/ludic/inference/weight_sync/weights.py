@@ -132,7 +132,7 @@ def assign_weights(model: torch.nn.Module, params: Mapping[str, torch.Tensor], *
 
 
 MAX_VERSION = 2**63 - 1  # policy versions are int64 (Redis stream fields, tensors, vLLM's own counters)
-_DECIMAL = re.compile(r"[0-9]+")  # a version as a string: ASCII digits, no sign, space or "_"
+_DECIMAL = re.compile(r"-?[0-9]+")  # a version as a string: ASCII digits (a "-" then refused as out of range)
 
 
 def parse_version(value: Any) -> int:
@@ -142,7 +142,7 @@ def parse_version(value: Any) -> int:
         raise ValueError(f"weight version {value!r:.50} is not an integer (Ludic's policy versions are ints)")
     if isinstance(value, str) and not _DECIMAL.fullmatch(value):  # int() also takes " 8", "+8", "8_0", "٨"
         raise ValueError(f"weight version {value!r:.50} is not a decimal integer (ASCII digits only, as written)")
-    if isinstance(value, str) and len(value) > 20:  # never int() of a 1 MB string
+    if isinstance(value, str) and len(value) > 100:  # never int() of a 1 MB string
         raise ValueError(f"weight version {value[:30]}... ({len(value)} digits) is out of range: versions are int64")
     version = int(value)
     if not 0 <= version <= MAX_VERSION:
