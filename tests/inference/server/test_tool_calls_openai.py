@@ -62,15 +62,23 @@ def spliced_after_call() -> list[dict[str, Any]]:
 
 
 def fit_replies(model_dir: Path, examples: list[tuple[list[dict[str, Any]], str]], tools: list[dict]) -> None:
-    """Train the model in place until greedy decoding gives each example's reply to its prompt (then a margin)."""
+    """Train the model in place until greedy decoding gives each example's reply to its chat (then a margin)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    render = tokenizer.apply_chat_template
+    fit_texts(model_dir, [(render(m, tools=tools, add_generation_prompt=True, tokenize=False), r) for m, r in examples])
+
+
+def fit_texts(model_dir: Path, examples: list[tuple[str, str]]) -> None:
+    """``fit_replies`` on prompts given as rendered text: each reply (+ end of turn) becomes greedy after its prompt."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     rows = []
-    for messages, reply in examples:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    for text, reply in examples:
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = prompt + tokenizer(reply + "<|im_end|>", add_special_tokens=False)["input_ids"]
         rows.append((torch.tensor([ids]), len(prompt)))
