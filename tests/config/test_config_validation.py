@@ -75,7 +75,8 @@ def test_int_is_accepted_where_float_expected(tmp_path: Path) -> None:
 
 def test_unknown_key_lists_known_keys(tmp_path: Path) -> None:
     errors = _errors(tmp_path, "config.toml", MINIMAL + "[logging]\nplott = false\n")
-    assert errors == ["config.toml: [logging].plott: unknown key; known keys: output_dir, plot, rich"]
+    assert errors == ["config.toml: [logging].plott: unknown key; known keys: output_dir, plot, progress_bars, "
+                      "rich, tensorboard, wandb"]  # fmt: skip
 
 
 def test_unknown_top_level_table_is_reported(tmp_path: Path) -> None:
@@ -241,7 +242,7 @@ def test_small_yaml_aliases_still_work(tmp_path: Path) -> None:
     text += "rollout: {sampling: *s}\neval: {sampling: *s}\n"
     errors = _errors(tmp_path, "run.yaml", text)
     assert errors == ["run.yaml: sampling: unknown key; known keys: algorithm, checkpoint, env, eval, harness, "
-                      "imports, inference, logging, model, pipeline, protocol, rollout, seed, sft, steps, trainer"]  # fmt: skip
+                      "imports, inference, logging, lora, model, pipeline, protocol, rollout, seed, sft, steps, trainer"]  # fmt: skip
 
 
 def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:

@@ -82,3 +82,13 @@ def test_cli_flags_reach_the_dry_run(config: Path, tmp_path: Path, capsys: pytes
     assert printed["rollout"]["group_size"] == 2 and printed["logging"]["output_dir"] == str(out)
     assert main(["eval", str(config), "--dry-run", "--set", "eval.num_episods=2"]) == 2
     assert "[eval].num_episods: unknown key" in capsys.readouterr().err
+
+
+def test_the_data_is_not_changed_and_only_the_path_is_copied() -> None:
+    from ludic.config.overrides import apply_overrides
+
+    data = {"trainer": {"lr": 1.0}, "env": {"name": "e", "kwargs": {"deep": {"x": 1}}}}
+    out = apply_overrides(data, ["trainer.lr=2.0", "env.kwargs.y=3"])
+    assert data == {"trainer": {"lr": 1.0}, "env": {"name": "e", "kwargs": {"deep": {"x": 1}}}}
+    assert out["trainer"] == {"lr": 2.0} and out["env"]["kwargs"] == {"deep": {"x": 1}, "y": 3}
+    assert out["env"]["kwargs"]["deep"] is data["env"]["kwargs"]["deep"]  # off the path: shared, not walked

@@ -34,17 +34,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """A copy of ``data`` with each ``--set`` applied in order (tables are created as needed)."""
-    out = _copy(data)
+    """A copy of ``data`` with each ``--set`` applied in order (tables are created as needed). Only the tables
+    on an override's path are copied: the rest, however deep, is left to the depth check of validation."""
+    out = dict(data)
     for text in overrides:
         keys, value = parse_override(text)
         table = out
         for i, key in enumerate(keys[:-1]):
-            nested = table.setdefault(key, {})
-            if not isinstance(nested, dict):
+            nested = table.get(key, {})
+            if not isinstance(nested, Mapping):
                 where = ".".join(keys[: i + 1])
-                raise ConfigError([f"--set {text!r}: {where} is {nested!r}, not a table"])
-            table = nested
+                raise ConfigError([f"--set {text!r}: {where} is {nested!r:.60}, not a table"])
+            table[key] = table = dict(nested)
         table[keys[-1]] = value
     return out
 
@@ -52,19 +53,16 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
 def set_output_dir(data: Mapping[str, Any], output_dir: str) -> dict[str, Any]:
     """``--output-dir``: ``[logging].output_dir``; a ``[checkpoint].output_dir`` that lay under the old one
     moves with it (by default it is ``<output_dir>/checkpoints``), one elsewhere stays where the file says."""
-    out = _copy(data)
-    logging = out.setdefault("logging", {})
-    if not isinstance(logging, dict):
-        raise ConfigError([f"--output-dir: [logging] is {logging!r}, not a table"])
+    out = dict(data)
+    logging = out.get("logging", {})
+    if not isinstance(logging, Mapping):
+        raise ConfigError([f"--output-dir: [logging] is {logging!r:.60}, not a table"])
+    out["logging"] = logging = dict(logging)
     old = Path(str(logging.get("output_dir", "runs/ludic")))
     logging["output_dir"] = output_dir
     ckpt = out.get("checkpoint")
-    if isinstance(ckpt, dict) and isinstance(ckpt.get("output_dir"), str):
+    if isinstance(ckpt, Mapping) and isinstance(ckpt.get("output_dir"), str):
         path = Path(ckpt["output_dir"])
         if path == old or old in path.parents:
-            ckpt["output_dir"] = str(Path(output_dir) / path.relative_to(old))
+            out["checkpoint"] = {**ckpt, "output_dir": str(Path(output_dir) / path.relative_to(old))}
     return out
-
-
-def _copy(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
