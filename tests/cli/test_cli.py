@@ -51,7 +51,7 @@ def test_train_dry_run_validates_shipped_configs(name: str, capsys: pytest.Captu
     assert main(["train", str(EXAMPLES / name), "--dry-run", "--steps", "5"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["steps"] == 5
-    assert printed["env"] == {"name": "letter_repeat", "kwargs": {"count": 4, "letters": "abcdefgh"}}
+    assert printed["env"] == {"name": "letter_repeat", "kwargs": {"count": 4, "letters": "abcdefgh"}, "reward": None}
     assert printed["algorithm"]["name"] == "grpo"
 
 

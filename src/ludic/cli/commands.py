@@ -147,7 +147,9 @@ def _run_train(args: argparse.Namespace) -> int:
         _print_config(cfg)
         return 0
     from ludic.cli.run_config import train_from_config
+    from ludic.cli.run_loggers import library_progress_bars
 
+    library_progress_bars(cfg)
     train_from_config(cfg, fresh=args.fresh)
     return 0
 
@@ -158,7 +160,9 @@ def _run_eval(args: argparse.Namespace) -> int:
         _print_config(cfg)
         return 0
     from ludic.cli.run_config import eval_from_config
+    from ludic.cli.run_loggers import library_progress_bars
 
+    library_progress_bars(cfg)
     stats = eval_from_config(cfg)
     print(json.dumps(stats, indent=2))
     return 0

@@ -22,7 +22,7 @@ from ludic.cli.runtime import (
     make_evaluator,
     make_rollout_source,
 )
-from ludic.cli.warm_start import report_start_and_end, start_of_run
+from ludic.cli.warm_start import BEFORE_SFT_STEP, report_start_and_end, start_of_run
 from ludic.config import RunConfig
 
 
@@ -219,9 +219,10 @@ async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
     stats = await run.evaluator.evaluate(step=cfg.steps)
     plot = None
     if cfg.logging.plot:
-        plot = plot_metrics(
-            run.out_dir / "metrics.jsonl", run.out_dir / "training_curve.png", title=title or cfg.source
-        )
+        plot = plot_metrics(  # with every held-out evaluation: before (and after) the SFT, during, at the end
+            run.out_dir / "metrics.jsonl", run.out_dir / "training_curve.png", title=title or cfg.source,
+            eval_dir=run.out_dir / "eval",
+        )  # fmt: skip
     final = run.out_dir / "final_model"
     run.trainer.model.save_pretrained(final)
     load_tokenizer(cfg).save_pretrained(final)
@@ -242,6 +243,9 @@ def train_from_config(
         run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
         try:
             start = await start_of_run(run)  # eval, [sft] warm start, eval (read back when resuming)
+            for step, stats in ((BEFORE_SFT_STEP, start.before_sft), (0, start.start_of_rl)):
+                if stats:  # the screen shows the latest held-out evaluation from the start
+                    run.logger.show_eval(step, stats)
             await train_steps(run)
             after = (await finish_run(run)).eval_stats
         finally:

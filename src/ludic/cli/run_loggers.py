@@ -1,5 +1,6 @@
 """The loggers ``[logging]`` asks for beyond metrics.jsonl and the screen: W&B (``wandb = {...}``) and
-TensorBoard (``tensorboard = true``). :func:`logger_errors` is the dry run's check of them."""
+TensorBoard (``tensorboard = true``). :func:`logger_errors` is the dry run's check of them;
+:func:`library_progress_bars` quiets the model libraries' bars unless ``progress_bars = true``."""
 
 from __future__ import annotations
 
@@ -44,3 +45,17 @@ def logger_errors(cfg: RunConfig) -> list[str]:
         if unknown:
             errors.append(f"[logging].wandb: {unknown} are not wandb.init keywords (it takes: {', '.join(known)})")
     return errors
+
+
+def library_progress_bars(cfg: RunConfig) -> None:
+    """transformers' and huggingface_hub's tqdm bars ("Loading weights", "Writing model shards") on or off
+    as ``[logging].progress_bars`` says (process-wide: the run owns the process)."""
+    import huggingface_hub.utils as hub
+    import transformers.utils.logging as hf_logging
+
+    if cfg.logging.progress_bars:
+        hf_logging.enable_progress_bar()
+        hub.enable_progress_bars()
+    else:
+        hf_logging.disable_progress_bar()
+        hub.disable_progress_bars()

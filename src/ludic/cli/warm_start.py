@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ async def sft_in_place(
     from ludic.distributed import ClientPublisher
     from ludic.distributed.lora_payload import lora_publish_mode
     from ludic.training.batching import OfflineBatchSource
+    from ludic.training.loggers import ProgressLogger
     from ludic.training.presets import make_sft
     from ludic.training.trainer import Trainer
 
@@ -56,6 +58,9 @@ async def sft_in_place(
             await run.client.get_policy_version(),
         ),
         cfg=sft_cfg,
+        train_logger=ProgressLogger(  # SFT progress on stdout, a line per ~5% (minutes pass otherwise in silence)
+            "SFT", total_steps=steps, keys={"loss": "train/loss"}, every=max(1, math.ceil(steps / 20)), clock=True
+        ),
     )
     await trainer.train(steps)
 

@@ -282,6 +282,8 @@ class LoggingSection(Section):
     tensorboard: bool = False
     """Write every step's stats as TensorBoard scalars to ``<output_dir>/tensorboard``
     (``pip install 'ludic[tensorboard]'``)."""
+    progress_bars: bool = False
+    """Show the model libraries' loading and saving bars (transformers, huggingface_hub) on stderr."""
 
 
 class RunConfig(Section):

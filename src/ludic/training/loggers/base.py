@@ -65,6 +65,13 @@ class TeeLogger:
                 self.failures.append((step, sink, exc))
                 _log.warning("TeeLogger: %s.log failed at step %d: %r", type(sink).__name__, step, exc)
 
+    def show_eval(self, step: int, stats: Mapping[str, Any]) -> None:
+        """Tell the sinks that show a run's latest held-out evaluation about one outside the steps."""
+        for sink in self.loggers:
+            show = getattr(sink, "show_eval", None)
+            if callable(show):
+                show(step, stats)
+
     def __enter__(self) -> TeeLogger:
         for sink in self.loggers:
             if hasattr(sink, "__enter__"):

@@ -1,8 +1,15 @@
 """Run loggers of ``ludic train`` and ``ludic quickstart``: metrics JSONL plus a live dashboard with
-reward AND loss sparklines (or a line every N steps when not interactive)."""
+reward AND loss sparklines (or a plain line per step when stdout is not a terminal).
+
+Both show what a person following the run asks for: elapsed time, seconds per step and the ETA
+(``RunClock``), the latest held-out evaluation with its step (also the ones before training, told
+through ``show_eval``), and every ``time/*`` stat (where the step's time went).
+"""
 
 from __future__ import annotations
 
+import math
+import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,15 +19,20 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.text import Text
 
-from ludic.training.loggers import JsonlLogger, PrintLogger, RichLiveLogger, TeeLogger, prefix_key, sparkline
+from ludic.training.loggers import JsonlLogger, RichLiveLogger, TeeLogger, prefix_key, sparkline
+from ludic.training.loggers.prefix import to_float
+from ludic.training.loggers.run_clock import LatestEval, RunClock, time_split
 
 REWARD_KEY = "train/avg_total_reward"
 LOSS_KEY = "train/loss"
 EVAL_KEY = "eval/avg_total_reward"
+PLAIN_LINES = 100
+"""The plain log prints about this many step lines over a run (every step of a run this long or shorter)."""
 
 
 class RewardLossDashboard(RichLiveLogger):
-    """RichLiveLogger (reward sparkline) with a second sparkline panel for the loss."""
+    """RichLiveLogger (reward sparkline) with a loss sparkline, the run's clock and latest held-out
+    evaluation in the progress line, and every ``perf/`` and ``time/`` stat in its columns."""
 
     def __init__(self, *, total_steps: int, history: int = 200, spark_window: int = 60) -> None:
         super().__init__(
@@ -32,12 +44,36 @@ class RewardLossDashboard(RichLiveLogger):
             total_steps=total_steps,
         )
         self._loss_history: deque[float] = deque(maxlen=history)
+        self.clock = RunClock(total_steps)
+        self.evals = LatestEval()
+
+    def __enter__(self) -> RewardLossDashboard:
+        self.clock.start()
+        super().__enter__()
+        return self
+
+    def show_eval(self, step: int, stats: Mapping[str, Any]) -> None:
+        """A held-out evaluation outside the training steps (before training, after the SFT)."""
+        self.evals.update(step, stats)
+        if self.evals.value is not None:
+            self._latest[EVAL_KEY] = self.evals.value
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
+        self.clock.tick(step)
+        self.evals.update(step, stats)
         for key, value in stats.items():
             if prefix_key(key) == LOSS_KEY and isinstance(value, (int, float)):
                 self._loss_history.append(float(value))
         super().log(step, stats)
+
+    def _shown(self) -> dict[str, Any]:
+        shown = super()._shown()
+        extra = {k: v for k, v in self._latest.items() if k.split("/", 1)[0] in ("perf", "time")}
+        return {**shown, **extra}
+
+    def _progress(self) -> str:
+        held_out = self.evals.text()
+        return "  ".join([super()._progress(), *self.clock.parts(), *([held_out] if held_out else [])])
 
     def render(self) -> Group:
         window = list(self._loss_history)[-self.spark_window :]
@@ -47,23 +83,73 @@ class RewardLossDashboard(RichLiveLogger):
 
 
 class EveryNPrinter:
-    """Non-interactive fallback: one line every ``every`` steps."""
+    """The plain log (stdout not a terminal, or ``[logging] rich = false``): one line every ``every`` steps
+    and on every step with an evaluation, flushed as it is printed::
 
-    def __init__(self, every: int = 10, *, prefix: str = "[ludic]") -> None:
+        [ludic] step 3/50 | train/avg_total_reward=0.250 | train/loss=0.000 | held-out 0.125 (step 0) |
+        elapsed 4s | 1.31 s/step | ETA 1m02s | time: generate 0.81s, train 0.30s
+    """
+
+    def __init__(self, every: int = 10, *, prefix: str = "[ludic]", total_steps: int | None = None,
+                 precision: int = 3, stream: Any = None) -> None:  # fmt: skip
         self.every = every
-        self._printer = PrintLogger(prefix=prefix, precision=3)
+        self.prefix = prefix
+        self.total_steps = total_steps
+        self.precision = precision
+        self.stream = stream
+        self.clock = RunClock(total_steps)
+        self.evals = LatestEval()
+
+    def __enter__(self) -> EveryNPrinter:
+        self.clock.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Nothing to release."""
+
+    def show_eval(self, step: int, stats: Mapping[str, Any]) -> None:
+        """A held-out evaluation outside the training steps: shown on the next line printed."""
+        self.evals.update(step, stats)
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
-        if step % self.every == 0 or any(prefix_key(k) == EVAL_KEY for k in stats):
-            shown = {k: v for k, v in stats.items() if prefix_key(k) in (REWARD_KEY, LOSS_KEY, EVAL_KEY)}
-            self._printer.log(step, shown)
+        self.clock.tick(step)
+        self.evals.update(step, stats)
+        has_eval = any(prefix_key(k) == EVAL_KEY for k in stats)
+        if step % self.every == 0 or has_eval or step == self.total_steps:
+            print(self.format(step, stats, has_eval), file=self.stream or sys.stdout, flush=True)
+
+    def format(self, step: int, stats: Mapping[str, Any], has_eval: bool = False) -> str:
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"{self.prefix} step {step}{total}".strip()]
+        values = {prefix_key(k): to_float(v) for k, v in stats.items()}
+        for key in (REWARD_KEY, LOSS_KEY, EVAL_KEY):
+            value = values.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                parts.append(f"{key}={value:.{self.precision}f}")
+        held_out = self.evals.text()
+        if held_out and not has_eval:
+            parts.append(held_out)
+        parts += self.clock.parts()
+        split = time_split(stats)
+        if split:
+            parts.append(split)
+        return " | ".join(parts)
+
+
+def plain_every(total_steps: int) -> int:
+    """Print every N-th step so that a run prints about :data:`PLAIN_LINES` lines."""
+    return max(1, math.ceil(total_steps / PLAIN_LINES))
 
 
 def make_train_logger(
     jsonl_path: Path, *, total_steps: int, live: bool, prefix: str = "[ludic]", extra: Sequence[Any] = ()
 ) -> TeeLogger:
-    """JSONL of every step's stats, plus the live dashboard (or a ``prefix`` line every 10 steps) and the
-    ``extra`` sinks (W&B, TensorBoard)."""
+    """JSONL of every step's stats, plus the live dashboard (``live`` and stdout a terminal) or the plain log,
+    and the ``extra`` sinks (W&B, TensorBoard)."""
     jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-    screen: Any = RewardLossDashboard(total_steps=total_steps) if live else EveryNPrinter(prefix=prefix)
+    screen: Any
+    if live and sys.stdout.isatty():
+        screen = RewardLossDashboard(total_steps=total_steps)
+    else:  # piped to a file: a line per step as it happens, not a redrawn panel that appears at the end
+        screen = EveryNPrinter(plain_every(total_steps), prefix=prefix, total_steps=total_steps)
     return TeeLogger(JsonlLogger(jsonl_path), screen, *extra)

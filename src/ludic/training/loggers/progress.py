@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from ludic.training.loggers.base import JsonlLogger, TeeLogger
 from ludic.training.loggers.prefix import prefix_key, to_float
+from ludic.training.loggers.run_clock import RunClock
 
 DEFAULT_KEYS: dict[str, str] = {
     "reward": "train/avg_total_reward",
@@ -33,7 +34,7 @@ class ProgressLogger:
     keys: label -> stat key (auto-prefixed, so ``"loss"`` means ``train/loss``), in the order shown.
     total_steps: shown as ``step 3/50`` when given. every: print every N-th step (and any step with an
     ``eval/`` stat). Seconds are the step's ``perf/step_seconds`` when present, else the wall time since
-    the previous line.
+    the previous line. clock: also show the elapsed time and the ETA (``RunClock``).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class ProgressLogger:
         precision: int = 3,
         every: int = 1,
         stream: TextIO | None = None,
+        clock: bool = False,
     ) -> None:
         if every < 1:
             raise ValueError(f"ProgressLogger.every must be >= 1, got {every}")
@@ -55,6 +57,7 @@ class ProgressLogger:
         self.every = every
         self.stream = stream
         self._last = time.perf_counter()
+        self.clock = RunClock(total_steps) if clock else None
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
         stats = {prefix_key(k): to_float(v) for k, v in stats.items()}
@@ -62,7 +65,9 @@ class ProgressLogger:
         now = time.perf_counter()
         seconds = stats.get(STEP_SECONDS_KEY, now - self._last)
         self._last = now
-        if step % self.every and not has_eval:
+        if self.clock is not None:
+            self.clock.tick(step)
+        if step % self.every and not has_eval and step != self.total_steps:
             return
         print(self.format(step, stats, seconds), file=self.stream or sys.stdout, flush=True)
 
@@ -76,6 +81,8 @@ class ProgressLogger:
                 parts.append(f"{label} {value:.{self.precision}f}")
         if isinstance(seconds, (int, float)) and math.isfinite(seconds):
             parts.append(f"{seconds:.1f} s")
+        if self.clock is not None:
+            parts += [p for p in self.clock.parts() if not p.endswith("s/step")]
         return "  ".join(parts)
 
     def close(self) -> None:
