@@ -8,6 +8,7 @@ checkpoints (``_step_hooks``), stats (``stats``) and sharded training (``DataPar
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from time import perf_counter
@@ -18,6 +19,8 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 
 from ludic.distributed.interfaces import PolicyPublisher
+from ludic.kernels.cpu.threads import CpuThreads
+from ludic.kernels.cpu.threads import shared as shared_cpu_threads
 from ludic.training import _step_hooks as hooks
 from ludic.training._lora import ParamFilter
 from ludic.training._setup import (
@@ -30,6 +33,7 @@ from ludic.training._setup import (
     seed_everything,
 )
 from ludic.training._step_runner import StepRunner
+from ludic.training._step_times import StepClock, without_times
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import CheckpointConfig, TrainerConfig
 from ludic.training.layout.forward import (
@@ -111,43 +115,66 @@ class Trainer:
         return history
 
     async def train_step(self) -> dict[str, float]:
-        """One optimizer step; returns flat ``train/``, ``perf/`` (and ``eval/``) stats."""
-        t0 = perf_counter()
+        """One optimizer step; returns flat ``train/``, ``perf/``, ``time/`` (and ``eval/``) stats.
+
+        ``time/*_seconds`` split the step's wall time (``time/step_seconds``): see ``_step_times``."""
+        clock = StepClock()
         batch = await self.batch_source.next_batch()
-        stats, token_stats, train_seconds = await self._runner.off_loop(self._learn, batch, t0)
+        clock.source_parts(batch.meta, perf_counter() - clock.start)
+        batch = SAWBatch(items=batch.items, meta=without_times(batch.meta))
+        stats, token_stats, train_seconds = await self._runner.off_loop(self._learn, batch, clock)
         if token_stats is None:  # nothing to learn from after filtering: no step taken
-            return self._log(stats)
-        stats.update(await hooks.evaluate_if_due(self))
-        stats["perf/step_seconds"] = perf_counter() - t0
-        stats.update(self.ranks.perf_stats(token_stats, train_seconds))  # tokens/s excludes eval
-        await hooks.checkpoint_if_due(self, stats)
+            return self._log(stats | clock.stats())
+        with clock.part("eval"):
+            stats.update(await hooks.evaluate_if_due(self))
+        stats.update(self.ranks.perf_stats(token_stats, train_seconds))  # tokens/s: forward-backward + optimizer
+        with clock.part("checkpoint"):
+            await hooks.checkpoint_if_due(self, stats)
+        stats.update(clock.stats())
+        stats["perf/step_seconds"] = stats["time/step_seconds"]
         return self._log(stats)
 
     def _learn(
-        self, batch: SAWBatch, t0: float
+        self, batch: SAWBatch, clock: StepClock
     ) -> tuple[dict[str, float], dict[str, float] | None, float]:
         """The step's compute: preprocess, micro-batches, backward, optimizer step, publish.
 
-        Returns (stats, token stats, seconds); token stats are None when filtering left nothing to learn.
+        Returns (stats, token stats, forward-backward + optimizer seconds); token stats are None when
+        filtering left nothing to learn. Runs on the step's thread, whose intra-op threads follow the
+        cores free now (``ludic.kernels.cpu.threads``).
         """
-        batch, drop_stats = self._prepare(batch)
+        cpu = shared_cpu_threads() if torch.device(self.cfg.model_device).type == "cpu" else None
+        with cpu.computing() if cpu is not None else contextlib.nullcontext():
+            return self._learn_batch(batch, clock, cpu)
+
+    def _learn_batch(
+        self, batch: SAWBatch, clock: StepClock, cpu: CpuThreads | None
+    ) -> tuple[dict[str, float], dict[str, float] | None, float]:
+        with clock.part("preprocess"):  # the algorithm's preprocessing: filters, reference/old log-probs
+            batch, drop_stats = self._prepare(batch)
         items = batch.items
         if not items:  # e.g. filter_zvp dropped every group: nothing to learn, no step taken
             return {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}, None, 0.0
+        t_train = perf_counter()
+        if cpu is not None:
+            cpu.fit()
         micro_batches = self.ranks.plan(items, lambda share: plan_micro_batches(
             self.model, share, micro_token_budget=self.cfg.micro_token_budget,
             max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
             share_prompt_prefix=self.cfg.share_prompt_prefix, block_attention=self.cfg.block_attention,
             cpu_kernels=self.cfg.cpu_kernels,
         ))  # fmt: skip
-        loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items))
-        step_stats = self._optimizer_step(loss_sum)
-        train_seconds = perf_counter() - t0
+        with clock.part("forward_backward"):
+            loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items), cpu=cpu)
+        with clock.part("optimizer"):
+            step_stats = self._optimizer_step(loss_sum)
+        train_seconds = perf_counter() - t_train
         self.step += 1
         used = self.ranks.used_items(items, [it for mb in micro_batches for it in mb.items], self.cfg.max_seq_len)
         stats = {**loss_stats, **drop_stats, **step_stats, **step_batch_stats(batch.meta, used, self.reducers)}
         stats = {f"train/{k}": v for k, v in stats.items()}
-        stats.update(hooks.publish_if_due(self))
+        with clock.part("publish"):
+            stats.update(hooks.publish_if_due(self))
         return stats, token_stats, train_seconds
 
     def _log(self, stats: dict[str, float]) -> dict[str, float]:
@@ -168,7 +195,7 @@ class Trainer:
         return SAWBatch(items=items, meta=batch.meta), stats
 
     def _accumulate_gradients(
-        self, micro_batches: list[MicroBatch], *, macro_size: int
+        self, micro_batches: list[MicroBatch], *, macro_size: int, cpu: CpuThreads | None = None
     ) -> tuple[dict[str, float], dict[str, float], torch.Tensor]:
         """Backward every micro-batch, each scaled by ``mb_size / macro_size``.
 
@@ -183,6 +210,8 @@ class Trainer:
         weights: list[StatWeight] = []
         real = padded = 0
         for i, mb in enumerate(micro_batches):
+            if cpu is not None:
+                cpu.fit()
             with (
                 self.ranks.grad_sync(self.model, last=i == len(micro_batches) - 1),
                 micro_batch_kernels(self.model, mb, onednn=self.cfg.onednn_linears, cpu_kernels=self.cfg.cpu_kernels),
@@ -204,8 +233,9 @@ class Trainer:
         n_real = float(real)
         token_stats = {
             "real_tokens": n_real,
-            "padded_tokens": float(padded),  # positions the forward ran (fewer than real with shared prompts)
-            "padding_efficiency": n_real / padded if padded else 0.0,
+            "computed_tokens": float(padded),  # positions the forward ran (fewer than real with shared prompts)
+            # below 1: shared prompts computed once; above 1: padding
+            "computed_per_real_token": padded / n_real if n_real else 0.0,
             "num_micro_batches": float(len(micro_batches)),
         }
         return loss_stats, token_stats, self.ranks.sum(loss_sum)

@@ -41,8 +41,10 @@ def test_ungrouped_keys_are_auto_prefixed(key: str, expected: str) -> None:
 
 
 def test_group_by_prefix_splits_three_columns() -> None:
-    groups = group_by_prefix({"loss": 1.0, "eval/acc": 0.5, "perf/step_seconds": 2.0})
-    assert groups == {"train": {"loss": 1.0}, "eval": {"acc": 0.5}, "perf": {"step_seconds": 2.0}}
+    groups = group_by_prefix({"loss": 1.0, "eval/acc": 0.5, "perf/step_seconds": 2.0, "time/wait_seconds": 0.5})
+    assert groups == {
+        "train": {"loss": 1.0}, "eval": {"acc": 0.5}, "perf": {"step_seconds": 2.0}, "time": {"wait_seconds": 0.5}
+    }
 
 
 def test_print_logger_writes_one_prefixed_line() -> None:

@@ -19,6 +19,7 @@ rerun row by row; a row that fails alone fails only its own request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any
 
 from ludic.inference.embedded._generation import BatchGenerator, RowResult, Steps
 from ludic.inference.weight_sync.pause import PauseGate
+from ludic.kernels.cpu.threads import shared as shared_threads
 
 MAX_COHORTS = 4
 """Runs one region decodes in turn (each costs a forward per round)."""
@@ -118,10 +120,13 @@ class EngineSchedulerMixin:
 
     def _decode_region(self, region: Region, deliver: Deliver) -> None:
         """On the decoding thread: round-robin the region's cohorts one step each until all have ended."""
-        with self._weights_lock:  # weights swap between regions, or while a ``keep`` pause freezes one
+        cpu = shared_threads() if self._generator.device.type == "cpu" else None  # threads follow the free cores
+        with self._weights_lock, cpu.computing() if cpu else contextlib.nullcontext():  # weights swap between regions
             weights = [self._generator.bind(len(region.first))]
             live = [self._cohort(region.first, weights)]
             while live:
+                if cpu is not None:
+                    cpu.fit()
                 if region.joiners:
                     joiners = [region.joiners.popleft() for _ in range(len(region.joiners))]
                     live.append(self._cohort(joiners, weights))

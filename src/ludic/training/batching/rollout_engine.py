@@ -17,6 +17,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 from ludic.envs.env import LudicEnv
@@ -151,13 +152,16 @@ class RolloutEngine:
     ) -> SAWBatch:
         """Rollouts -> credit (``algorithm.credit_assigner``) -> SAW items -> filter.
 
-        Batch meta counts what the filter removed: ``num_samples_before_filter``, ``num_samples_filtered``.
+        Batch meta counts what the filter removed: ``num_samples_before_filter``, ``num_samples_filtered``,
+        and says where the call's time went (``time/generate_seconds``, ``time/credit_seconds``: the
+        Trainer reports them in the step's ``time/`` split).
 
         ``algorithm.preprocess`` is NOT applied here: the Trainer applies it to every batch.
         A failed episode takes its whole GRPO group (same ``group_id``) out of the batch, since
         group normalisation needs complete groups; an empty rollout (counted in ``empty_rollouts``) takes its
         seat's group (same ``group_id`` and ``agent_id``) out.
         """
+        t0 = perf_counter()
         rollouts = await self.generate_rollouts(
             requests=requests,
             max_steps=max_steps if max_steps is not None else self.default_max_steps,
@@ -165,6 +169,7 @@ class RolloutEngine:
             concurrency=concurrency,
             include_failed=True,
         )
+        t_credit = perf_counter()
         failed = [r for r in rollouts if r.meta.get("failed")]
         empty = [r for r in rollouts if r.meta.get("empty")]
         broken_groups = {_group_id(r) for r in failed} - {None}
@@ -190,6 +195,8 @@ class RolloutEngine:
         meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(empty) - len(usable))
         meta["num_samples_before_filter"] = float(num_before_filter)
         meta["num_samples_filtered"] = float(num_before_filter - len(items))
+        meta["time/generate_seconds"] = t_credit - t0  # the episodes: sampling and the envs' steps (rewards)
+        meta["time/credit_seconds"] = perf_counter() - t_credit  # credit, items and the sample filter
         return SAWBatch(items=items, meta=meta)
 
     # ---- helpers ----------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Stat-key grouping: every key lives under ``train/``, ``eval/`` or ``perf/`` (migration guide §6)."""
+"""Stat-key grouping: every key lives under ``train/``, ``eval/``, ``perf/`` (migration guide §6) or ``time/``
+(the step's wall time split into its parts, ``ludic.training._step_times``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-GROUPS = ("train", "eval", "perf")
+GROUPS = ("train", "eval", "perf", "time")
 _PERF_PREFIXES = ("gpu_", "cpu_", "mem_", "perf_", "time_", "throughput")
 _PERF_SUFFIXES = ("_mb", "_gb", "_seconds", "_sec", "_ms", "_per_s", "_per_second")
 

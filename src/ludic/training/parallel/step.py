@@ -158,7 +158,9 @@ class DataParallelGroup:
 
     def perf_stats(self, token_stats: Mapping[str, float], seconds: float) -> dict[str, float]:
         """``perf/`` stats: reduced over ranks (token counts summed, time the slowest rank's), plus
-        ``perf/rank{r}/...`` for every rank when there are several. Identical on every rank."""
+        ``perf/rank{r}/...`` for every rank when there are several. Identical on every rank.
+        ``seconds`` is the forward-backward and optimizer time (``perf/train_seconds``, which
+        ``tokens_per_second`` divides by): no generation, preprocessing or publishing (see ``time/``)."""
         mem = _memory_stats()
         if "gpu_mem_peak_mb" in mem:
             mem["gpu_activation_peak_mb"] = mem["gpu_mem_peak_mb"] - self._alloc_before
@@ -171,9 +173,9 @@ class DataParallelGroup:
         for r, stats in enumerate(per_rank):
             out.update({f"perf/rank{r}/{k}": v for k, v in stats.items()})
         slowest = max(s["train_seconds"] for s in per_rank)
-        for k in ("real_tokens", "padded_tokens", "num_micro_batches"):
+        for k in ("real_tokens", "computed_tokens", "num_micro_batches"):
             out[f"perf/{k}"] = sum(s[k] for s in per_rank)
-        out["perf/padding_efficiency"] = out["perf/real_tokens"] / max(out["perf/padded_tokens"], 1.0)
+        out["perf/computed_per_real_token"] = out["perf/computed_tokens"] / max(out["perf/real_tokens"], 1.0)
         out["perf/train_seconds"] = slowest
         out["perf/tokens_per_second"] = out["perf/real_tokens"] / max(slowest, 1e-9)
         for k in mem:

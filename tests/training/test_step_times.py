@@ -1,0 +1,74 @@
+"""Every step's metrics split its wall time under ``time/``: the batch source's generation and credit, the
+rest of ``next_batch`` as waiting, preprocessing, forward-backward, optimizer and publish; the parts add up
+to ``time/step_seconds``. ``perf/train_seconds`` is the forward-backward and optimizer time only (it used to
+start before ``next_batch``, generation included)."""
+
+from __future__ import annotations
+
+import time
+
+from ludic.agents import Agent
+from ludic.context import FullDialog
+from ludic.distributed import ClientPublisher
+from ludic.inference import SamplingConfig, TransformersChatClient
+from ludic.inference.sampling import InferenceSpec
+from ludic.interaction import SingleAgentProtocol
+from ludic.training.batching import RolloutBatchSource, RolloutEngine
+from ludic.training.config import TrainerConfig
+from ludic.training.presets import make_grpo
+from ludic.training.trainer import Trainer
+from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
+
+from .batching.test_rollout_engine import EchoEnv, _identity_parser
+
+WAIT_S = 0.3  # the request source's own delay: data the step waits for
+SCORE_S = 0.05  # each env step's delay: part of playing the episodes
+
+
+class SlowEchoEnv(EchoEnv):
+    def env_step(self, action: str):
+        time.sleep(SCORE_S)
+        return super().env_step(action)
+
+
+def test_the_time_parts_add_up_to_the_step_and_train_seconds_excludes_generation() -> None:
+    from ludic.testing import tiny_model_path
+
+    client = TransformersChatClient(tiny_model_path())
+
+    def protocol():
+        return SingleAgentProtocol(agent=Agent(client=client, model="tiny", ctx=FullDialog(), parser=_identity_parser))
+
+    engine = RolloutEngine(env_registry={"echo": SlowEchoEnv}, protocol_registry={"single": protocol})
+    spec = InferenceSpec(SamplingConfig(temperature=1.0, max_tokens=8))
+
+    def requests() -> list[RolloutRequest]:
+        time.sleep(WAIT_S)
+        return [RolloutRequest(EnvSpec("echo", {"target": "a"}), ProtocolSpec("single"), inference=spec, sampling_seed=s)
+                for s in range(2)]  # fmt: skip
+
+    algo = make_grpo(group_size=4)
+    source = RolloutBatchSource(engine=engine, request_fn=requests, algorithm=algo, max_steps=1)
+    from transformers import AutoModelForCausalLM
+
+    trainer = Trainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_path()), algo=algo, batch_source=source,
+        publisher=ClientPublisher(client), cfg=TrainerConfig(lr=1e-3, max_seq_len=128, sync_every_steps=1),
+    )  # fmt: skip
+    stats = trainer.train_step_sync()
+    parts = {k: v for k, v in stats.items() if k.startswith("time/") and k != "time/step_seconds"}
+    assert set(parts) >= {
+        "time/generate_seconds", "time/credit_seconds", "time/wait_seconds", "time/preprocess_seconds",
+        "time/forward_backward_seconds", "time/optimizer_seconds", "time/publish_seconds",
+    }  # fmt: skip
+    assert all(v >= 0 for v in parts.values())
+    step = stats["time/step_seconds"]
+    assert 0.9 * step <= sum(parts.values()) <= step, (parts, step)
+    assert stats["time/wait_seconds"] >= WAIT_S
+    assert stats["time/generate_seconds"] >= 8 * SCORE_S  # 8 episodes, each env step inside the generation
+    assert stats["perf/step_seconds"] == step
+    compute = stats["time/forward_backward_seconds"] + stats["time/optimizer_seconds"]
+    assert compute <= stats["perf/train_seconds"] <= compute + 0.05
+    assert stats["perf/train_seconds"] < step - WAIT_S - 8 * SCORE_S
+    assert stats["perf/computed_per_real_token"] == stats["perf/computed_tokens"] / stats["perf/real_tokens"]
+    assert "perf/padding_efficiency" not in stats and "perf/padded_tokens" not in stats
