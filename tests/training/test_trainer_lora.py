@@ -79,7 +79,8 @@ def test_lora_publishes_merged_weights_under_base_names() -> None:
     model, publisher, base_before = _train_two_steps()
     assert [v for _, v in publisher.calls] == [1, 2]
     sent = publisher.calls[-1][0]
-    assert set(sent) == set(tiny_model().state_dict())  # base names only: no lora_/base_layer keys
+    # base names only (no lora_/base_layer keys), the tied head once: as the embedding
+    assert set(sent) == set(tiny_model().state_dict()) - {"lm_head.weight"}
 
     q = model.get_base_model().model.layers[0].self_attn.q_proj
     a, b = q.lora_A["default"].weight, q.lora_B["default"].weight  # [r, in], [out, r]

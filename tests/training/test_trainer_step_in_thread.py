@@ -130,7 +130,8 @@ async def test_weights_published_from_the_thread_never_mix_versions_in_a_reply()
     assert len(versions) >= 2, versions  # generation went on while the trainer stepped and published
     check = AutoModelForCausalLM.from_pretrained(path)
     for resp, _ in replies:  # each reply is exactly what its tagged version's weights give
-        check.load_state_dict(publisher.snapshots[resp.policy_version])
+        loaded = check.load_state_dict(publisher.snapshots[resp.policy_version], strict=False)
+        assert loaded.missing_keys in ([], ["lm_head.weight"])  # a publish sends the tied head once (the embedding)
         got = _logps_under(check, resp.prompt_token_ids, resp.completion_token_ids)
         assert got == pytest.approx(resp.completion_logprobs, abs=1e-4), resp.policy_version
     assert client.policy_version == trainer.step == 4
