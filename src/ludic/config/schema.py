@@ -272,7 +272,7 @@ class LoggingSection(Section):
     output_dir: str = "runs/ludic"
     """Where metrics.jsonl, the plot, eval results and checkpoints go."""
     rich: bool = True
-    """Live terminal dashboard."""
+    """Live terminal dashboard when stdout is a terminal (otherwise, or false: a plain line per step)."""
     plot: bool = True
     """Write the reward/loss PNG at the end."""
     wandb: dict[str, Any] | None = None
