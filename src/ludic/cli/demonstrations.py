@@ -1,7 +1,8 @@
 """The demonstrations of a run config's ``[sft]`` table, read, checked and turned into SFT items.
 
 From a JSONL file (``demonstrations = "demos.jsonl"``: per line ``{"prompt": str | messages, "answer": str}``
-or ``{"messages": [..., {"role": "assistant", "content": str}]}``), or from the training env
+or ``{"messages": [..., {"role": "assistant", "content": str}]}``, either with an optional ``"tools"`` list
+rendered into the prompt as the agent's ``tools=`` are), or from the training env
 (``from_env = true``: env kinds implementing ``ludic.envs.demonstrations.ProvidesDemonstrations``).
 A string prompt gets the system prompt the agent will have (the harness's ``system_prompt``, else the
 env's ``suggested_sysprompt``), so the SFT item's prompt ids are the ids the agent sends; a message-list
@@ -47,11 +48,14 @@ def _demonstration(record: dict[str, Any]) -> Demonstration:
         last = messages[-1]
         if not isinstance(last, dict) or last.get("role") != "assistant":
             raise ValueError("the last message must be the assistant's answer ({'role': 'assistant', ...})")
-        return Demonstration(messages[:-1], last.get("content"))  # type: ignore[arg-type]
+        if last.get("tool_calls"):
+            raise ValueError("the answer's tool_calls: write the call as the answer's content, in the model's own "
+                             'format (e.g. <tool_call>{"name": ..., "arguments": {...}}</tool_call>), as it samples it')  # fmt: skip
+        return Demonstration(messages[:-1], last.get("content"), record.get("tools"))  # type: ignore[arg-type]
     missing = [k for k in ("prompt", "answer") if k not in record]
     if missing:
         raise ValueError(f"no {' or '.join(missing)} field (nor messages); fields: {sorted(record)}")
-    return Demonstration(record["prompt"], record["answer"])
+    return Demonstration(record["prompt"], record["answer"], record.get("tools"))
 
 
 def training_env(cfg: RunConfig) -> Any:
@@ -108,7 +112,7 @@ def demonstration_items(cfg: RunConfig, tokenizer: Any) -> list[SAWItem]:
         sft_item(
             tokenizer, d.prompt, d.answer,
             system_prompt=system_prompt if isinstance(d.prompt, str) else None,
-            meta={"rollout_id": f"sft-{i}", "step_index": 0},
+            tools=d.tools, meta={"rollout_id": f"sft-{i}", "step_index": 0},
         )
         for i, d in enumerate(config_demonstrations(cfg, env))
     ]  # fmt: skip

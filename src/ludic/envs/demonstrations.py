@@ -7,19 +7,25 @@ tokenised as the agent will see the prompt. Only training prompts are ever demon
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ludic.types import Message
 
 
 @dataclass(frozen=True)
 class Demonstration:
-    """One correct answer: ``prompt`` (the user message's text, or the whole message list) -> ``answer``."""
+    """One correct answer: ``prompt`` (the user message's text, or the whole message list) -> ``answer``.
+
+    ``tools``: the tool schemas the agent passes (OpenAI ``tools=``), rendered into the prompt by the chat
+    template as at rollout time; a tool-calling answer is written in the template's own format (e.g.
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), as the model would sample it.
+    """
 
     prompt: str | Sequence[Message]
     answer: str
+    tools: Sequence[Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.answer, str) or not self.answer:
@@ -31,6 +37,10 @@ class Demonstration:
             raise ValueError(
                 "Demonstration.prompt must be a string or a non-empty list of {role, content} messages"
             )
+        if self.tools is not None and (
+            isinstance(self.tools, (str, Mapping)) or not all(isinstance(t, Mapping) for t in self.tools)
+        ):
+            raise ValueError(f"Demonstration.tools must be a list of tool schemas (JSON objects), got {self.tools!r:.80}")
 
 
 @runtime_checkable

@@ -50,11 +50,16 @@ def sft_item(
     end_of_turn: int | None = None,
     weight: float = 1.0,
     meta: Mapping[str, Any] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> SAWItem:
-    """One SFT item: chat-templated prompt (masked out), then ``answer`` + end-of-turn (trained)."""
+    """One SFT item: chat-templated prompt (masked out), then ``answer`` + end-of-turn (trained).
+
+    ``tools`` are rendered into the prompt as an agent's ``tools=`` are, so the item's prompt ids are the ids
+    a tool-using agent sends."""
     if not isinstance(answer, str) or not answer:
         raise ValueError(f"sft_item needs a non-empty answer string, got {answer!r}")
-    prompt_ids = chat_template_ids(tokenizer, prompt_messages(prompt, system_prompt))
+    tool_list = None if tools is None else [dict(t) for t in tools]
+    prompt_ids = chat_template_ids(tokenizer, prompt_messages(prompt, system_prompt), tools=tool_list)
     answer_ids = [int(t) for t in tokenizer.encode(answer, add_special_tokens=False)]
     answer_ids.append(end_of_turn if end_of_turn is not None else end_of_turn_id(tokenizer))
     item_meta = {"prompt_length": len(prompt_ids), "completion_length": len(answer_ids), **(meta or {})}
