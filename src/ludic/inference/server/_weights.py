@@ -196,10 +196,10 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     try:
         params = load(bytes(blob))
         adapter = blob_adapter_config(blob)
+        if adapter is not None:
+            params = AdapterPayload(params, adapter)  # served on top of the base (``sync_adapter``)
     except Exception as exc:  # safetensors refuses a malformed blob; it never runs code
         raise BadRequest(f"weights rejected: {exc}") from exc
-    if adapter is not None:
-        params = AdapterPayload(params, adapter)  # served on top of the base (``sync_adapter``)
     try:
         apply = partial(_unless_updating, receiver, "apply a weight blob", engine.sync_weights, params, version=version_int)
         status = await _in_thread(apply)  # 409 (not 400) when another publisher's update is in progress

@@ -26,6 +26,11 @@ SAMPLES_PER_TENSOR = 64
 ADAPTER_METADATA_KEY = "ludic_adapter"  # the safetensors metadata key of a blob that carries an adapter
 
 
+def _number(value: Any) -> bool:
+    """An int or float, never a bool (``True`` is not a scaling of 1.0)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def lora_names(module: str) -> tuple[str, str]:
     """The two tensor names of ``module``'s adapter: ``(A, B)``."""
     return f"{module}.lora_A.weight", f"{module}.lora_B.weight"
@@ -50,7 +55,7 @@ class AdapterConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 1:
             raise ValueError(f"adapter rank must be an int >= 1, got {self.rank!r}")
-        if not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha):
+        if not _number(self.alpha) or not math.isfinite(self.alpha):
             raise ValueError(f"adapter alpha must be a finite number, got {self.alpha!r}")
         if not self.target_modules or not all(isinstance(m, str) and m for m in self.target_modules):
             raise ValueError(f"adapter target_modules must be non-empty module names, got {self.target_modules!r}")
@@ -58,10 +63,12 @@ class AdapterConfig:
             raise ValueError("adapter target_modules has duplicates")
         if len(self.scalings) != len(self.target_modules):
             raise ValueError(f"{len(self.scalings)} scalings for {len(self.target_modules)} target modules")
-        if not all(isinstance(s, (int, float)) and math.isfinite(s) for s in self.scalings):
+        if not all(_number(s) and math.isfinite(s) for s in self.scalings):
             raise ValueError(f"adapter scalings must be finite numbers, got {list(self.scalings)[:5]}")
         if not isinstance(self.base_fingerprint, str) or not self.base_fingerprint:
             raise ValueError("adapter base_fingerprint must be a non-empty string")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"adapter name must be a non-empty string, got {self.name!r:.50}")
 
     def tensor_names(self) -> list[str]:
         return [n for m in self.target_modules for n in lora_names(m)]
@@ -82,7 +89,7 @@ class AdapterConfig:
             raise ValueError("adapter config target_modules and scalings must be lists")
         return cls(rank=obj["rank"], alpha=obj["alpha"], target_modules=tuple(obj["target_modules"]),
                    scalings=tuple(obj["scalings"]), base_fingerprint=obj["base_fingerprint"],
-                   name=str(obj.get("name", "default")))  # fmt: skip
+                   name=obj.get("name", "default"))  # fmt: skip
 
 
 class AdapterPayload(dict):
