@@ -216,3 +216,45 @@ def test_any_bytes_are_refused_with_a_reason_or_decode_to_a_well_formed_item(dat
         assert exc.reason in REASONS
         return
     _well_formed(item_id, version, item)
+
+
+# ---- counted by the batch source, over a real Redis ---------------------------------------------------
+
+
+async def test_impossible_entries_are_skipped_and_counted_by_reason(redis_server, run_id, make_item):
+    from ludic.training.pipeline.batch_source import PipelineBatchSource
+    from ludic.training.pipeline.stream import PipelineStream
+
+    def entry(body: list) -> dict[str, bytes]:
+        return {"item": msgpack.packb([body[0], run_id.encode(), *body[2:]], use_bin_type=True)}
+
+    hot = make_item(5)
+    hot.meta["sampling_temperature"] = "0.7"
+    bad = [
+        entry(_body(_item([1.0, 5.0]))),  # positive log-probs (the issue's [+1, +5])
+        entry(_changed(_body(_item(version=None)), VERSION, -1)),
+        entry(_changed(_body(_item(version=None)), VERSION, 2**64 - 1)),
+        entry(_body(item_id="i" * (1 << 20))),
+        entry(_changed(_body(), ATTENTION, bytes(4))),
+        entry(_changed(_body(), ACTION, bytes(4))),
+        encode_item(hot, run_id=run_id, item_id="hot"),
+    ]
+    stream = PipelineStream(redis_server.url, run_id)
+    try:
+        await stream.push([encode_item(make_item(0), run_id=run_id, item_id="good-0")])
+        for fields in bad:
+            await stream.push_raw(dict(fields))
+        await stream.push([encode_item(make_item(1), run_id=run_id, item_id="good-1")])
+    finally:
+        await stream.close()
+    source = PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, block_ms=50, version_fn=lambda: 0, vocab_size=1000, batch_size=2)  # fmt: skip
+    try:
+        batch = await source.next_batch()
+    finally:
+        await source.close()
+    assert [it.meta["pipeline_item_id"] for it in batch.items] == ["good-0", "good-1"]
+    assert (
+        source.counters["pipeline/skipped_invalid"] == 6
+        and source.counters["pipeline/skipped_bad_temperature"] == 1
+    )
+    assert source.consumed == 9
