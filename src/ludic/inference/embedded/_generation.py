@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable, Generator
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ludic.inference.embedded._rows import RowRequest, RowResult
 from ludic.inference.embedded._stop_strings import StopMatcher
@@ -25,6 +26,9 @@ from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.kernels.cpu.sampling_kernel import sample_tokens, sample_with_logprobs
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
+
+# the KV cache's name in forward() and outputs: "cache" once transformers deprecated "past_key_values" (it warns)
+CACHE = "cache" if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {}) else "past_key_values"
 
 __all__ = ["BatchGenerator", "RowRequest", "RowResult", "Steps", "sample_tokens", "sample_with_logprobs"]
 Steps = Generator[int, "bool | None", "list[RowResult]"]
@@ -67,10 +71,13 @@ class BatchGenerator:
         self.lean = LeanDecoder(model, exact=exact, packed=kernels.packed_linear) if lean and kernels.lean_decoder else None
         self.share_prefix = share_prefix and not exact and kernels.shared_prefix_cache  # one K/V per prompt
 
-    def _forward(self, **kwargs) -> tuple[torch.Tensor, object]:
+    def _forward(self, cache: object = None, **kwargs) -> tuple[torch.Tensor, object]:
+        """The model's forward, its KV cache passed and read back under this transformers' name (``CACHE``)."""
         self.forward_calls += 1
+        if cache is not None:
+            kwargs[CACHE] = cache
         out = self.model(use_cache=True, return_dict=True, **kwargs)
-        return out.logits[:, -1, :], out.past_key_values
+        return out.logits[:, -1, :], getattr(out, CACHE)
 
     def generate(
         self, rows: list[RowRequest], between_steps: Callable[[int], bool | None] | None = None
@@ -261,7 +268,7 @@ class BatchGenerator:
             step_ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
             mask = torch.cat([mask, torch.ones_like(step_ids)], dim=-1)
             logits, cache = self._forward(
-                input_ids=step_ids, attention_mask=mask, position_ids=next_pos, past_key_values=cache
+                input_ids=step_ids, attention_mask=mask, position_ids=next_pos, cache=cache
             )
             next_pos = next_pos + 1
         return results
@@ -298,3 +305,4 @@ class BatchGenerator:
             res.finish_reason = "length"
             return True
         return False
+
