@@ -56,14 +56,15 @@ _STRUCT = {"<i4": "i", "<f4": "f", "<f8": "d"}  # struct codes, standard sizes u
 _F4, _F8 = np.dtype("<f4"), np.dtype("<f8")
 _STEP_HALF = 1 << 16
 _STEP = bytes(_STEP_HALF) + b"\1" * _STEP_HALF
+"""64 Ki zeros, then 64 Ki ones: a mask of zeros then ones is the slice starting as many zeros before the middle."""
 MAX_ID_CHARS = 256
 """Longest item id taken: ids are the producer's (a uuid4 hex: 32); the batch source keeps thousands of them."""
 MAX_VERSION = 2**63 - 1
 """Largest policy version taken (int64, as tensors and JSON readers hold it)."""
 _NEGATIVE_TOPS = bytes(range(0x80, 0xFF))
-"""Top bytes of negative finite float32s (and -0.0); little-endian, a float whose top byte is not one of these
-is zero or positive, or NaN or inf: ``top.translate(None, _NEGATIVE_TOPS)`` is empty for negative floats."""
-"""64 Ki zeros, then 64 Ki ones: a mask of zeros then ones is the slice starting as many zeros before the middle."""
+"""Top bytes (little-endian: the last of each float32) of negative floats down to -2**127, and of -0.0. When
+``top.translate(None, _NEGATIVE_TOPS)`` is empty every value is negative; else numpy looks closer (a zero, a
+positive, NaN, inf, or a finite value beyond -2**127)."""
 
 
 class BadEntry(ValueError):
