@@ -81,20 +81,25 @@ def write_manifest(folder: Path, tensors: dict[str, torch.Tensor], plain: dict[s
 
 
 def _read_header(path: Path) -> dict[str, tuple[list[int], list[int], str]]:
-    """``{key: (offsets, shape, dtype)}`` from one safetensors shard's header (no tensor data read)."""
+    """``{key: (offsets, shape, dtype)}`` from one safetensors shard's header (no tensor data read). Every key
+    needs its ``saved_offsets`` in ``DCP_SHARDING_INFO`` (the writer always records them): a default of zeros
+    would place a forged shard at the origin."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
             sharding = json.loads((f.metadata() or {}).get("DCP_SHARDING_INFO", "{}"))
-            out = {}
-            for key in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-                shard = f.get_slice(key)
-                offsets = sharding.get(key, {}).get("saved_offsets", [0] * len(shard.get_shape()))
-                out[key] = (list(offsets), list(shard.get_shape()), shard.get_dtype())
-            return out
+            out = {key: (f.get_slice(key).get_shape(), f.get_slice(key).get_dtype()) for key in f.keys()}  # noqa: SIM118
     except Exception as exc:  # safetensors parses a fixed format: nothing in the file can run
         raise CheckpointLoadError(f"{path}: not a safetensors shard: {type(exc).__name__}: {exc}") from None
+    chunks = {}
+    for key, (shape, dtype) in out.items():
+        entry = sharding.get(key) if isinstance(sharding, dict) else None
+        offsets = entry.get("saved_offsets") if isinstance(entry, dict) else None
+        if not isinstance(offsets, list):
+            raise CheckpointLoadError(f"{path}: DCP_SHARDING_INFO has no saved_offsets list for {key!r}")
+        chunks[key] = (offsets, list(shape), dtype)
+    return chunks
 
 
 def _check_files(folder: Path, manifest: dict[str, Any]) -> dict[str, list[tuple[list[int], list[int], str]]]:
@@ -161,11 +166,12 @@ def read_shards(folder: Path, expected: dict[str, torch.Tensor]) -> dict[str, to
     every value finite (else :class:`CheckpointLoadError`, raised on this rank only: the caller agrees)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.api import CheckpointException
 
     dest = {k: torch.empty_like(v) for k, v in expected.items()}
     try:
         dcp.load(dest, storage_reader=HuggingFaceStorageReader(str(folder)))
-    except Exception as exc:
+    except (Exception, CheckpointException) as exc:  # DCP's own error is a BaseException: fallback must see ours
         raise CheckpointLoadError(f"{folder}: reading the safetensors shards failed: {exc}") from exc
     check_finite(str(folder), ((k, v.to_local() if hasattr(v, "to_local") else v) for k, v in dest.items()))
     return dest
