@@ -34,6 +34,7 @@ from ludic.training.credit.assigners import (
     HybridNormalizedReturn,
     MonteCarloReturn,
 )
+from ludic.training.credit.group_token_mean import group_token_mean as reweight_group_token_mean
 from ludic.training.loss import Loss, MaskedCausalLMCrossEntropyLoss, ReinforceLoss
 from ludic.training.loss.cispo import CISPOLoss
 from ludic.training.loss.clipped import ClippedSurrogateLoss, TokenClippedSurrogateLoss
@@ -185,14 +186,35 @@ def make_cispo(
     tis_cap: float | None = None,
     mis_threshold: float | None = None,
     ref_model: RefModel | None = None,
+    group_token_mean: bool = False,
 ) -> RLAlgorithm:
-    """Group-normalised returns + CISPO; ``kl_coeff > 0`` adds a KL term to ``ref_model``."""
+    """Group-normalised returns + CISPO; ``kl_coeff > 0`` adds a KL term to ``ref_model``.
+
+    ``group_token_mean=True`` (with ``length_normalize=False``) aggregates as MiniMax-M1's eq. 4: each
+    group's token terms divided by its total action tokens, then averaged over groups
+    (``credit/group_token_mean.py``); the default averages each reply over its tokens, then over replies."""
     loss = CISPOLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
         tis_cap=tis_cap, mis_threshold=mis_threshold,
     )  # fmt: skip
     credit = group_advantages(group_size, group_normalize_adv, positive_only)
-    return build_preset(name, credit, loss, drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model)
+    return build_preset(
+        name, credit, loss, drop_zero_weight=drop_zero_weight, kl_coeff=kl_coeff, ref_model=ref_model,
+        scorers=_group_token_mean(group_token_mean, length_normalize, name),
+    )  # fmt: skip
+
+
+def _group_token_mean(on: bool, length_normalize: bool, name: str) -> list[PreprocessFn]:
+    """The reweighting step for ``group_token_mean=True`` (after every filter, so the scale counts only the
+    items trained on); it needs a loss that sums over tokens."""
+    if not isinstance(on, bool):
+        raise TypeError(f"{name}: group_token_mean must be a bool, got {on!r}")
+    if on and length_normalize:
+        raise ValueError(
+            f"{name}: group_token_mean=True divides each group by its token count itself; "
+            "set length_normalize=False (a loss that sums over each reply's tokens)"
+        )
+    return [reweight_group_token_mean] if on else []
 
 
 def make_scalerl(
@@ -209,6 +231,7 @@ def make_scalerl(
     mis_threshold: float | None = None,
     kl_coeff: float = 0.0,
     ref_model: RefModel | None = None,
+    group_token_mean: bool = False,
 ) -> RLAlgorithm:
     """ScaleRL: group-mean / batch-std advantages + CISPO; ``filter_zvp`` drops zero-variance prompts.
 
@@ -217,7 +240,8 @@ def make_scalerl(
     instead averages over all the tokens of a prompt's group, then over prompts. With whole groups of
     ``group_size`` replies the two agree when a group's replies have equal lengths; otherwise ScaleRL
     gives each token of a group the same weight (a long reply counts more), Ludic each reply the same.
-    ``length_normalize=False`` gives every token of the batch the same weight instead."""
+    ``length_normalize=False`` gives every token of the batch the same weight instead, and with
+    ``group_token_mean=True`` too, ScaleRL's prompt-level aggregation exactly (``credit/group_token_mean.py``)."""
     loss = CISPOLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize,
         tis_cap=tis_cap, mis_threshold=mis_threshold,
@@ -225,7 +249,7 @@ def make_scalerl(
     return build_preset(
         name, HybridNormalizedReturn(group_size, positive_only=positive_only), loss,
         filters=[alg.drop_zero_variance_groups if filter_zvp else None], drop_zero_weight=drop_zero_weight,
-        kl_coeff=kl_coeff, ref_model=ref_model,
+        kl_coeff=kl_coeff, ref_model=ref_model, scorers=_group_token_mean(group_token_mean, length_normalize, name),
     )  # fmt: skip
 
 
