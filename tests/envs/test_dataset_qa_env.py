@@ -20,6 +20,7 @@ def test_correct_answer_gets_reward_one_and_info():
     assert (out.reward, out.terminated, out.obs) == (1.0, True, None)
     assert out.info == {
         "correct": True,
+        "answer_found": True,
         "parsed_answer": "1200",
         "target_answer": "1,200",
         "question_id": env.question_id,

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ludic.envs.answer_format import QuestionFormat, answer_extractor
 from ludic.envs.single_agent_env import SingleAgentEnv
 from ludic.types import Info, Obs, StepOutcome
 
@@ -84,6 +85,8 @@ class DatasetQAEnv(SingleAgentEnv):
     the reset info). A row whose answer is None is never answered correctly.
     reward_fn: ``reward_fn(reply, target, row) -> float`` (a user's own scoring, ``[env].reward``) gives the
         reward instead of ``correct_reward`` / ``incorrect_reward``; ``correct`` stays the exact match.
+    instruction / question_template / answer: the answer format the prompt asks for and the extractor that
+        reads it (``ludic.envs.answer_format``); ``answer_found`` in the step info says whether it was there.
     """
 
     def __init__(
@@ -97,7 +100,12 @@ class DatasetQAEnv(SingleAgentEnv):
         correct_reward: float = 1.0,
         incorrect_reward: float = 0.0,
         reward_fn: Callable[[str, str | None, Mapping[str, Any]], float] | None = None,
+        instruction: str | None = None,
+        question_template: str | None = None,
+        answer: str | None = None,
     ) -> None:
+        self.question_format = QuestionFormat(instruction, question_template)
+        self.extractor = answer_extractor(answer) if answer is not None else None
         self.question_key, self.answer_key, self.target_parser = question_key, answer_key, target_parser
         self.reward_fn = reward_fn
         self._load_sample(sample)
@@ -127,21 +135,36 @@ class DatasetQAEnv(SingleAgentEnv):
     def suggested_sysprompt(self) -> str | None:
         return self._system_prompt
 
+    @property
+    def prompt(self) -> str:
+        """What the episode asks: the question in the task's format (instruction or template applied)."""
+        return self.question_format.render(self.question)
+
+    def read_answer(self, reply: str) -> str | None:
+        """The answer in ``reply``: the extractor's match (None without one), or the whole reply."""
+        return self.extractor.extract(reply) if self.extractor is not None else reply
+
+    def write_answer(self, answer: str) -> str:
+        """A reply giving ``answer`` in the task's format (for demonstrations)."""
+        return self.extractor.write(answer) if self.extractor is not None else answer
+
     def env_reset(self, *, seed: int | None = None) -> tuple[Obs, Info]:
         self._done = False
-        return self.question, {"target_answer": self.target_answer, "question_id": self.question_id}
+        return self.prompt, {"target_answer": self.target_answer, "question_id": self.question_id}
 
     def env_current_obs(self) -> Obs:
-        return self.question
+        return self.prompt
 
     def env_step(self, action: str) -> StepOutcome:
         if self._done:
             raise RuntimeError("DatasetQAEnv: the question was already answered; call reset()")
         self._done = True
-        parsed = normalize_answer(action)
-        correct = answers_match(action, self.target_answer)
+        answer = self.read_answer(action)
+        parsed = normalize_answer(answer) if answer is not None else None
+        correct = answers_match(answer, self.target_answer)
         info = {
             "correct": correct,
+            "answer_found": answer is not None,
             "parsed_answer": parsed,
             "target_answer": self.target_answer,
             "question_id": self.question_id,

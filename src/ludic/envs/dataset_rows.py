@@ -68,7 +68,10 @@ class DatasetRowsEnv(DatasetQAEnv):
         order = list(range(len(answered)))
         random.Random(seed).shuffle(order)
         picks = (answered[order[i % len(order)]] for i in range(n))
-        return [Demonstration(str(row[self.question_key]), target) for row, target in picks]
+        return [
+            Demonstration(self.question_format.render(str(row[self.question_key])), self.write_answer(target))
+            for row, target in picks
+        ]
 
 
 def split_rows(
@@ -218,6 +221,9 @@ def dataset_qa_env(
     correct_reward: float = 1.0,
     incorrect_reward: float = 0.0,
     reward_fn: Callable[[str, str | None, Mapping[str, Any]], float] | None = None,
+    instruction: str | None = None,
+    question_template: str | None = None,
+    answer: str | None = None,
 ) -> DatasetQAEnv:
     """The ``dataset_qa`` kind: one fixed ``sample`` row, or the rows of ``split`` of the file ``path``.
 
@@ -225,6 +231,8 @@ def dataset_qa_env(
     split: "train" or "eval" (held-out rows: ``held_out_path``'s, or ``held_out_fraction`` of ``path``
         chosen with ``split_seed``). target_format: "plain" or "gsm8k" (the answer after "####").
     reward_fn: ``reward_fn(reply, target, row) -> float`` instead of exact match (``[env].reward``).
+    instruction / question_template / answer: the answer format asked for and its extractor
+        (``ludic.envs.answer_format``: e.g. ``instruction="Put the answer in \\boxed{}."``, ``answer="boxed"``).
     """
     if target_format not in TARGET_FORMATS:
         raise ValueError(
@@ -233,7 +241,7 @@ def dataset_qa_env(
     qa_kwargs: dict[str, Any] = dict(
         target_parser=TARGET_FORMATS[target_format], question_key=question_key, answer_key=answer_key,
         system_prompt=system_prompt, correct_reward=correct_reward, incorrect_reward=incorrect_reward,
-        reward_fn=reward_fn,
+        reward_fn=reward_fn, instruction=instruction, question_template=question_template, answer=answer,
     )  # fmt: skip
     if (sample is None) == (path is None):
         raise ValueError("dataset_qa: give exactly one of sample (one row) or path (a data-set file)")

@@ -86,6 +86,9 @@ class ReasoningGymEnv(DatasetRowsEnv):
     config: the data set's own config fields (e.g. ``{"min_words": 3, "max_words": 5}``).
     size / eval_size: training / held-out items; seed: the generator's seed.
     split: "train" or "eval" (``ludic train`` / ``ludic eval`` pass "eval" to evaluations).
+    instruction / question_template / answer: the answer format the prompt asks for, kept apart from the
+        system prompt (a chat model's default one stays), and the extractor that reads it in front of
+        ``score_answer`` (``ludic.envs.answer_format``).
     Step info: ``score`` (what score_answer returned), ``correct`` (score == 1), ``target_answer``,
     ``question_id`` (the item's ``source_index``), ``dataset``.
     """
@@ -100,6 +103,9 @@ class ReasoningGymEnv(DatasetRowsEnv):
         seed: int = 0,
         split: Literal["train", "eval"] = "train",
         system_prompt: str | None = None,
+        instruction: str | None = None,
+        question_template: str | None = None,
+        answer: str | None = None,
     ) -> None:
         if split not in ("train", "eval"):
             raise ValueError(f"reasoning_gym: split must be 'train' or 'eval', got {split!r}")
@@ -107,15 +113,19 @@ class ReasoningGymEnv(DatasetRowsEnv):
         self.dataset, train, held = reasoning_gym_rows(
             dataset, config=config, size=size, eval_size=eval_size, seed=seed
         )
-        super().__init__(train if split == "train" else held, system_prompt=system_prompt)
+        super().__init__(
+            train if split == "train" else held, system_prompt=system_prompt, instruction=instruction,
+            question_template=question_template, answer=answer,
+        )  # fmt: skip
 
     def env_step(self, action: str) -> StepOutcome:
         if self._done:
             raise RuntimeError("ReasoningGymEnv: the question was already answered; call reset()")
         self._done = True
         entry = self.sample["entry"]
+        answer = self.read_answer(action)  # the extractor's match, or the whole reply without one
         try:
-            score = float(self.dataset.score_answer(answer=action, entry=entry))
+            score = float(self.dataset.score_answer(answer=answer if answer is not None else "", entry=entry))
         except Exception as exc:  # name the item: a crashed scorer is never a silent 0
             raise RuntimeError(
                 f"reasoning_gym {self.dataset_name!r}: score_answer raised on item {self.question_id}: "
@@ -128,7 +138,8 @@ class ReasoningGymEnv(DatasetRowsEnv):
         info = {
             "score": score,
             "correct": score == 1.0,
-            "parsed_answer": action,
+            "answer_found": answer is not None,
+            "parsed_answer": answer,
             "target_answer": self.target_answer,
             "question_id": self.question_id,
             "dataset": self.dataset_name,
