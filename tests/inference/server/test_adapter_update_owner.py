@@ -52,7 +52,7 @@ def message(reply: httpx.Response) -> str:
         return reply.text
 
 
-def test_blob_and_adapter_folder_get_409_during_another_publishers_update(url, adapter, tmp_path):
+def test_blob_and_adapter_routes_get_409_during_another_publishers_update(url, adapter, tmp_path):
     folder = write_adapter_folder(adapter, tmp_path / "a", version=version(url) + 5)
     before = version(url)
     update_id = httpx.post(url + "/start_weight_update", json={}).json()["update_id"]
@@ -61,6 +61,8 @@ def test_blob_and_adapter_folder_get_409_during_another_publishers_update(url, a
         assert put.status_code == 409 and update_id in message(put), put.text
         load = httpx.post(url + "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": str(folder)})
         assert load.status_code == 409 and update_id in message(load), load.text
+        unload = httpx.post(url + "/v1/unload_lora_adapter", json={"lora_name": "x"})
+        assert unload.status_code == 409 and update_id in message(unload), unload.text
         assert version(url) == before
     finally:
         assert httpx.post(url + "/ludic/abort_weight_update", json={"update_id": update_id}).status_code == 200
@@ -68,6 +70,7 @@ def test_blob_and_adapter_folder_get_409_during_another_publishers_update(url, a
     assert put.status_code == 200 and version(url) == before + 1, put.text
     load = httpx.post(url + "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": str(folder)})
     assert load.status_code == 200 and version(url) == before + 5, load.text
+    assert httpx.post(url + "/v1/unload_lora_adapter", json={"lora_name": "x"}).status_code == 200
 
 
 def test_a_finite_but_huge_scaling_is_a_400_naming_it(url, adapter):

@@ -13,7 +13,8 @@ generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` tak
 ``/start_weight_update`` answers an ``update_id``; the other calls of that update may send it (the
 shared-memory ones must), and ``POST /ludic/abort_weight_update {"update_id"}`` discards it. While one
 publisher's update is in progress, another's ``start`` or ``init`` is refused with 409, and so are
-``/ludic/update_weights_blob`` and ``/v1/load_lora_adapter`` (they would apply under that update). Ludic's own
+``/ludic/update_weights_blob``, ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (they would change
+the weights under that update). Ludic's own
 fields save two round trips: ``/start_weight_update {"pause": mode}`` pauses first and
 ``/finish_weight_update {"resume": true}`` resumes after (a refused update too).
 """
@@ -235,7 +236,8 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
     the adapter served has that name (its ``lora_name``, or over the other routes its peft name)."""
     name = await _json_field(request, "lora_name")
     engine = request.app[ENGINE_KEY]
-    if not isinstance(name, str) or not await asyncio.to_thread(partial(engine.unload_adapter, name=name)):
+    unload = partial(_unless_updating, request.app[RECEIVER_KEY], "unload a LoRA adapter", engine.unload_adapter, name=name)
+    if not isinstance(name, str) or not await _in_thread(unload):
         current = engine.adapter.config
         serving = f" (serving {current.name!r})" if current is not None else ""
         raise web.HTTPNotFound(text=f"no LoRA adapter named {name!r} is loaded{serving}")
