@@ -1,0 +1,262 @@
+"""Ludic on a real pretrained chat model (SmolLM2-135M-Instruct), side by side with TRL, on this CPU.
+
+    OMP_NUM_THREADS=2 .venv/bin/python bench/bench_real_model.py [MODEL_DIR] [--rounds 3 --steps 3]
+    .venv/bin/python bench/bench_real_model.py MODEL_DIR --steps 1 --quick     # the smallest form
+
+MODEL_DIR defaults to the catalogue's prepared folder (``ludic models pull smollm2-135m-instruct``). Task:
+reasoning-gym ``basic_arithmetic`` (2 terms of 1 digit), GRPO, 4 prompts x 8 samples, 64 new tokens,
+lr 1e-5, fp32, the model's chat template, no vLLM. Each run is its own process (peak RSS per side);
+rounds interleave Ludic and TRL. Prints medians and ratios of:
+
+(a) a Ludic GRPO step (``ludic train``'s run: embedded engine, Trainer) vs TRL 1.16's ``GRPOTrainer``, with
+    Ludic's ``time/`` split of its step;
+(b) Ludic's step against its floor: training 6 x params x distinct trained tokens (the positions the forward
+    computed, prompts shared) + generation 2 x params x generated tokens, at this CPU's fp32 matmul rate
+    measured in the same run (printed beside it);
+(c) the embedded engine's batched decoding vs one batched ``model.generate``, 32 rows x 64 tokens;
+(d) under contention: the bench starts one busy process per core and runs both sides again; slowdown =
+    contended / quiet median step, side by side.
+The first step of each run (warm-up) is left out when a run has more than one.
+Needs the bench extra (trl, datasets) and reasoning-gym: ``pip install -e '.[bench,reasoning-gym]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TASK = {"dataset": "basic_arithmetic", "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+FULL = {"prompts": 4, "group": 8, "tokens": 64, "gen_rows": 32, "gen_tokens": 64}
+QUICK = {"prompts": 2, "group": 2, "tokens": 8, "gen_rows": 4, "gen_tokens": 8}
+LR = 1e-5
+
+
+def default_model() -> str:
+    from ludic.models import prepared_path
+
+    return str(prepared_path("smollm2-135m-instruct"))
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    """This CPU's fp32 matmul rate with this process's threads: median of ``repeats`` n x n products."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def kept(values: list[float]) -> list[float]:
+    return values[1:] if len(values) > 1 else values
+
+
+# ---- workers (one process each) --------------------------------------------------------------------
+def ludic_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict[str, Any]:
+    from ludic.cli.run_config import build_train_run
+    from ludic.quickstart.run_config import to_run_config
+
+    data = {
+        "steps": steps, "seed": 0, "model": {"path": model},
+        "env": {"name": "reasoning_gym", "kwargs": {**TASK, "size": 1000, "eval_size": 100, "seed": 0}},
+        "harness": {"name": "plain"}, "algorithm": {"name": "grpo"},
+        "rollout": {"prompts_per_step": knobs["prompts"], "group_size": knobs["group"], "concurrency": 64,
+                    "sampling": {"temperature": 1.0, "max_tokens": knobs["tokens"]}},
+        "eval": {"every_n_steps": 0}, "trainer": {"lr": LR, "max_seq_len": 512},
+        "logging": {"output_dir": str(out), "rich": False, "plot": False},
+    }  # fmt: skip
+    run = build_train_run(to_run_config(data))
+    stats = asyncio.run(_steps(run, steps))  # one event loop for the run (the engine's tasks live on it)
+    params = sum(p.numel() for p in run.trainer.model.parameters())
+    rows = kept(stats)
+    return {
+        "step_seconds": [s["time/step_seconds"] for s in rows],
+        "split": {k: statistics.median(s.get(k, 0.0) for s in rows) for k in rows[0] if k.startswith("time/")},
+        "trained_tokens": statistics.median(s["perf/computed_tokens"] for s in rows),
+        "generated_tokens": statistics.median(s["train/avg_completion_length"] * s["train/num_samples"] for s in rows),
+        "params": params,
+        "rss_mb": rss_mb(),
+    }
+
+
+async def _steps(run: Any, steps: int) -> list[dict[str, float]]:
+    return [await run.trainer.train_step() for _ in range(steps)]
+
+
+def trl_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict[str, Any]:
+    import reasoning_gym
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    data = reasoning_gym.create_dataset(TASK["dataset"], size=1000, seed=0, **TASK["config"])
+    n = steps * knobs["prompts"]
+    rows = [data[i] for i in range(n)]
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": r["question"]}] for r in rows],
+                                 "index": list(range(n))})  # fmt: skip
+
+    def reward(completions: list, index: list, **_: Any) -> list[float]:
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        return [float(data.score_answer(t, rows[i])) for t, i in zip(texts, index)]
+
+    times: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            times.append(time.perf_counter() - self.t0)
+
+    args = GRPOConfig(
+        output_dir=str(out / "trl"), use_cpu=True, report_to="none", max_steps=steps, seed=0, learning_rate=LR,
+        lr_scheduler_type="constant", beta=0.0, weight_decay=0.0, num_generations=knobs["group"],
+        per_device_train_batch_size=knobs["group"] * knobs["prompts"], max_completion_length=knobs["tokens"],
+        temperature=1.0, logging_steps=1, save_strategy="no", shuffle_dataset=False, max_grad_norm=1.0,
+        bf16=False, dataloader_num_workers=0, loss_type="dr_grpo", epsilon=0.2, epsilon_high=0.27,
+        scale_rewards="group", gradient_checkpointing=False,
+    )  # fmt: skip
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model), reward_funcs=reward, args=args,
+                          train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model),
+                          callbacks=[StepTimes()])  # fmt: skip
+    trainer.train()
+    return {"step_seconds": kept(times), "rss_mb": rss_mb()}
+
+
+def engine_worker(model: str, knobs: dict[str, int], rounds: int) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_engine_speed import _engine, _hf_generate, _requests
+
+    from ludic.inference import TransformersChatClient
+
+    client = TransformersChatClient(model, generate_in_thread=False)
+    rows, tokens = knobs["gen_rows"], knobs["gen_tokens"]
+    asyncio.run(_engine(client, _requests(rows, 4, 0)))
+    ratios, engine, generate = [], [], []
+    for r in range(rounds):  # interleaved; each side's tokens/s (up to each row's EOS)
+        t0 = time.perf_counter()
+        n = asyncio.run(_engine(client, _requests(rows, tokens, r + 1)))
+        engine.append(n / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        n = _hf_generate(client, _requests(rows, tokens, r + 1), tokens)
+        generate.append(n / (time.perf_counter() - t0))
+        ratios.append(engine[-1] / generate[-1])
+    return {"engine_tok_s": statistics.median(engine), "generate_tok_s": statistics.median(generate),
+            "ratio": statistics.median(ratios), "gflops": matmul_gflops()}  # fmt: skip
+
+
+# ---- the driver ------------------------------------------------------------------------------------
+def run_worker(kind: str, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+    out = Path(args.out) / tag
+    cmd = [sys.executable, __file__, args.model, "--worker", kind, "--steps", str(args.steps), "--out", str(out),
+           "--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def busy_processes() -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(len(os.sched_getaffinity(0)))]
+
+
+def sides(args: argparse.Namespace) -> list[str]:
+    return ["ludic"] + ([] if args.skip_trl else ["trl"])
+
+
+def drive(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"quiet": {s: [] for s in sides(args)}, "busy": {s: [] for s in sides(args)}}
+    for r in range(args.rounds):  # interleaved: ludic, trl, ludic, trl, ...
+        for side in sides(args):
+            results["quiet"][side].append(run_worker(side, args, f"quiet_{side}_{r}"))
+    results["engine"] = run_worker("engine", args, "engine")
+    if not args.skip_contention:
+        busy = busy_processes()
+        try:
+            for side in sides(args):
+                results["busy"][side].append(run_worker(side, args, f"busy_{side}"))
+        finally:
+            for p in busy:
+                p.kill()
+                p.wait()
+    return results
+
+
+def median_step(runs: list[dict[str, Any]]) -> float:
+    return statistics.median(t for run in runs for t in run["step_seconds"])
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    quiet, busy, eng = results["quiet"], results["busy"], results["engine"]
+    ludic = quiet["ludic"]
+    summary: dict[str, Any] = {"ludic_step_s": median_step(ludic), "ludic_peak_rss_mb": max(r["rss_mb"] for r in ludic)}
+    summary["ludic_time_split_s"] = {k: statistics.median(r["split"][k] for r in ludic) for k in ludic[0]["split"]}
+    if "trl" in quiet:
+        summary["trl_step_s"] = median_step(quiet["trl"])
+        summary["trl_peak_rss_mb"] = max(r["rss_mb"] for r in quiet["trl"])
+        summary["speedup_vs_trl"] = summary["trl_step_s"] / summary["ludic_step_s"]
+    rate = eng["gflops"] * 1e9
+    params, trained, generated = ludic[0]["params"], ludic[0]["trained_tokens"], ludic[0]["generated_tokens"]
+    floor_train, floor_gen = 6 * params * trained / rate, 2 * params * generated / rate
+    summary["matmul_gflops"] = eng["gflops"]
+    summary["floor_s"] = {"train": floor_train, "generate": floor_gen, "total": floor_train + floor_gen}
+    summary["step_over_floor"] = summary["ludic_step_s"] / (floor_train + floor_gen)
+    summary["engine_vs_generate"] = {k: eng[k] for k in ("engine_tok_s", "generate_tok_s", "ratio")}
+    for side in busy:
+        if busy[side]:
+            summary[f"{side}_contention_slowdown"] = median_step(busy[side]) / median_step(quiet[side])
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?", default=None, help="transformers folder (default: the catalogue's)")
+    parser.add_argument("--steps", type=int, default=3, help="steps per run (the first is warm-up when > 1)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved Ludic/TRL pairs on the quiet machine")
+    parser.add_argument("--quick", action="store_true", help="2 prompts x 2 samples x 8 tokens; 4 x 8 decoding")
+    parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--skip-contention", action="store_true")
+    parser.add_argument("--out", default="runs/bench_real_model")
+    parser.add_argument("--worker", choices=["ludic", "trl", "engine"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.model = args.model or default_model()
+    if not Path(args.model).is_dir():
+        parser.error(f"model folder {args.model} not found: run `ludic models pull smollm2-135m-instruct` or pass one")
+    knobs = QUICK if args.quick else FULL
+    if args.worker:
+        out = Path(args.out)
+        if args.worker == "ludic":
+            result = ludic_worker(args.model, args.steps, knobs, out)
+        elif args.worker == "trl":
+            result = trl_worker(args.model, args.steps, knobs, out)
+        else:
+            result = engine_worker(args.model, knobs, args.rounds)
+        print(json.dumps(result))
+        return
+    summary = report(drive(args), args)
+    print(f"model {args.model}; knobs {knobs}; lr {LR}; {args.rounds} rounds x {args.steps} steps; "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")  # fmt: skip
+    print(json.dumps(summary, indent=2))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

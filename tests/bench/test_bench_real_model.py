@@ -1,0 +1,43 @@
+"""bench/bench_real_model.py runs end to end in its smallest form (one step, quick knobs) on a tiny model:
+both sides train, the engine and ``generate`` decode, two busy processes are started and stopped, and the
+summary holds every figure the lead reads (the numbers themselves mean nothing on a tiny model)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_real_model.py"
+
+
+@pytest.mark.slow
+def test_the_smallest_form_runs_on_a_tiny_model_and_reports_every_figure(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    pytest.importorskip("reasoning_gym")
+    from ludic.testing import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "model")
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(BENCH), str(model), "--steps", "1", "--quick", "--rounds", "1", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("ludic_step_s", "trl_step_s", "speedup_vs_trl", "matmul_gflops", "step_over_floor",
+                "ludic_contention_slowdown", "trl_contention_slowdown", "ludic_peak_rss_mb", "trl_peak_rss_mb"):  # fmt: skip
+        assert summary[key] > 0, key
+    split = summary["ludic_time_split_s"]
+    parts = sum(v for k, v in split.items() if k != "time/step_seconds")
+    assert split["time/generate_seconds"] > 0 and parts == pytest.approx(split["time/step_seconds"], rel=0.1)
+    assert summary["engine_vs_generate"]["ratio"] > 0 and summary["floor_s"]["total"] > 0
+
+
+def test_a_missing_model_folder_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    done = subprocess.run([sys.executable, str(BENCH), str(missing), "--quick"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and str(missing) in done.stderr and "ludic models pull" in done.stderr
