@@ -235,7 +235,7 @@ def test_adapter_blob_is_refused_naming_why_or_served_exactly(served, good, conf
     assert_serves(served, config, tensors, before[0] + 1, str(config.get("name", "default")))
 
 
-HOSTILE_VERSIONS = [" 8", "8 ", "+8", "8_0", "\u0668", "-1", "", "1e3", "9" * 30, "0x10", str(2**63), "3.0"]
+HOSTILE_VERSIONS = [" 8", "8 ", "+8", "8_0", "\u0668", "-1", "-0", "", "1e3", "9" * 30, "0x10", str(2**63), "3.0"]
 VERSIONS = st.one_of(st.none(), st.sampled_from(HOSTILE_VERSIONS), st.integers(0, 3))  # an int: served version + it
 
 
@@ -264,3 +264,38 @@ def test_adapter_folder_is_refused_naming_why_or_served_exactly(served, good, co
     assert version is None or (version.isascii() and version.isdigit()), version
     assert well_formed(config, sent, good), config
     assert_serves(served, config, sent, before[0] + 1 if version is None else int(version), "p")
+
+
+NORMS = ["model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight"]
+QUERY_VERSIONS = st.one_of(st.none(), st.sampled_from([*HOSTILE_VERSIONS, "abc", "1.5"]), st.integers(0, 2))
+
+
+@given(tensors=st.lists(tensor_change(), max_size=2), broken=BLOB_CORRUPTION, version=QUERY_VERSIONS,
+       big=st.sampled_from([None, 1e300, -1e39, 1e38]))  # fmt: skip
+def test_weight_blob_is_refused_naming_why_or_served_exactly(served, tensors, broken, version, big):
+    """A plain (not adapter) update of a few weights: refused whole, or exactly its values (cast) are served."""
+    model = served.engine.model.state_dict()
+    sent = apply_tensors({n: (model[n].detach().clone() * 1.5 + 0.25).contiguous() for n in NORMS}, tensors)
+    if big is not None and sent:  # a float64 value that is finite there but not in the served float32
+        name = sorted(sent)[0]
+        sent[name] = sent[name].double()
+        sent[name].view(-1)[0] = big
+    blob = corrupt(save(sent), broken)
+    before = served.state()
+    before_weights = {n: model[n].detach().clone() for n in NORMS}
+    query = "" if version is None else f"?version={before[0] + version if isinstance(version, int) else version}"
+    reply = served.http.post("/ludic/update_weights_blob" + query, content=blob, headers=OCTET)
+    assert reply.status_code in (200, 400), reply.text
+    now = served.engine.model.state_dict()
+    if reply.status_code == 400:
+        assert reply.json()["error"]["message"].strip(), reply.text
+        assert served.state()[0] == before[0] and all(torch.equal(now[n], w) for n, w in before_weights.items())
+        return
+    held = load(blob)
+    assert version is None or isinstance(version, int), version
+    assert held and set(held) <= set(model)
+    for name, value in held.items():
+        assert value.is_floating_point() and value.shape == model[name].shape
+        assert torch.isfinite(value.to(now[name].dtype)).all()
+        assert torch.equal(now[name], value.to(now[name].dtype))
+    assert served.state()[0] == (before[0] + 1 if version is None else before[0] + version)

@@ -142,6 +142,8 @@ def parse_version(value: Any) -> int:
         raise ValueError(f"weight version {value!r:.50} is not an integer (Ludic's policy versions are ints)")
     if isinstance(value, str) and not _DECIMAL.fullmatch(value):  # int() also takes " 8", "+8", "8_0", "٨"
         raise ValueError(f"weight version {value!r:.50} is not a decimal integer (ASCII digits only, as written)")
+    if isinstance(value, str) and value.startswith("-"):  # "-0" too: a sign is not a version
+        raise ValueError(f"weight version {value[:30]} is out of range: versions are int64 from 0 to {MAX_VERSION}")
     if isinstance(value, str) and len(value) > 100:  # never int() of a 1 MB string
         raise ValueError(f"weight version {value[:30]}... ({len(value)} digits) is out of range: versions are int64")
     version = int(value)
