@@ -58,17 +58,35 @@ def test_the_time_parts_add_up_to_the_step_and_train_seconds_excludes_generation
     stats = trainer.train_step_sync()
     parts = {k: v for k, v in stats.items() if k.startswith("time/") and k != "time/step_seconds"}
     assert set(parts) >= {
-        "time/generate_seconds", "time/credit_seconds", "time/wait_seconds", "time/preprocess_seconds",
+        "time/generate_seconds", "time/score_seconds", "time/credit_seconds", "time/wait_seconds", "time/preprocess_seconds",
         "time/forward_backward_seconds", "time/optimizer_seconds", "time/publish_seconds",
     }  # fmt: skip
     assert all(v >= 0 for v in parts.values())
     step = stats["time/step_seconds"]
     assert 0.9 * step <= sum(parts.values()) <= step, (parts, step)
     assert stats["time/wait_seconds"] >= WAIT_S
-    assert stats["time/generate_seconds"] >= 8 * SCORE_S  # 8 episodes, each env step inside the generation
+    assert stats["time/score_seconds"] >= 8 * SCORE_S  # 8 episodes, one env step each
+    assert stats["time/generate_seconds"] > 0  # the sampling, apart from the envs' steps
     assert stats["perf/step_seconds"] == step
     compute = stats["time/forward_backward_seconds"] + stats["time/optimizer_seconds"]
     assert compute <= stats["perf/train_seconds"] <= compute + 0.05
     assert stats["perf/train_seconds"] < step - WAIT_S - 8 * SCORE_S
     assert stats["perf/computed_per_real_token"] == stats["perf/computed_tokens"] / stats["perf/real_tokens"]
     assert "perf/padding_efficiency" not in stats and "perf/padded_tokens" not in stats
+
+
+def test_overlapping_env_steps_count_once() -> None:
+    """Two episodes' async env steps (a verifier awaiting a subprocess) overlap: their wall time counts once."""
+    import asyncio
+
+    from ludic.training.batching.rollout_engine import BusyClock
+
+    clock = BusyClock()
+    step = clock.wrap(asyncio.sleep)
+
+    async def two() -> None:
+        await asyncio.gather(step(0.2), step(0.2))
+        await step(0.1)
+
+    asyncio.run(two())
+    assert 0.3 <= clock.seconds < 0.45

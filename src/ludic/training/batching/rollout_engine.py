@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -70,8 +70,10 @@ class RolloutEngine:
         timeout_s: float | None = None,
         concurrency: int = 8,
         include_failed: bool = False,
+        env_clock: BusyClock | None = None,
     ) -> list[Rollout]:
-        """Play every request's ``num_episodes`` episodes, at most ``concurrency`` at a time."""
+        """Play every request's ``num_episodes`` episodes, at most ``concurrency`` at a time; ``env_clock``
+        times the envs' steps (``astep``: rewards, verifiers)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         for request in requests:  # unknown kinds are configuration errors, not episode failures
@@ -83,7 +85,7 @@ class RolloutEngine:
             request: RolloutRequest, episode_idx: int
         ) -> tuple[list[Rollout], Exception | None]:
             async with semaphore:
-                return await self._run_episode(request, episode_idx, max_steps, timeout_s)
+                return await self._run_episode(request, episode_idx, max_steps, timeout_s, env_clock)
 
         jobs = [bounded(r, k) for r in requests for k in range(r.num_episodes)]
         episodes = await asyncio.gather(*jobs)
@@ -94,7 +96,8 @@ class RolloutEngine:
         return rollouts if include_failed else [r for r in rollouts if not r.meta.get("failed")]
 
     async def _run_episode(
-        self, request: RolloutRequest, episode_idx: int, max_steps: int, timeout_s: float | None
+        self, request: RolloutRequest, episode_idx: int, max_steps: int, timeout_s: float | None,
+        env_clock: BusyClock | None = None,
     ) -> tuple[list[Rollout], Exception | None]:
         sampling_seed = request.sampling_seed
         if sampling_seed is not None and episode_idx > 0:
@@ -112,6 +115,8 @@ class RolloutEngine:
         }
         try:
             env = self.env_registry[request.env.kind](**request.env.kwargs)
+            if env_clock is not None:
+                env.astep = env_clock.wrap(env.astep)  # type: ignore[method-assign]
             protocol = self.protocol_registry[request.protocol.kind](**request.protocol.kwargs)
             async with asyncio.timeout(timeout_s):  # also bounds a protocol that ignores timeout_s
                 rollouts = await protocol.run(
@@ -153,21 +158,23 @@ class RolloutEngine:
         """Rollouts -> credit (``algorithm.credit_assigner``) -> SAW items -> filter.
 
         Batch meta counts what the filter removed: ``num_samples_before_filter``, ``num_samples_filtered``,
-        and says where the call's time went (``time/generate_seconds``, ``time/credit_seconds``: the
-        Trainer reports them in the step's ``time/`` split).
+        and says where the call's time went (``time/score_seconds``: wall time while some env step ran;
+        ``time/generate_seconds``: the rest of the episodes; ``time/credit_seconds``: the Trainer reports
+        them in the step's ``time/`` split).
 
         ``algorithm.preprocess`` is NOT applied here: the Trainer applies it to every batch.
         A failed episode takes its whole GRPO group (same ``group_id``) out of the batch, since
         group normalisation needs complete groups; an empty rollout (counted in ``empty_rollouts``) takes its
         seat's group (same ``group_id`` and ``agent_id``) out.
         """
-        t0 = perf_counter()
+        t0, env_clock = perf_counter(), BusyClock()
         rollouts = await self.generate_rollouts(
             requests=requests,
             max_steps=max_steps if max_steps is not None else self.default_max_steps,
             timeout_s=timeout_s,
             concurrency=concurrency,
             include_failed=True,
+            env_clock=env_clock,
         )
         t_credit = perf_counter()
         failed = [r for r in rollouts if r.meta.get("failed")]
@@ -195,7 +202,8 @@ class RolloutEngine:
         meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(empty) - len(usable))
         meta["num_samples_before_filter"] = float(num_before_filter)
         meta["num_samples_filtered"] = float(num_before_filter - len(items))
-        meta["time/generate_seconds"] = t_credit - t0  # the episodes: sampling and the envs' steps (rewards)
+        meta["time/score_seconds"] = env_clock.seconds  # while some env step ran (rewards, verifiers)
+        meta["time/generate_seconds"] = t_credit - t0 - env_clock.seconds  # the rest of the episodes: sampling
         meta["time/credit_seconds"] = perf_counter() - t_credit  # credit, items and the sample filter
         return SAWBatch(items=items, meta=meta)
 
@@ -235,3 +243,27 @@ def _seat_group(rollout: Rollout) -> tuple[Any, Any]:
 
 def _describe(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc)}
+
+
+class BusyClock:
+    """Wall time during which at least one wrapped call is in flight (overlapping calls count once), so the
+    envs' steps of concurrent episodes add up to seconds of the batch, never more."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    def wrap(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._in_flight == 0:
+                self._since = perf_counter()
+            self._in_flight += 1
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self.seconds += perf_counter() - self._since
+
+        return timed
