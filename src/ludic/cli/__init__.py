@@ -1,4 +1,4 @@
-"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``, ``export RUN OUT``."""
+"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``, ``export RUN OUT``, ``models``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 from ludic.cli.commands import add_eval_parser, add_list_parser, add_quickstart_parser, add_train_parser
 from ludic.cli.export import add_export_parser
+from ludic.cli.models import add_models_parser
 from ludic.config import ConfigError
+from ludic.models.errors import ModelPrepError
 from ludic.training.checkpoint.manager import CheckpointLoadError
 from ludic.training.checkpoint.resume import ResumeError
 
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_list_parser(sub)
     add_export_parser(sub)
+    add_models_parser(sub)
     return parser
 
 
@@ -31,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except (ConfigError, ResumeError, CheckpointLoadError) as exc:
+    except (ConfigError, ResumeError, CheckpointLoadError, ModelPrepError) as exc:
         print(f"ludic {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or user code raising it): one line and the shell's code, no traceback

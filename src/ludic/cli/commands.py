@@ -120,6 +120,7 @@ def add_eval_parser(sub: Any) -> None:
 def _load(args: argparse.Namespace) -> Any:
     from pathlib import Path
 
+    from ludic.cli.models import prepare_model_sources
     from ludic.cli.preflight import preflight
     from ludic.config import ConfigError, load_config
 
@@ -133,6 +134,7 @@ def _load(args: argparse.Namespace) -> Any:
         cfg.steps = args.steps
     if getattr(args, "model", None):
         cfg.model.path = args.model
+    prepare_model_sources(cfg, dry_run=args.dry_run)  # a GGUF file or catalogue name -> a model folder
     preflight(cfg, train=args.command == "train")  # names, kwargs, sizes: still before any model loads
     return cfg
 

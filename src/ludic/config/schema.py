@@ -98,6 +98,11 @@ class SamplingSection(Section):
         return SamplingConfig(self.temperature, self.top_p, self.max_tokens, tuple(self.stop), seed)
 
 
+class EvalSamplingSection(SamplingSection):
+    temperature: float = 0.0
+    """0 means greedy: a held-out evaluation is greedy unless it says otherwise."""
+
+
 def _at_least(section: BaseModel, minimum: int, *names: str) -> None:
     for name in names:
         if getattr(section, name) < minimum:
@@ -183,8 +188,8 @@ class EvalSection(Section):
     """Episodes run at once."""
     every_n_steps: int = 0
     """Evaluate during training every N steps (0: only before and after)."""
-    sampling: SamplingSection = Field(default_factory=lambda: SamplingSection(temperature=0.0))
-    """Decoding for evaluation (temperature 0 = greedy)."""
+    sampling: EvalSamplingSection = Field(default_factory=lambda: EvalSamplingSection())
+    """Decoding for evaluation (temperature 0 = greedy, also when the table sets other keys only)."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Overrides of ``[env].kwargs`` for evaluation (e.g. a held-out test file)."""
 

