@@ -10,8 +10,8 @@ rounds interleave Ludic and TRL. Prints medians and ratios of:
 
 (a) a Ludic GRPO step (``ludic train``'s run: embedded engine, Trainer) vs TRL 1.16's ``GRPOTrainer``, with
     Ludic's ``time/`` split of its step;
-(b) Ludic's step against its floor: training 6 x params x distinct trained tokens (the positions the forward
-    computed, prompts shared) + generation 2 x params x generated tokens, at this CPU's fp32 matmul rate
+(b) Ludic's step against its floor: training 6 x params x distinct trained tokens (``perf/distinct_tokens``:
+    each shared prompt once, no padding) + generation 2 x params x generated tokens, at this CPU's fp32 matmul rate
     measured in the same run (printed beside it);
 (c) the embedded engine's batched decoding vs one batched ``model.generate``, 32 rows x 64 tokens;
 (d) under contention: the bench starts one busy process per core and runs both sides again; slowdown =
@@ -89,7 +89,7 @@ def ludic_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> di
     return {
         "step_seconds": [s["time/step_seconds"] for s in rows],
         "split": {k: statistics.median(s.get(k, 0.0) for s in rows) for k in rows[0] if k.startswith("time/")},
-        "trained_tokens": statistics.median(s["perf/computed_tokens"] for s in rows),
+        "trained_tokens": statistics.median(s["perf/distinct_tokens"] for s in rows),
         "generated_tokens": statistics.median(s["train/avg_completion_length"] * s["train/num_samples"] for s in rows),
         "params": params,
         "rss_mb": rss_mb(),

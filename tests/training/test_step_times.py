@@ -71,7 +71,10 @@ def test_the_time_parts_add_up_to_the_step_and_train_seconds_excludes_generation
     compute = stats["time/forward_backward_seconds"] + stats["time/optimizer_seconds"]
     assert compute <= stats["perf/train_seconds"] <= compute + 0.05
     assert stats["perf/train_seconds"] < step - WAIT_S - 8 * SCORE_S
-    assert stats["perf/computed_per_real_token"] == stats["perf/computed_tokens"] / stats["perf/real_tokens"]
+    computed, distinct = stats["perf/computed_tokens"], stats["perf/distinct_tokens"]
+    assert 0 < distinct <= computed and stats["perf/padding_fraction"] == (computed - distinct) / computed
+    assert 0 <= stats["perf/padding_fraction"] < 1
+    assert distinct < stats["perf/real_tokens"]  # the group's prompt is computed once for its 4 replies
     assert "perf/padding_efficiency" not in stats and "perf/padded_tokens" not in stats
 
 

@@ -208,7 +208,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=device)
         mb_stats: list[Mapping[str, Any]] = []
         weights: list[StatWeight] = []
-        real = padded = 0
+        real = padded = distinct = 0
         for i, mb in enumerate(micro_batches):
             if cpu is not None:
                 cpu.fit()
@@ -229,13 +229,14 @@ class Trainer:
             weights.append(MicroBatchWeight.of(stats, items=len(mb.items), action_tokens=n_action))
             real += sum(attended_tokens(it) for it in mb.items)
             padded += computed
+            distinct += token_positions(mb)
         loss_stats = self.ranks.aggregate(mb_stats, weights)
         n_real = float(real)
         token_stats = {
             "real_tokens": n_real,
             "computed_tokens": float(padded),  # positions the forward ran (fewer than real with shared prompts)
-            # below 1: shared prompts computed once; above 1: padding
-            "computed_per_real_token": padded / n_real if n_real else 0.0,
+            "distinct_tokens": float(distinct),  # of those, the ones holding a token (a shared prompt once)
+            "padding_fraction": (padded - distinct) / padded if padded else 0.0,  # of those, padding: in [0, 1)
             "num_micro_batches": float(len(micro_batches)),
         }
         return loss_stats, token_stats, self.ranks.sum(loss_sum)
@@ -283,3 +284,10 @@ class Trainer:
         """Close the private event loop of the sync wrappers (pending tasks, such as a batch source's
         read-ahead, are cancelled and finish first) and the step's worker thread."""
         self._runner.close()
+
+
+def token_positions(mb: MicroBatch) -> int:
+    """Positions of ``mb``'s forward that hold a token (packed: each shared prompt once), padding excluded."""
+    if mb.plan is not None:
+        return sum(seg.length for row in mb.plan.rows for seg in row)
+    return sum(len(it.input_ids) for it in mb.items)

@@ -173,9 +173,10 @@ class DataParallelGroup:
         for r, stats in enumerate(per_rank):
             out.update({f"perf/rank{r}/{k}": v for k, v in stats.items()})
         slowest = max(s["train_seconds"] for s in per_rank)
-        for k in ("real_tokens", "computed_tokens", "num_micro_batches"):
+        for k in ("real_tokens", "computed_tokens", "distinct_tokens", "num_micro_batches"):
             out[f"perf/{k}"] = sum(s[k] for s in per_rank)
-        out["perf/computed_per_real_token"] = out["perf/computed_tokens"] / max(out["perf/real_tokens"], 1.0)
+        computed = max(out["perf/computed_tokens"], 1.0)
+        out["perf/padding_fraction"] = (out["perf/computed_tokens"] - out["perf/distinct_tokens"]) / computed
         out["perf/train_seconds"] = slowest
         out["perf/tokens_per_second"] = out["perf/real_tokens"] / max(slowest, 1e-9)
         for k in mem:
