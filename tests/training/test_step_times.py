@@ -93,3 +93,28 @@ def test_overlapping_env_steps_count_once() -> None:
 
     asyncio.run(two())
     assert 0.3 <= clock.seconds < 0.45
+
+
+def test_a_reference_scorers_time_is_its_own_part_taken_out_of_preprocessing() -> None:
+    from ludic.training.algorithm import RLAlgorithm
+    from ludic.training.loss import ReinforceLoss
+    from ludic.training.reference.scoring import FrozenModelScorer
+
+    from .onpolicy import NoCredit, tiny_model
+    from .test_trainer import ITEMS, FixedBatchSource
+
+    def slow_filter(batch):
+        time.sleep(WAIT_S)  # preprocessing that is not the scorer
+        return batch
+
+    scorer = FrozenModelScorer(tiny_model(1))
+    algo = RLAlgorithm(name="r", credit_assigner=NoCredit(), loss=ReinforceLoss(old_logp_key=None),
+                       preprocess=lambda b: scorer(slow_filter(b)))  # fmt: skip
+    trainer = Trainer(model=tiny_model(0), algo=algo, batch_source=FixedBatchSource(ITEMS),
+                      cfg=TrainerConfig(lr=1e-3, max_seq_len=32))  # fmt: skip
+    stats = trainer.train_step_sync()
+    assert stats["time/ref_logps_seconds"] > 0
+    assert WAIT_S <= stats["time/preprocess_seconds"] < WAIT_S + 0.2  # the filter's time, the scorer's apart
+    parts = sum(v for k, v in stats.items() if k.startswith("time/") and k != "time/step_seconds")
+    assert 0.9 * stats["time/step_seconds"] <= parts <= stats["time/step_seconds"]
+    assert not any(k.startswith("train/time") for k in stats)  # step times are not batch stats

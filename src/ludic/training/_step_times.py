@@ -6,6 +6,8 @@ batch's meta under ``time/...`` keys (``RolloutBatchSource``: ``time/generate_se
 played; ``time/credit_seconds``, credit and items): those are copied as they are, and the rest of
 ``next_batch`` is ``time/wait_seconds`` (waiting for data: a pipeline's queue, a slow source). A source
 reports only time spent inside its ``next_batch`` call, so the parts never count the same second twice.
+Preprocessing steps may do the same (``FrozenModelScorer``: ``time/ref_logps_seconds``): their parts are
+taken out of ``time/preprocess_seconds``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ class StepClock:
                 self.add(name, float(value))
                 reported += float(value)
         self.add("wait", max(next_batch_seconds - reported, 0.0))
+
+    def nested_parts(self, meta: Mapping[str, Any], within: str) -> None:
+        """``time/`` parts a step of ours reported in ``meta`` (preprocessing: ``time/ref_logps_seconds``
+        from a reference scorer), taken out of ``within`` so no second counts twice."""
+        for key, value in meta.items():
+            if key.startswith(PREFIX) and key.endswith("_seconds") and isinstance(value, (int, float)):
+                seconds = min(float(value), self.parts.get(within, 0.0))
+                self.add(key[len(PREFIX) : -len("_seconds")], seconds)
+                self.parts[within] = self.parts.get(within, 0.0) - seconds
 
     def stats(self) -> dict[str, float]:
         """``time/<part>_seconds`` for every part, and ``time/step_seconds`` since the clock started."""

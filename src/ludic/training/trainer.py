@@ -152,6 +152,8 @@ class Trainer:
     ) -> tuple[dict[str, float], dict[str, float] | None, float]:
         with clock.part("preprocess"):  # the algorithm's preprocessing: filters, reference/old log-probs
             batch, drop_stats = self._prepare(batch)
+        clock.nested_parts(batch.meta, within="preprocess")  # e.g. a reference scorer's own time
+        batch = SAWBatch(items=batch.items, meta=without_times(batch.meta))
         items = batch.items
         if not items:  # e.g. filter_zvp dropped every group: nothing to learn, no step taken
             return {f"train/{k}": v for k, v in drop_stats.items()} | {"train/empty_after_filter": 1.0}, None, 0.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -71,8 +72,11 @@ class FrozenModelScorer:
         self.device = next(self.model.parameters()).device
 
     def __call__(self, batch: SAWBatch) -> SAWBatch:
-        """The preprocess step: score ``batch.items`` in place and return the batch."""
+        """The preprocess step: score ``batch.items`` in place and return the batch, its meta saying how
+        long that took (``time/<key>_seconds``: the Trainer reports it in the step's ``time/`` split)."""
+        t0 = perf_counter()
         self.score_items(batch.items)
+        batch.meta[f"time/{self.key}_seconds"] = batch.meta.get(f"time/{self.key}_seconds", 0.0) + perf_counter() - t0
         return batch
 
     def score_items(self, items: list[SAWItem]) -> None:
