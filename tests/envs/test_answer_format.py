@@ -26,19 +26,23 @@ from ludic.envs.dataset_qa_env import DatasetQAEnv
         ("tag:answer", "<answer>12", None),
         ("last_line", "work\n\n  12  \n", "12"),
         ("last_line", "   \n", None),
+        ("after:The answer is", "The answer is 7. No, the answer is 8.\nThe answer is 9.", "9"),
+        ("after:The answer is", "The answer is 12 apples\nbye", "12 apples"),
+        ("after:The answer is", "7 + 5 = 12", None),
+        ("after:Answer:", "Answer: .", None),
     ],
 )
 def test_extractors_read_the_last_answer_in_their_format(spec: str, reply: str, expected: str | None) -> None:
     assert answer_extractor(spec).extract(reply) == expected
 
 
-@pytest.mark.parametrize("spec", ["last_number", "boxed", "tag:answer", "last_line"])
+@pytest.mark.parametrize("spec", ["last_number", "boxed", "tag:answer", "last_line", "after:The answer is"])
 def test_a_written_answer_reads_back(spec: str) -> None:
     ex = answer_extractor(spec)
     assert ex.extract(ex.write("42")) == "42"
 
 
-@pytest.mark.parametrize("spec", ["first_word", "tag:", "tag:a b", "tag:<x>", 3])
+@pytest.mark.parametrize("spec", ["first_word", "tag:", "tag:a b", "tag:<x>", "after: ", "after:a\nb", 3])
 def test_unknown_or_malformed_extractors_are_named(spec: object) -> None:
     with pytest.raises(ValueError, match="answer"):
         answer_extractor(spec)  # type: ignore[arg-type]
@@ -46,7 +50,7 @@ def test_unknown_or_malformed_extractors_are_named(spec: object) -> None:
 
 @given(st.text(max_size=300))
 def test_extractors_never_raise_on_any_reply(reply: str) -> None:
-    for spec in ("last_number", "boxed", "tag:answer", "last_line"):
+    for spec in ("last_number", "boxed", "tag:answer", "last_line", "after:is"):
         out = answer_extractor(spec).extract(reply)
         assert out is None or (isinstance(out, str) and (out in reply or out.strip() in reply))
 

@@ -7,7 +7,8 @@ Both live here, apart from the system prompt (a chat model's template has a defa
 - ``instruction``: text appended to each question (``"Reply with only the number."``), or a
   ``question_template`` holding ``{question}`` once, for any other layout;
 - ``answer``: an extractor name: ``"last_number"``, ``"boxed"`` (``\\boxed{...}``), ``"tag:NAME"``
-  (``<NAME>...</NAME>``), ``"last_line"``; the last match wins. A reply without one scores as a
+  (``<NAME>...</NAME>``), ``"last_line"``, ``"after:PHRASE"`` (the rest of the line after the last
+  ``PHRASE``, a final period dropped: ``"after:The answer is"``); the last match wins. A reply without one scores as a
   wrong answer (the scorer is given an empty answer) and the step's info says ``answer_found=False``.
 """
 
@@ -66,6 +67,17 @@ def _last_line(reply: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def _after(phrase: str) -> Callable[[str], str | None]:
+    def extract(reply: str) -> str | None:
+        at = reply.rfind(phrase)
+        if at < 0:
+            return None
+        rest = reply[at + len(phrase) :].split("\n", 1)[0].strip()
+        return rest.removesuffix(".").strip() or None
+
+    return extract
+
+
 def answer_extractor(spec: str) -> AnswerExtractor:
     """The extractor named ``spec``; an unknown name is a ValueError listing the known ones."""
     if not isinstance(spec, str):
@@ -75,13 +87,18 @@ def answer_extractor(spec: str) -> AnswerExtractor:
         if not _TAG_NAME.fullmatch(name):
             raise ValueError(f"answer: {spec!r} needs a tag name of letters, digits, '_', '.', '-' after 'tag:'")
         return AnswerExtractor(spec, _bounded(_tag(name)), lambda a: f"<{name}>{a}</{name}>")
+    if spec.startswith("after:"):
+        phrase = spec[len("after:") :]
+        if not phrase.strip() or "\n" in phrase:
+            raise ValueError(f"answer: {spec!r} needs a one-line phrase after 'after:'")
+        return AnswerExtractor(spec, _bounded(_after(phrase)), lambda a: f"{phrase} {a}.")
     simple = {
         "last_number": AnswerExtractor("last_number", _bounded(_last_number), lambda a: a),
         "boxed": AnswerExtractor("boxed", _bounded(_boxed), lambda a: f"\\boxed{{{a}}}"),
         "last_line": AnswerExtractor("last_line", _bounded(_last_line), lambda a: a),
     }
     if spec not in simple:
-        raise ValueError(f"answer: unknown extractor {spec!r}; known: {sorted(simple)} and 'tag:NAME'")
+        raise ValueError(f"answer: unknown extractor {spec!r}; known: {sorted(simple)}, 'tag:NAME' and 'after:PHRASE'")
     return simple[spec]
 
 
