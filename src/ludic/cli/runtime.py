@@ -139,9 +139,13 @@ def make_algorithm(cfg: RunConfig) -> Any:
 
 
 def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[str, Any] | None = None) -> Any:
-    """The held-out episodes of ``[eval]``, played on ``engine`` with ``[eval].sampling``."""
+    """The held-out episodes of ``[eval]``, played on ``engine`` with ``[eval].sampling``.
+
+    Besides the mean reward, ``eval/accuracy`` is the fraction of steps whose env info says
+    ``correct`` (envs that judge answers: dataset_qa, reasoning_gym, ...); left out for other envs."""
     from ludic.cli.preflight import eval_env_kwargs
     from ludic.eval import Evaluator
+    from ludic.training.stats import Reducer
 
     sampling = cfg.eval.sampling.to_sampling()
     requests = make_requests(
@@ -158,7 +162,7 @@ def make_evaluator(cfg: RunConfig, engine: Any, out_dir: Path, reducers: dict[st
         sampling=sampling,
         concurrency=cfg.eval.concurrency,
         out_dir=out_dir,
-        reducers=reducers,
+        reducers={"accuracy": Reducer(kind="mean", source="correct", transform=float), **(reducers or {})},
     )
 
 

@@ -24,6 +24,7 @@ from ludic.training.types import SAWItem
 BEFORE_SFT_STEP = -1
 """The evaluation step of the held-out evaluation before the SFT warm start (``eval_step_-1_*``)."""
 REWARD = "eval/avg_total_reward"
+ACCURACY = "eval/accuracy"
 
 
 async def sft_in_place(
@@ -141,6 +142,10 @@ def report_start_and_end(start: StartEvals, after: dict[str, float], eval_dir: P
         phases = f"before SFT {fmt(start.before_sft)}, after SFT (start of RL) {fmt(start.start_of_rl)}"
     print(f"ludic train: held-out {REWARD} {phases}, after {after.get(REWARD, float('nan')):.3f} "
           f"({eval_dir}/eval_step_*_summary.json)", flush=True)  # fmt: skip
+    if ACCURACY in after and start.start_of_rl and ACCURACY in start.start_of_rl:
+        before = (start.before_sft or start.start_of_rl)[ACCURACY]
+        print(f"ludic train: held-out {ACCURACY} before training {before:.3f}, after {after[ACCURACY]:.3f}",
+              flush=True)  # fmt: skip
 
 
 def sft_to_dir(
