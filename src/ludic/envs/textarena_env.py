@@ -16,29 +16,30 @@ here from the game's own messages, per seat:
 Seats the policy plays are agents ``player_<i>`` (several seats: self-play through
 ``MultiAgentProtocol``, one agent per seat); the other seats are played inside the env by an
 ``opponent``: ``"random"`` (a uniform choice among the ``[...]`` moves the game lists after
-"Available Moves"), a callable ``obs -> action``, or a ``"module:attr"`` naming one. Rewards are
-the game's own at the end (``close()``), per seat; step info carries the game's info for that seat.
+"Available Moves", "Valid moves" or "available actions are"), a callable ``obs -> action``, or a
+``"module:attr"`` naming one. Rewards are the game's own at the end (``close()``), per seat; step info
+carries the game's info for that seat.
+
+``num_players`` defaults to the game's own seat count (single-player games: 1, no opponent). A game that
+cannot run here (see :mod:`ludic.envs.textarena_games`), or one whose board lists no moves while the
+``"random"`` opponent is to play a seat, is refused when the env is built, with the reason.
 """
 
 from __future__ import annotations
 
 import importlib
 import random
-import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ludic.envs.demonstrations import Demonstration
 from ludic.envs.env import LudicEnv
+from ludic.envs.textarena_games import check_resets, listed_moves, make_raw, probe_moves, seat_count
 from ludic.types import Info, StepOutcome
 
 EXTRA = "textarena"
 View = Literal["board", "board_only", "first_last", "full"]
 Bot = Callable[[str], str]
-_LISTED = re.compile(
-    r"Available (?:Moves|Actions):([^\n]*)"
-)  # TicTacToe: '[0]', '[1]'; FrozenLake: [up], [down]
-_MOVE = re.compile(r"\[[^\[\]]+\]")
 MAX_BOT_MOVES = 10_000
 """Bot moves in a row (no policy seat to move, the game not over) after which the game is taken as
 one that never ends: an error naming it, instead of a loop that never returns."""
@@ -55,15 +56,14 @@ def _textarena() -> Any:
 
 
 class RandomMoveBot:
-    """Plays a uniformly random move among those listed on the last "Available Moves:" / "Available
-    Actions:" line (TicTacToe's ``'[4]'``, FrozenLake's ``[up]``)."""
+    """Plays a uniformly random move among those the game lists (:func:`listed_moves`: TicTacToe's
+    ``'[4]'``, FrozenLake's ``[up]``, Othello's ``[2, 3]``)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed)
 
     def __call__(self, obs: str) -> str:
-        listed = _LISTED.findall(obs)
-        moves = _MOVE.findall(listed[-1]) if listed else []
+        moves = listed_moves(obs)
         if not moves:
             raise ValueError(
                 'textarena env: the \'random\' opponent found no "Available Moves: [..]" (or "Available '
@@ -104,7 +104,7 @@ def render(messages: Sequence[tuple[int, str, Any]], view: View) -> str:
 class TextArenaEnv(LudicEnv[str, str, str]):
     """A TextArena game; ``reset(seed=s)`` resets the game with seed ``s``.
 
-    game: a TextArena id ("TicTacToe-v0"); num_players: seats in the game (default 2).
+    game: a TextArena id ("TicTacToe-v0"); num_players: seats in the game (default: the game's own).
     players: the seats the policy plays (default ``[0]``; ``[0, 1]`` is self-play).
     opponent: who plays the other seats (see the module docstring); observation: "board",
     "board_only", "first_last" or "full"; game_kwargs: the game's own constructor arguments.
@@ -118,7 +118,7 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         self,
         game: str,
         *,
-        num_players: int = 2,
+        num_players: int | None = None,
         players: Sequence[int] = (0,),
         opponent: str | Bot = "random",
         observation: View = "first_last",
@@ -130,26 +130,40 @@ class TextArenaEnv(LudicEnv[str, str, str]):
                 "textarena env: observation must be 'board', 'board_only', 'first_last' or 'full', "
                 f"got {observation!r}"
             )
+        self.game, self.game_kwargs = game, dict(game_kwargs or {})
+        _textarena()
+        if num_players is None:
+            num_players = seat_count(game, self.game_kwargs)
         bad = [p for p in players if not 0 <= p < num_players]
         if not players or bad or len(set(players)) != len(players):
             raise ValueError(
                 f"textarena env: players {list(players)} must be distinct seats in 0..{num_players - 1}"
             )
-        self.game, self.num_players, self.view = game, num_players, observation
+        self.num_players, self.view = num_players, observation
         self.players, self.opponent = list(players), opponent
-        self.game_kwargs = dict(game_kwargs or {})
         self.invalid_move_reward = invalid_move_reward
-        self._make()  # an unknown game fails here, not at the first episode
+        probe = check_resets(game, self.game_kwargs, num_players)  # fails here, not at the first episode
+        if opponent == "random" and len(self.players) < num_players:
+            self._check_listed(probe)
+        probe_moves(probe, game)  # a game that crashes on its first moves is refused now, with its reason
         self._seen: dict[int, list] = {}
         self._done = True
 
     def _make(self) -> Any:
-        ta = _textarena()
-        base = self.game.removesuffix("-raw")
-        try:
-            return ta.make(f"{base}-raw", **self.game_kwargs)
-        except ValueError:
-            return ta.make(base, **self.game_kwargs)  # a game registered without versions
+        return make_raw(self.game, self.game_kwargs)
+
+    def _check_listed(self, probe: Any) -> None:
+        """The 'random' opponent needs the moves listed; a game that lists none is refused now."""
+        pid, messages = probe.get_observation()
+        if listed_moves(render(messages, self.view)):
+            return
+        seats = list(range(self.num_players))
+        raise ValueError(
+            f"textarena env: {self.game} lists no moves (no \"Available Moves:\" or \"Valid moves:\" line "
+            f"in seat {pid}'s {self.view!r} observation), so the 'random' opponent cannot play seats "
+            f"{[p for p in seats if p not in self.players]}; play every seat (players = {seats}, self-play "
+            "with the multi_agent protocol) or set opponent = 'module:attr' (a function obs -> move)"
+        )
 
     @property
     def agent_ids(self) -> list[str]:
@@ -251,6 +265,8 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         missing = [p for p in self.players if not isinstance(rewards, dict) or p not in rewards]
         if missing:
             raise RuntimeError(f"textarena env: {self.game} ended without a reward for seats {missing}: {rewards!r:.80}")
+        if any(not isinstance(r, (int, float)) for r in rewards.values()):
+            raise RuntimeError(f"textarena env: {self.game} ended with non-numeric rewards: {rewards!r:.120}")
         out = {}
         for p, aid in zip(self.players, self.agent_ids):
             reward = float(rewards[p])
