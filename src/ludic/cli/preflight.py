@@ -19,6 +19,7 @@ from ludic.cli.custom_reward import reward_errors
 from ludic.cli.demonstrations import sft_errors
 from ludic.cli.lora import lora_errors
 from ludic.cli.run_loggers import logger_errors
+from ludic.cli.server_version import server_version_errors
 from ludic.config import ConfigError, RunConfig
 from ludic.registry import ALGORITHM_REGISTRY, ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY
 
@@ -43,10 +44,14 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
         errors += logger_errors(cfg)  # [logging] wandb / tensorboard: packages, wandb.init keywords
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
+    errors += _program_backend_errors(cfg, factories.get("protocol"))
     if not errors:
-        errors += _eval_env_errors(cfg, factories["env"]) + _seat_errors(cfg, factories["env"])
+        built = train and cfg.steps > 0  # the prompt-length check built and reset the training env
+        errors += _eval_env_errors(cfg, factories["env"], built) + _seat_errors(cfg, factories["env"])
     if not errors:
         errors += reward_errors(cfg)  # [env].reward: imported and called once
+    if not errors and train:
+        errors += server_version_errors(cfg)  # [inference].server_url serves the version the run starts from
     if not errors and train:
         errors += sft_errors(cfg)  # the demonstrations file's every line, or the env's demonstrations()
     if errors:
@@ -75,19 +80,36 @@ def eval_env_kwargs(cfg: RunConfig, env_factory: Callable[..., Any] | None = Non
     return {**held_out, **cfg.eval.env_kwargs}
 
 
-def _eval_env_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> list[str]:
-    """The held-out env must build (e.g. a data set with no held-out rows fails here, not after training)."""
+def _eval_env_errors(cfg: RunConfig, env_factory: Callable[..., Any], built: bool) -> list[str]:
+    """The held-out env must build and reset (a data set with no held-out rows, a TextArena game that cannot
+    be played here fail now, not after training); ``built``: the training env was, with the same kwargs."""
     kwargs = eval_env_kwargs(cfg, env_factory)
-    if not kwargs:
-        return []  # the training env's kwargs: checked by the prompt-length check when training
+    if not kwargs and built:
+        return []
     try:
         env_factory(**{**cfg.env.kwargs, **kwargs}).reset(seed=cfg.eval.seed_offset)
     except Exception as exc:
+        if not kwargs:
+            return [f"[env]: building {cfg.env.name!r} with [env].kwargs failed: {type(exc).__name__}: {exc}"]
         return [
             f"[eval].env_kwargs: building the held-out env {cfg.env.name!r} with {kwargs} failed: "
             f"{type(exc).__name__}: {exc}"
         ]
     return []
+
+
+def _program_backend_errors(cfg: RunConfig, protocol: Callable[..., Any] | None) -> list[str]:
+    """An OpenAI-SDK program (``openai_program``) samples over HTTP: with the embedded engine the trained
+    weights never reach what it samples from (every step would fail, or train a policy nobody serves)."""
+    from ludic.registry.openai_program import openai_program_protocol
+
+    if protocol is not openai_program_protocol or cfg.inference.backend != "embedded":
+        return []
+    return [
+        f"[protocol].name: {cfg.protocol.name!r} runs an OpenAI-SDK program, and an OpenAI-SDK program samples "
+        "from an HTTP server that must receive the trained weights; the embedded engine serves no HTTP: set "
+        '[inference] backend = "server" with server_url (e.g. python -m ludic.inference.server MODEL)'
+    ]
 
 
 def _seat_errors(cfg: RunConfig, env_factory: Callable[..., Any]) -> list[str]:
