@@ -221,6 +221,12 @@ class TextArenaEnv(LudicEnv[str, str, str]):
             while not self._done and len(demos) < n:
                 seat = self._env.state.current_player_id
                 obs = self._view(seat)
+                if not listed_moves(obs):
+                    raise ValueError(
+                        f"textarena env: {self.game} lists no moves in seat {seat}'s {self.view!r} observation, "
+                        "so it has no demonstrations (they are random listed moves); use an [sft] data file "
+                        "instead of from_env, or another observation if the moves are listed outside it"
+                    )
                 move = pick(obs)
                 demos.append(Demonstration(obs, move))
                 self.step({f"player_{seat}": move})
