@@ -114,7 +114,9 @@ def _sample(tensor: torch.Tensor) -> torch.Tensor:
     if flat.numel() <= SAMPLES_PER_TENSOR:
         picked = flat
     else:
-        picked = flat[torch.linspace(0, flat.numel() - 1, SAMPLES_PER_TENSOR, device=flat.device).long()]
+        # integer positions: a float32 linspace rounds its last index up past the end above 2**24 elements
+        steps = torch.arange(SAMPLES_PER_TENSOR, dtype=torch.int64, device=flat.device)
+        picked = flat[steps * (flat.numel() - 1) // (SAMPLES_PER_TENSOR - 1)]
     return picked.to(torch.bfloat16) if picked.is_floating_point() else picked
 
 
