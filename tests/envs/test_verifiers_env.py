@@ -168,3 +168,21 @@ def test_the_agents_exact_tokens_reach_the_step() -> None:
     prompt_text = client.tokenizer.decode(step.trace.prompt_token_ids)
     assert "Be brief." in prompt_text and "repeat ef" in prompt_text
     assert step.reward == step.info["rewards"]["exact"] * 0.5 + step.info["rewards"]["contains"]
+
+
+def test_tasks_with_a_reference_answer_are_demonstrated_as_the_agent_sees_them() -> None:
+    from ludic.envs.demonstrations import ProvidesDemonstrations
+
+    env = VerifiersEnv(_taskset(), held_out_fraction=0.25)
+    assert isinstance(env, ProvidesDemonstrations)  # was: no demonstrations(), so [sft] from_env failed
+    demos = env.demonstrations(6, seed=0)
+    assert len(demos) == 6 and demos == env.demonstrations(6, seed=0)
+    held_out = {t.data.answer for t in VerifiersEnv(_taskset(), split="eval", held_out_fraction=0.25).tasks}
+    for d in demos:
+        assert d.prompt == f"repeat {d.answer}" and d.answer not in held_out  # training tasks only
+    assert env.suggested_sysprompt == "Be brief."  # the shared system prompt stays the agent's own
+
+
+def test_tasks_without_an_answer_field_are_named() -> None:
+    with pytest.raises(ValueError, match=r"carries a reference answer in 'target' \(its fields: .*'answer'"):
+        VerifiersEnv(_taskset(), answer_field="target").demonstrations(2, seed=0)

@@ -17,6 +17,10 @@ What is refused at build time, with the reason: tasks that need a container or a
 prompts of several messages. An empty reply is scored like any other (``info["empty_reply"]``), so an
 aborted answer is counted and never an empty rollout; a scorer that raises, or a reward that is not a
 finite number, is an episode failure naming the task (the rollout engine counts it; nothing trains on it).
+
+Demonstrations (``[sft] from_env = true``): tasks whose data carry a reference answer (the ``answer`` field,
+verifiers' own convention, e.g. its reference judge's ``answer_field``; another via ``answer_field``) are
+demonstrated as prompt -> that answer.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import random
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
 from ludic.envs.dataset_rows import split_rows
+from ludic.envs.demonstrations import Demonstration
 from ludic.envs.single_agent_env import SingleAgentEnv
 from ludic.types import Info, Obs, StepOutcome
 
@@ -117,6 +123,7 @@ class VerifiersEnv(SingleAgentEnv):
     runs it unchanged (``ludic.interaction.verifiers_episode``); without that protocol a task is one reply.
     max_tasks: take the first ``max_tasks`` tasks (needed for an infinite taskset).
     split: "train" or "eval"; held_out_fraction (with split_seed): the seeded share of tasks held out.
+    answer_field: the task data field holding a reference answer, for :meth:`demonstrations`.
     Step info: ``rewards`` / ``metrics`` (verifiers' per-name values), ``task_idx``, ``task_key``,
     ``empty_reply``.
     """
@@ -132,6 +139,7 @@ class VerifiersEnv(SingleAgentEnv):
         split: Literal["train", "eval"] = "train",
         held_out_fraction: float | None = None,
         split_seed: int = 0,
+        answer_field: str = "answer",
     ) -> None:
         if sum(x is not None for x in (env, env_config, taskset)) != 1:
             raise ValueError("verifiers env: give exactly one of env (an object), env_config or taskset (an id)")
@@ -148,6 +156,7 @@ class VerifiersEnv(SingleAgentEnv):
         systems = {prompt_of(t)[1] for t in self.tasks}
         self._shared_system = systems.pop() if len(systems) == 1 else None
         self.task: Any = self.tasks[0]
+        self.answer_field = answer_field
         self._obs: Obs = ""
         self._done = False
 
@@ -157,12 +166,37 @@ class VerifiersEnv(SingleAgentEnv):
 
     def env_reset(self, *, seed: int | None = None) -> tuple[Obs, Info]:
         self.task = self.tasks[(seed or 0) % len(self.tasks)]
-        prompt, system = prompt_of(self.task)
-        # A per-task system prompt that differs between tasks cannot be the agent's system prompt
-        # (the protocol reads it before reset), so it leads the observation instead.
-        self._obs = prompt if system == self._shared_system or not system else f"{system}\n\n{prompt}"
+        self._obs = self._observation(self.task)
         self._done = False
         return self._obs, {"task_idx": self.task.data.idx, "task_key": self.task.key}
+
+    def _observation(self, task: Any) -> str:
+        prompt, system = prompt_of(task)
+        # A per-task system prompt that differs between tasks cannot be the agent's system prompt
+        # (the protocol reads it before reset), so it leads the observation instead.
+        return prompt if system == self._shared_system or not system else f"{system}\n\n{prompt}"
+
+    def demonstrations(self, n: int, seed: int) -> list[Demonstration]:
+        """``n`` tasks of this split (a seeded shuffle, cycled) whose data hold a reference answer in
+        ``answer_field``: the observation the agent gets -> that answer (a list: its first item)."""
+        if n < 1:
+            raise ValueError(f"verifiers env: demonstrations: n must be >= 1, got {n}")
+        if self.vf_env is not None:
+            try:
+                _check_single_reply(self.vf_env, self.tasks[0])
+            except RuntimeError as exc:
+                raise ValueError(f"verifiers env: no demonstrations of one reply: {exc}") from exc
+        answered = [(t, a) for t in self.tasks if (a := _answer_of(t.data, self.answer_field))]
+        if not answered:
+            raise ValueError(
+                f"verifiers env: no task of {type(self.tasks[0].data).__name__} carries a reference answer in "
+                f"{self.answer_field!r} (its fields: {sorted(type(self.tasks[0].data).model_fields)}); set "
+                "answer_field, or give [sft] a demonstrations file"
+            )
+        order = list(range(len(answered)))
+        random.Random(seed).shuffle(order)
+        picks = (answered[order[i % len(order)]] for i in range(n))
+        return [Demonstration(self._observation(task), answer) for task, answer in picks]
 
     def env_current_obs(self) -> Obs:
         return self._obs
@@ -215,6 +249,19 @@ class VerifiersEnv(SingleAgentEnv):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return trace
+
+
+def _answer_of(data: Any, field: str) -> str | None:
+    """A task's reference answer as text (a list: its first item; numbers as written), or None."""
+    value = getattr(data, field, None)
+    if value is None and getattr(data, "model_extra", None):
+        value = data.model_extra.get(field)
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if isinstance(value, bool) or value is None:
+        return None
+    text = str(value) if isinstance(value, (str, int, float)) else None
+    return text if text and text.strip() else None
 
 
 def _load_env(config: Mapping[str, Any]) -> Any:
