@@ -75,8 +75,8 @@ def test_int_is_accepted_where_float_expected(tmp_path: Path) -> None:
 
 def test_unknown_key_lists_known_keys(tmp_path: Path) -> None:
     errors = _errors(tmp_path, "config.toml", MINIMAL + "[logging]\nplott = false\n")
-    assert errors == ["config.toml: [logging].plott: unknown key; known keys: output_dir, plot, progress_bars, "
-                      "rich, tensorboard, wandb"]  # fmt: skip
+    assert errors == ["config.toml: [logging].plott: unknown key; known keys: completions_count, "
+                      "completions_every, output_dir, plot, progress_bars, rich, tensorboard, wandb"]  # fmt: skip
 
 
 def test_unknown_top_level_table_is_reported(tmp_path: Path) -> None:

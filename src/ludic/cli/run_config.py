@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ludic.cli.run_loggers import config_loggers
+from ludic.cli.run_loggers import completions_logger, config_loggers
 from ludic.cli.runtime import (
     load_policy,
     load_tokenizer,
@@ -173,6 +173,7 @@ def build_train_run(
     trainer.train_logger = make_train_logger(
         out / "metrics.jsonl", total_steps=cfg.steps, live=cfg.logging.rich, prefix=log_prefix,
         extra=config_loggers(cfg),  # [logging] wandb / tensorboard
+        completions=completions_logger(cfg, trainer, client),  # [logging] completions_every
     )  # fmt: skip
     return TrainRun(
         cfg=cfg, trainer=trainer, evaluator=evaluator, logger=trainer.train_logger, out_dir=out,

@@ -26,6 +26,24 @@ def config_loggers(cfg: RunConfig) -> list[Any]:
     return sinks
 
 
+def completions_logger(cfg: RunConfig, trainer: Any, client: Any) -> Any:
+    """``[logging].completions_every``: the trainer's batch source tapped (``BatchTap``) and a
+    ``CompletionsLogger`` decoding its samples with the run's tokenizer; None when 0."""
+    from ludic.cli.runtime import load_tokenizer
+    from ludic.training.loggers.completions import COMPLETIONS_FILE, BatchTap, CompletionsLogger
+
+    if not cfg.logging.completions_every:
+        return None
+    tokenizer = getattr(client, "tokenizer", None) or load_tokenizer(cfg)
+    trainer.batch_source = tap = BatchTap(trainer.batch_source)
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    return CompletionsLogger(tap, decode, every=cfg.logging.completions_every, count=cfg.logging.completions_count,
+                             path=Path(cfg.logging.output_dir) / COMPLETIONS_FILE)  # fmt: skip
+
+
 def logger_errors(cfg: RunConfig) -> list[str]:
     """Each logger's package imports, and ``wandb = {...}`` holds only keywords ``wandb.init`` takes."""
     errors = []

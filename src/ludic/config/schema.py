@@ -289,6 +289,18 @@ class LoggingSection(Section):
     (``pip install 'ludic[tensorboard]'``)."""
     progress_bars: bool = False
     """Show the model libraries' loading and saving bars (transformers, huggingface_hub) on stderr."""
+    completions_every: int = 10
+    """Every N steps, a table of sampled completions of the step's batch (prompt, reply, reward; one per prompt
+    first) in the plain log and the dashboard, in ``<output_dir>/completions.jsonl``, as a W&B table and as
+    TensorBoard text (0: never)."""
+    completions_count: int = 4
+    """Completions in each of those tables."""
+
+    @model_validator(mode="after")
+    def _check(self) -> LoggingSection:
+        _at_least(self, 0, "completions_every")
+        _at_least(self, 1, "completions_count")
+        return self
 
 
 class RunConfig(Section):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO, runtime_checkable
 
@@ -71,6 +71,18 @@ class TeeLogger:
             show = getattr(sink, "show_eval", None)
             if callable(show):
                 show(step, stats)
+
+    def log_completions(self, step: int, samples: Sequence[Any]) -> None:
+        """Hand a table of sampled completions to the sinks that show one (``CompletionsLogger`` calls this)."""
+        for sink in self.loggers:
+            show = getattr(sink, "log_completions", None)
+            if not callable(show):
+                continue
+            try:
+                show(step, samples)
+            except Exception as exc:  # like log: a broken sink must not stop training
+                self.failures.append((step, sink, exc))
+                _log.warning("TeeLogger: %s.log_completions failed at step %d: %r", type(sink).__name__, step, exc)
 
     def __enter__(self) -> TeeLogger:
         for sink in self.loggers:

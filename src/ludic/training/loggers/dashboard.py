@@ -17,9 +17,11 @@ from typing import Any
 
 from rich.console import Group
 from rich.panel import Panel
+from rich.table import Table
 from rich.text import Text
 
 from ludic.training.loggers import JsonlLogger, RichLiveLogger, TeeLogger, prefix_key, sparkline
+from ludic.training.loggers.completions import CompletionSample, CompletionsLogger, plain_table, short
 from ludic.training.loggers.prefix import to_float
 from ludic.training.loggers.run_clock import LatestEval, RunClock, time_split
 
@@ -46,6 +48,7 @@ class RewardLossDashboard(RichLiveLogger):
         self._loss_history: deque[float] = deque(maxlen=history)
         self.clock = RunClock(total_steps)
         self.evals = LatestEval()
+        self.completions: tuple[int, Sequence[CompletionSample]] | None = None
 
     def __enter__(self) -> RewardLossDashboard:
         self.clock.start()
@@ -66,6 +69,12 @@ class RewardLossDashboard(RichLiveLogger):
                 self._loss_history.append(float(value))
         super().log(step, stats)
 
+    def log_completions(self, step: int, samples: Sequence[CompletionSample]) -> None:
+        """The latest table of sampled completions, drawn under the sparklines until the next one."""
+        self.completions = (step, samples)
+        if self._live is not None:
+            self._live.update(self.render())
+
     def _shown(self) -> dict[str, Any]:
         shown = super()._shown()
         extra = {k: v for k, v in self._latest.items() if k.split("/", 1)[0] in ("perf", "time")}
@@ -79,7 +88,17 @@ class RewardLossDashboard(RichLiveLogger):
         window = list(self._loss_history)[-self.spark_window :]
         last = f"{window[-1]:.3f}" if window else "-"
         loss_panel = Panel(Text(f"{sparkline(window)}  {last}"), title=LOSS_KEY)
-        return Group(*super().render().renderables, loss_panel)
+        parts = [*super().render().renderables, loss_panel]
+        if self.completions is not None:
+            step, samples = self.completions
+            table = Table(title=f"completions at step {step}", expand=True)
+            for column, ratio in (("reward", 1), ("prompt", 4), ("reply", 4)):
+                table.add_column(column, ratio=ratio, overflow="fold")
+            for s in samples:
+                reward = "-" if s.reward is None else f"{s.reward:.3f}"
+                table.add_row(reward, short(s.prompt, 200), short(s.reply, 200))
+            parts.append(table)
+        return Group(*parts)
 
 
 class EveryNPrinter:
@@ -110,6 +129,10 @@ class EveryNPrinter:
     def show_eval(self, step: int, stats: Mapping[str, Any]) -> None:
         """A held-out evaluation outside the training steps: shown on the next line printed."""
         self.evals.update(step, stats)
+
+    def log_completions(self, step: int, samples: Sequence[CompletionSample]) -> None:
+        """The table of sampled completions, printed and flushed (``reward | prompt | reply`` lines)."""
+        print(plain_table(step, samples, prefix=self.prefix), file=self.stream or sys.stdout, flush=True)
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
         self.clock.tick(step)
@@ -142,14 +165,19 @@ def plain_every(total_steps: int) -> int:
 
 
 def make_train_logger(
-    jsonl_path: Path, *, total_steps: int, live: bool, prefix: str = "[ludic]", extra: Sequence[Any] = ()
+    jsonl_path: Path, *, total_steps: int, live: bool, prefix: str = "[ludic]", extra: Sequence[Any] = (),
+    completions: CompletionsLogger | None = None,
 ) -> TeeLogger:
     """JSONL of every step's stats, plus the live dashboard (``live`` and stdout a terminal) or the plain log,
-    and the ``extra`` sinks (W&B, TensorBoard)."""
+    and the ``extra`` sinks (W&B, TensorBoard); ``completions``, when given, shows its tables on all of them."""
     jsonl_path.parent.mkdir(parents=True, exist_ok=True)
     screen: Any
     if live and sys.stdout.isatty():
         screen = RewardLossDashboard(total_steps=total_steps)
     else:  # piped to a file: a line per step as it happens, not a redrawn panel that appears at the end
         screen = EveryNPrinter(plain_every(total_steps), prefix=prefix, total_steps=total_steps)
-    return TeeLogger(JsonlLogger(jsonl_path), screen, *extra)
+    tee = TeeLogger(JsonlLogger(jsonl_path), screen, *extra)
+    if completions is not None:
+        completions.sinks = tee
+        tee.loggers.append(completions)  # last: the step's line is printed before its table
+    return tee

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,15 @@ class TensorBoardLogger:
             value = to_float(value)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 self.writer.add_scalar(key, float(value), global_step=step)
+        self.writer.flush()
+
+    def log_completions(self, step: int, samples: Sequence[Any]) -> None:
+        """Sampled completions as a markdown table under the text tag ``completions``."""
+        from ludic.training.loggers.completions import markdown_table
+
+        if self.writer is None:
+            raise RuntimeError(f"TensorBoardLogger({self.log_dir}) is closed")
+        self.writer.add_text("completions", markdown_table(samples), global_step=step)
         self.writer.flush()
 
     def close(self) -> None:

@@ -52,6 +52,12 @@ class WandbLogger:
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
         self.run.log({k: to_float(v) for k, v in prefix_stats(stats).items()}, step=step)
 
+    def log_completions(self, step: int, samples: Sequence[Any]) -> None:
+        """Sampled completions as a ``wandb.Table`` under ``completions`` (step, prompt, reply, reward)."""
+        rows = [[s.step, s.prompt, s.reply, s.reward] for s in samples]
+        table = self._wandb.Table(columns=["step", "prompt", "reply", "reward"], data=rows)
+        self.run.log({"completions": table}, step=step)
+
     def close(self) -> None:
         """Finish the run if this logger started it."""
         if self._owns_run and self.run is not None:
