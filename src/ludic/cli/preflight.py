@@ -18,6 +18,7 @@ from typing import Any
 from ludic.cli.custom_reward import reward_errors
 from ludic.cli.demonstrations import sft_errors
 from ludic.cli.lora import lora_errors
+from ludic.cli.program_prompt import program_prompt_errors
 from ludic.cli.run_loggers import logger_errors
 from ludic.cli.server_version import server_version_errors
 from ludic.config import ConfigError, RunConfig
@@ -44,6 +45,8 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
         errors += logger_errors(cfg)  # [logging] wandb / tensorboard: packages, wandb.init keywords
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
+            if not errors:  # an OpenAI-SDK program's own messages and tools: its first request, captured
+                errors += program_prompt_errors(cfg, factories["env"], factories["protocol"])
     errors += _program_backend_errors(cfg, factories.get("protocol"))
     if not errors:
         built = train and cfg.steps > 0  # the prompt-length check built and reset the training env
