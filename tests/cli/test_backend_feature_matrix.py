@@ -1,10 +1,13 @@
 """The backend x feature matrix: every combination ``--dry-run`` accepts runs one step; the others are refused.
 
 Backends: ``embedded`` (the in-process engine) and ``server``: ``VLLMChatClient``, which speaks vLLM's routes
-(``/v1/completions``, the weight and adapter routes), against Ludic's server, one subprocess on loopback shared
-by every case (a real ``vllm serve`` needs a GPU; the client is the same). Features: an SFT warm start, LoRA,
-pipeline mode (a private Redis), an OpenAI-SDK agent program (the ``openai_program`` kind) and ``ludic eval``.
-"""
+(``/v1/completions``, the weight and adapter routes), against Ludic's server, a subprocess on loopback (a real
+``vllm serve`` needs a GPU; the client is the same). Features: an SFT warm start, LoRA, pipeline mode (a
+private Redis), an OpenAI-SDK agent program (the ``openai_program`` kind) and ``ludic eval``.
+
+The server cases share one server, restarted only after a case published to it: a fresh run needs the base
+served at version 0, and ``--dry-run`` refuses one whose server serves an earlier run's weights (each
+publishing case checks that refusal before the restart)."""
 
 from __future__ import annotations
 
