@@ -53,9 +53,9 @@ def _game(mode: str) -> str:
 
 def test_a_game_the_bots_play_forever_is_an_error_naming_it() -> None:
     env = TextArenaEnv(_game("forever"), players=[0], opponent=lambda obs: "[0]")
-    with pytest.raises(RuntimeError, match=r"did not end after 10000 bot moves"):  # was: a hang
+    with pytest.raises(RuntimeError, match=r"kept bot seat 1 to move for 200 moves in a row"):  # was: a hang
         env.reset(seed=0)
-    assert textarena_env.MAX_BOT_MOVES * 5 == GAVE_UP
+    assert textarena_env.MAX_SAME_SEAT < textarena_env.MAX_BOT_MOVES * 5 == GAVE_UP
 
 
 def test_a_game_that_raises_names_the_game_the_seat_and_the_move() -> None:

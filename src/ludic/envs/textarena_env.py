@@ -27,22 +27,33 @@ cannot run here (see :mod:`ludic.envs.textarena_games`), or one whose board list
 
 from __future__ import annotations
 
-import importlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from ludic.envs.demonstrations import Demonstration
 from ludic.envs.env import LudicEnv
-from ludic.envs.textarena_games import check_resets, listed_moves, make_raw, probe_moves, seat_count
+from ludic.envs.textarena_games import (
+    PROBE_MOVES,
+    Bot,
+    RandomMoveBot,
+    bot,
+    check_resets,
+    listed_moves,
+    make_raw,
+    probe_moves,
+    seat_count,
+)
 from ludic.types import Info, StepOutcome
 
 EXTRA = "textarena"
 View = Literal["board", "board_only", "first_last", "full"]
-Bot = Callable[[str], str]
 MAX_BOT_MOVES = 10_000
 """Bot moves in a row (no policy seat to move, the game not over) after which the game is taken as
 one that never ends: an error naming it, instead of a loop that never returns."""
+MAX_SAME_SEAT = 200
+"""Bot moves in a row by one seat after which its moves are taken as refused forever (a game that keeps
+asking for a valid move without applying its error allowance, e.g. SantoriniBaseFixed-v0's random bot)."""
 
 
 def _textarena() -> Any:
@@ -53,36 +64,6 @@ def _textarena() -> Any:
             f"the textarena env needs the {EXTRA!r} extra: pip install 'ludic[{EXTRA}]'"
         ) from exc
     return textarena
-
-
-class RandomMoveBot:
-    """Plays a uniformly random move among those the game lists (:func:`listed_moves`: TicTacToe's
-    ``'[4]'``, FrozenLake's ``[up]``, Othello's ``[2, 3]``)."""
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.rng = random.Random(seed)
-
-    def __call__(self, obs: str) -> str:
-        moves = listed_moves(obs)
-        if not moves:
-            raise ValueError(
-                'textarena env: the \'random\' opponent found no "Available Moves: [..]" (or "Available '
-                'Actions:") list in the observation; pass opponent as a callable obs -> action for this game'
-            )
-        return self.rng.choice(moves)
-
-
-def _bot(opponent: str | Bot, seed: int | None) -> Bot:
-    if callable(opponent):
-        return opponent
-    if opponent == "random":
-        return RandomMoveBot(seed)
-    if isinstance(opponent, str) and ":" in opponent:
-        module, attr = opponent.split(":", 1)
-        return getattr(importlib.import_module(module), attr)
-    raise ValueError(
-        f"textarena env: opponent must be 'random', 'module:attr' or a callable, got {opponent!r}"
-    )
 
 
 def render(messages: Sequence[tuple[int, str, Any]], view: View) -> str:
@@ -146,6 +127,8 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         if opponent == "random" and len(self.players) < num_players:
             self._check_listed(probe)
         probe_moves(probe, game)  # a game that crashes on its first moves is refused now, with its reason
+        if opponent == "random" and len(self.players) < num_players:
+            self._trial()
         self._seen: dict[int, list] = {}
         self._done = True
 
@@ -178,7 +161,7 @@ class TextArenaEnv(LudicEnv[str, str, str]):
     def reset(self, seed: int | None = None) -> dict[str, tuple[str, Info]]:
         self._env = self._make()
         self._env.reset(num_players=self.num_players, seed=seed)
-        self._bot = _bot(self.opponent, seed)
+        self._bot = bot(self.opponent, seed)
         self._seen = {p: [] for p in range(self.num_players)}
         self._done = False
         self._advance_bots()
@@ -233,6 +216,21 @@ class TextArenaEnv(LudicEnv[str, str, str]):
         self.reset(seed=seed)
         return demos
 
+    def _trial(self) -> None:
+        """A short game against the 'random' opponent (the policy plays its first listed moves): a game its
+        bots cannot play is refused now, not at the first episode."""
+        try:
+            self.reset(seed=0)
+            for _ in range(PROBE_MOVES):
+                if self._done:
+                    break
+                seat = self._env.state.current_player_id
+                self.step({f"player_{seat}": (listed_moves(self._view(seat)) or ["[0]"])[0]})
+        except (RuntimeError, ValueError) as exc:  # the game or the bot (a move list that stops coming)
+            raise ValueError(f"textarena env: {self.game} cannot be played by the 'random' opponent: {exc}") from exc
+        finally:
+            self._done = True
+
     def _take_turn(self) -> int:
         """Move the current seat's pending messages into what it has seen; returns the seat."""
         pid, messages = self._env.get_observation()
@@ -241,10 +239,17 @@ class TextArenaEnv(LudicEnv[str, str, str]):
 
     def _advance_bots(self) -> None:
         """Bots play until a policy seat is to move or the game ends (at most ``MAX_BOT_MOVES``)."""
+        last, same = None, 0
         for _ in range(MAX_BOT_MOVES):
             if self._done or self._env.state.current_player_id in self.players:
                 return
             pid = self._take_turn()
+            last, same = pid, same + 1 if pid == last else 1
+            if same > MAX_SAME_SEAT:
+                raise RuntimeError(
+                    f"textarena env: {self.game} kept bot seat {pid} to move for {MAX_SAME_SEAT} moves in a row (its "
+                    "moves refused, the game not ending); play every seat or set opponent = 'module:attr'"
+                )
             self._done = self._play(f"bot seat {pid}", self._bot(render(self._seen[pid], self.view)))
         if not self._done and self._env.state.current_player_id not in self.players:
             raise RuntimeError(

@@ -5,8 +5,13 @@ own reason, so ``ludic train --dry-run`` says why instead of the first episode c
 
 from __future__ import annotations
 
+import importlib
+import random
 import re
+from collections.abc import Callable
 from typing import Any
+
+Bot = Callable[[str], str]
 
 SEAT_COUNTS = (2, 1, 3, 4, 5, 6, 7, 8)
 """Seat counts tried in order when a config gives none: two first (most games; several multi-seat games
@@ -110,3 +115,34 @@ def probe_moves(env: Any, game: str, moves: int = PROBE_MOVES) -> None:
                 f"(got {rewards!r:.120})"
             )
         return
+
+
+class RandomMoveBot:
+    """Plays a uniformly random move among those the game lists (:func:`listed_moves`: TicTacToe's
+    ``'[4]'``, FrozenLake's ``[up]``, Othello's ``[2, 3]``)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self, obs: str) -> str:
+        moves = listed_moves(obs)
+        if not moves:
+            raise ValueError(
+                'textarena env: the \'random\' opponent found no "Available Moves: [..]" (or "Valid moves:", '
+                '"Available Actions:") list in the observation; play every seat, or pass opponent as a callable '
+                "obs -> action for this game"
+            )
+        return self.rng.choice(moves)
+
+
+def bot(opponent: str | Bot, seed: int | None) -> Bot:
+    if callable(opponent):
+        return opponent
+    if opponent == "random":
+        return RandomMoveBot(seed)
+    if isinstance(opponent, str) and ":" in opponent:
+        module, attr = opponent.split(":", 1)
+        return getattr(importlib.import_module(module), attr)
+    raise ValueError(
+        f"textarena env: opponent must be 'random', 'module:attr' or a callable, got {opponent!r}"
+    )
