@@ -15,16 +15,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
+from ludic.config.logging_section import LoggingSection
+from ludic.config.lora_section import LoraSection
+from ludic.config.section_base import Section, _at_least
 from ludic.inference.sampling import SamplingConfig
 from ludic.training.config import CheckpointConfig, TrainerConfig
-
-
-class Section(BaseModel):
-    """Base of every table: unknown keys are errors; field docstrings are their documentation."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 class ModelSection(Section):
@@ -101,12 +98,6 @@ class SamplingSection(Section):
 class EvalSamplingSection(SamplingSection):
     temperature: float = 0.0
     """0 means greedy: a held-out evaluation is greedy unless it says otherwise."""
-
-
-def _at_least(section: BaseModel, minimum: int, *names: str) -> None:
-    for name in names:
-        if getattr(section, name) < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {getattr(section, name)}")
 
 
 class InferenceSection(Section):
@@ -223,83 +214,6 @@ class SftSection(Section):
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if (self.demonstrations is None) == (not self.from_env):
             raise ValueError("give demonstrations = 'file.jsonl' or from_env = true (exactly one)")
-        return self
-
-
-class LoraSection(Section):
-    """``[lora]``: train LoRA adapters on a frozen base instead of every weight (docs/lora.md; needs the
-    ``peft`` extra)."""
-
-    rank: int = 8
-    """Rank ``r`` of each adapter (A is ``[r, in]``, B ``[out, r]``)."""
-    alpha: float | None = None
-    """``lora_alpha``: the update is scaled by ``alpha / rank`` (``alpha / sqrt(rank)`` with ``rslora``);
-    default ``2 * rank``."""
-    targets: list[str] | Literal["all-linear"] = "all-linear"
-    """Module names to adapt (``["q_proj", "v_proj"]``: every module whose name ends with one of them), or
-    ``"all-linear"``: every linear layer but the output head. Checked against the model by ``--dry-run``."""
-    dropout: float = 0.0
-    """Dropout on the adapter's input while training (0 keeps the trainer's log-probs equal to the engine's)."""
-    rslora: bool = False
-    """Rank-stabilised scaling ``alpha / sqrt(rank)`` (peft's ``use_rslora``)."""
-    publish: Literal["adapter", "merged"] = "adapter"
-    """What each step sends to inference: the adapter alone ("adapter": ~1% of the bytes; the embedded engine
-    and Ludic's server serve it on the base they hold) or merged weights ("merged": any server, vLLM's
-    weight routes included)."""
-    serving: Literal["unmerged", "fold"] = "unmerged"
-    """How the embedded engine serves a published adapter: "unmerged" (beside the base, which it then shares
-    with the trainer: one frozen base in the process) or "fold" (into its weights: a base-speed forward, a copy
-    of the adapted layers). A server takes ``--adapter-serving`` when started."""
-
-    @model_validator(mode="after")
-    def _check(self) -> LoraSection:
-        _at_least(self, 1, "rank")
-        if self.alpha is not None and not self.alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if isinstance(self.targets, list):
-            if not self.targets:
-                raise ValueError('targets is empty: name modules (["q_proj", "v_proj"]) or give "all-linear"')
-            blank = [i for i, name in enumerate(self.targets) if not name.strip() or name == "all-linear"]
-            if blank:
-                raise ValueError(f'targets[{blank[0]}] is {self.targets[blank[0]]!r}: give module names, '
-                                 'or targets = "all-linear" alone')  # fmt: skip
-        return self
-
-    @property
-    def lora_alpha(self) -> float:
-        """``alpha``, defaulting to ``2 * rank``."""
-        return float(2 * self.rank if self.alpha is None else self.alpha)
-
-
-class LoggingSection(Section):
-    output_dir: str = "runs/ludic"
-    """Where metrics.jsonl, the plot, eval results and checkpoints go."""
-    rich: bool = True
-    """Live terminal dashboard when stdout is a terminal (otherwise, or false: a plain line per step)."""
-    plot: bool = True
-    """Write the reward/loss PNG at the end."""
-    wandb: dict[str, Any] | None = None
-    """Log every step to Weights & Biases: keyword arguments of ``wandb.init`` (``project``, ``name``, ``group``,
-    ``tags``, ``entity``, ``mode = "offline"``, ``dir``, ...; ``{}`` for wandb's defaults); the run config is
-    the wandb run's ``config``. Needs ``pip install 'ludic[wandb]'``."""
-    tensorboard: bool = False
-    """Write every step's stats as TensorBoard scalars to ``<output_dir>/tensorboard``
-    (``pip install 'ludic[tensorboard]'``)."""
-    progress_bars: bool = False
-    """Show the model libraries' loading and saving bars (transformers, huggingface_hub) on stderr."""
-    completions_every: int = 10
-    """Every N steps, a table of sampled completions of the step's batch (prompt, reply, reward; one per prompt
-    first) in the plain log and the dashboard, in ``<output_dir>/completions.jsonl``, as a W&B table and as
-    TensorBoard text (0: never)."""
-    completions_count: int = 4
-    """Completions in each of those tables."""
-
-    @model_validator(mode="after")
-    def _check(self) -> LoggingSection:
-        _at_least(self, 0, "completions_every")
-        _at_least(self, 1, "completions_count")
         return self
 
 
