@@ -45,7 +45,7 @@ class ParsedReply:
 
 @runtime_checkable
 class ToolParser(Protocol):
-    """The seam: a parser for one tool-call format (see ``tool_parsers/registry.py`` to add one)."""
+    """The seam: a parser for one tool-call format (see ``inference/tool_parsers/registry.py`` to add one)."""
 
     name: str
 

@@ -32,7 +32,7 @@ class CISPOLoss(TokenLogpLoss, MismatchGuards):
     the tokens of short-reply groups more. ``length_normalize=True`` differs whenever lengths differ
     (gradient cosine 0.69 to the paper's on a batch of replies of 1 and 4 tokens). The paper's aggregation
     exactly: ``make_cispo(length_normalize=False, group_token_mean=True)``, which scales each item's weight
-    by its group's token count (``credit/group_token_mean.py``). The default ``clip_eps_low=1e6``
+    by its group's token count (``training/credit/group_token_mean.py``). The default ``clip_eps_low=1e6``
     leaves the weight unbounded below. ``tis_cap`` further caps the weight: ``sg(min(w_t, tis_cap))``.
     With per-token weights (``batch["token_weight"]``) ``A_i`` becomes ``A_{i,t}``.
     """
