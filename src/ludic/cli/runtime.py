@@ -109,20 +109,32 @@ def make_requests(
     n: int,
     sampling: SamplingConfig,
     env_kwargs: dict[str, Any] | None = None,
+    run_seed: int = 0,
 ) -> list[RolloutRequest]:
-    """``n`` requests with consecutive env seeds; ``env_kwargs`` override ``[env].kwargs``."""
+    """``n`` requests with consecutive env seeds; ``env_kwargs`` override ``[env].kwargs``; sampling seeds
+    from the env seeds and ``run_seed`` (training passes the run's seed; held-out evaluations keep the same
+    sampling seeds in every run, so runs compare on the same draws)."""
     kwargs = {**cfg.env.kwargs, **(env_kwargs or {})}
     return [
         RolloutRequest(
             env=EnvSpec(kind=cfg.env.name, kwargs=dict(kwargs)),
             protocol=ProtocolSpec(kind=cfg.protocol.name, kwargs=dict(cfg.protocol.kwargs)),
             env_seed=first_seed + i,
-            sampling_seed=first_seed + i,
+            sampling_seed=sampling_seed(run_seed, first_seed + i),
             inference=InferenceSpec(sampling=sampling),
             meta={"env_seed": first_seed + i},
         )
         for i in range(n)
     ]
+
+
+def sampling_seed(run_seed: int, env_seed: int) -> int:
+    """The sampling seed of the episode with ``env_seed`` in the run with ``run_seed``.
+
+    The run's seed must change what is sampled: a pretrained model's run has no random initialisation, so
+    with per-request seeds taken from the env seeds alone every ``seed`` gave the same run. Seed 0 keeps
+    the env seed itself (the figures measured before stay reproducible)."""
+    return (env_seed + run_seed * 1_000_000_007) % 2**31
 
 
 def make_algorithm(cfg: RunConfig) -> Any:
@@ -175,7 +187,9 @@ class GroupedRequests:
 
     def __call__(self) -> list[RolloutRequest]:
         n = self.cfg.rollout.prompts_per_step
-        base = make_requests(self.cfg, first_seed=self.next_seed, n=n, sampling=self.sampling)
+        base = make_requests(
+            self.cfg, first_seed=self.next_seed, n=n, sampling=self.sampling, run_seed=self.cfg.seed
+        )
         self.next_seed += n
         return base
 
