@@ -75,3 +75,17 @@ settings.register_profile(
     "ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "default")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_process_hooks() -> Iterator[None]:
+    """A test that starts a W&B run leaves wandb's process hooks (its ``sys.exit`` wrapper turns
+    ``sys.exit()`` into ``sys.exit(0)``) and its settings singleton behind; later tests get them back clean."""
+    import sys
+
+    exit_fn, excepthook = sys.exit, sys.excepthook
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "teardown", None) is not None:
+        wandb.teardown()
+    sys.exit, sys.excepthook = exit_fn, excepthook
