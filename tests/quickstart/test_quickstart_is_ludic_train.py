@@ -31,7 +31,7 @@ def _train_rows(out: Path) -> list[dict]:
 
 def test_ludic_train_on_the_quickstarts_config_trains_the_same_weights(tmp_path: Path) -> None:
     qs = tmp_path / "qs"
-    argv = ["quickstart", "--steps", "3", "--sft-steps", "2", "--eval-episodes", "2", "--eval-every", "0", "--warmup-steps", "0",
+    argv = ["quickstart", "--steps", "3", "--sft-steps", "20", "--eval-episodes", "2", "--eval-every", "0", "--warmup-steps", "0",
             "--group-size", "4", "--prompts-per-step", "2", "--lr", "1e-3", "--seed", "1",
             "--output-dir", str(qs), "--no-live"]  # fmt: skip
     assert main(argv) == 0
