@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from ludic.config.cluster_section import ClusterSection
 from ludic.config.logging_section import LoggingSection
 from ludic.config.lora_section import LoraSection
 from ludic.config.section_base import Section, _at_least
@@ -244,6 +245,8 @@ class RunConfig(Section):
     """Keyword arguments of ``TrainerConfig`` (checked against it)."""
     sft: SftSection | None = None
     """An SFT warm start before RL (``ludic train`` only; a resumed run does not redo it)."""
+    cluster: ClusterSection | None = None
+    """The hosts of a multi-host run: servers, Redis, the trainer's rendezvous (docs/cluster.md)."""
     lora: LoraSection | None = None
     """Train LoRA adapters on the frozen ``[model]`` instead of every weight (``ludic export`` merges them)."""
     checkpoint: CheckpointConfig | None = None
