@@ -29,6 +29,11 @@ LAYER_RULES = [  # (every module under this prefix, never loads a module under a
                       "ludic.interaction", "ludic.envs", "ludic.cli")),
     # publishing weights needs no training loop, episodes or agents
     ("ludic.distributed", ("ludic.training", "ludic.envs", "ludic.agents", "ludic.interaction")),
+    # the multi-host roles and launch recipes (apps) sit above every library layer
+    *[(layer, ("ludic.cluster", "ludic.cli")) for layer in (
+        "ludic.envs", "ludic.kernels", "ludic.inference", "ludic.models", "ludic.distributed", "ludic.training",
+        "ludic.agents", "ludic.interaction", "ludic.context", "ludic.eval",
+    )],
 ]  # fmt: skip
 MODULE_RULES = [  # (importing this module, never loads a module under any of these)
     # the Trainer sees only SAW items from a BatchSource
