@@ -241,8 +241,9 @@ def test_small_yaml_aliases_still_work(tmp_path: Path) -> None:
     text = "sampling: &s {temperature: 0.5, max_tokens: 8}\nmodel: {path: m}\nenv: {name: e}\n"
     text += "rollout: {sampling: *s}\neval: {sampling: *s}\n"
     errors = _errors(tmp_path, "run.yaml", text)
-    assert errors == ["run.yaml: sampling: unknown key; known keys: algorithm, checkpoint, env, eval, harness, "
-                      "imports, inference, logging, lora, model, pipeline, protocol, rollout, seed, sft, steps, trainer"]  # fmt: skip
+    assert errors == ["run.yaml: sampling: unknown key; known keys: algorithm, checkpoint, cluster, env, eval, "
+                      "harness, imports, inference, logging, lora, model, pipeline, protocol, rollout, seed, sft, steps, "
+                      "timeouts, trainer"]  # fmt: skip
 
 
 def test_oversized_file_is_refused_before_parsing(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from ludic.config.cluster_section import ClusterSection
 from ludic.config.logging_section import LoggingSection
 from ludic.config.lora_section import LoraSection
 from ludic.config.section_base import Section, _at_least
+from ludic.config.timeouts_section import TimeoutsSection
 from ludic.inference.sampling import SamplingConfig
 from ludic.training.config import CheckpointConfig, TrainerConfig
 
@@ -102,22 +103,25 @@ class EvalSamplingSection(SamplingSection):
 
 
 class InferenceSection(Section):
-    backend: Literal["embedded", "server"] = "embedded"
-    """"embedded" (in-process TransformersChatClient) or "server" (a vLLM OpenAI server)."""
+    backend: Literal["embedded", "server", "vllm"] = "embedded"
+    """"embedded" (the in-process engine), "server" (Ludic's server at server_url; weights as one upload to
+    its /ludic/update_weights_blob) or "vllm" (``vllm serve``, or Ludic's server, at server_url; weights over
+    vLLM's weight-transfer routes and a collective: NCCL when [model].device is CUDA, else gloo)."""
     server_url: str | None = None
-    """The server's base URL (backend "server" only)."""
+    """The server's base URL (backends "server" and "vllm" only)."""
     max_batch_size: int = 64
     """The embedded engine's largest generation batch."""
 
     @model_validator(mode="after")
     def _check(self) -> InferenceSection:
-        if self.backend == "server" and not self.server_url:
-            raise ValueError("backend 'server' needs server_url (e.g. 'http://127.0.0.1:8000')")
-        if self.backend == "embedded" and self.server_url:
+        remote = self.backend != "embedded"
+        if remote and not self.server_url:
+            raise ValueError(f"backend {self.backend!r} needs server_url (e.g. 'http://127.0.0.1:8000')")
+        if not remote and self.server_url:
             raise ValueError(f"server_url={self.server_url!r} is set but backend is 'embedded'")
-        if self.backend == "server" and "max_batch_size" in self.model_fields_set:
+        if remote and "max_batch_size" in self.model_fields_set:
             raise ValueError(
-                "max_batch_size sizes the embedded engine's batches; with backend 'server' pass "
+                f"max_batch_size sizes the embedded engine's batches; with backend {self.backend!r} pass "
                 "--max-batch-size to the server when starting it"
             )
         _at_least(self, 1, "max_batch_size")
@@ -247,6 +251,8 @@ class RunConfig(Section):
     """An SFT warm start before RL (``ludic train`` only; a resumed run does not redo it)."""
     cluster: ClusterSection | None = None
     """The hosts of a multi-host run: servers, Redis, the trainer's rendezvous (docs/cluster.md)."""
+    timeouts: TimeoutsSection = Field(default_factory=TimeoutsSection)
+    """How long each wait may last: collectives, HTTP, publishes, Redis, queues, the step watchdog."""
     lora: LoraSection | None = None
     """Train LoRA adapters on the frozen ``[model]`` instead of every weight (``ludic export`` merges them)."""
     checkpoint: CheckpointConfig | None = None
@@ -264,10 +270,15 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         _at_least(self, 0, "steps")
-        lora, server = self.lora, self.inference.backend == "server"
-        if lora is not None and server and "serving" in lora.model_fields_set:
-            raise ValueError("[lora].serving sets how the embedded engine serves an adapter; with backend 'server' "
-                             "pass --adapter-serving to the server when starting it")  # fmt: skip
+        lora, backend = self.lora, self.inference.backend
+        if lora is not None and backend != "embedded" and "serving" in lora.model_fields_set:
+            raise ValueError(f"[lora].serving sets how the embedded engine serves an adapter; with backend "
+                             f"{backend!r} pass --adapter-serving to the server when starting it")  # fmt: skip
+        if lora is not None and backend == "vllm" and lora.publish == "adapter":
+            raise ValueError('[lora].publish = "adapter" cannot reach backend "vllm": vLLM serves a runtime '
+                             "adapter only under its own model name, never as the policy the run samples; "
+                             'set [lora] publish = "merged" (merged weights over vLLM\'s weight routes), or '
+                             'backend = "server" for Ludic\'s server, which takes the adapter alone')  # fmt: skip
         blank = [i for i, name in enumerate(self.imports) if not name.strip()]
         if blank:
             raise ValueError(f"imports[{blank[0]}] is empty; give a module name or a .py path")
