@@ -9,6 +9,7 @@ file: ``api_key_env`` and ``redis_password_env`` name environment variables each
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
@@ -51,6 +52,11 @@ class ClusterSection(Section):
     """Actor hosts the launch recipes start (each runs ``ludic actor``)."""
     actor_tasks: int = 1
     """Actor tasks per ``ludic actor`` process, each on its own stretch of env seeds."""
+    publish_failure: Literal["skip", "stop"] = "skip"
+    """When a server misses a weight publish (error, or no answer within the bound; the error names the server,
+    the operation and the wait): "skip" goes on (that server keeps serving its last complete version and the
+    next publish, full weights again, brings it up to date; every server missing it still stops the run),
+    "stop" stops the run (``ludic.distributed.fanout``)."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSection:

@@ -9,6 +9,7 @@ from ludic._lazy import lazy_exports
 if TYPE_CHECKING:
     from ludic.distributed.adapters.vllm import create_vllm_publisher
     from ludic.distributed.broadcast import BroadcastPolicyPublisher, PublishError
+    from ludic.distributed.fanout import FanoutPublisher, FanoutPublishError
     from ludic.distributed.interfaces import PolicyPublisher
     from ludic.distributed.lora_payload import adapter_payload
     from ludic.distributed.lora_vllm import VLLMLoraPublisher
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BroadcastPolicyPublisher",
     "ClientPublisher",
+    "FanoutPublishError",
+    "FanoutPublisher",
     "PolicyPublisher",
     "ProbeCheckedPublisher",
     "PublishError",
