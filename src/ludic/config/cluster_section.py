@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, model_validator
 
+from ludic.config.launch_section import KubernetesSection, SlurmSection
 from ludic.config.section_base import Section, _at_least
 
 
@@ -57,6 +58,10 @@ class ClusterSection(Section):
     the operation and the wait): "skip" goes on (that server keeps serving its last complete version and the
     next publish, full weights again, brings it up to date; every server missing it still stops the run),
     "stop" stops the run (``ludic.distributed.fanout``)."""
+    slurm: SlurmSection = Field(default_factory=SlurmSection)
+    """The batch job ``ludic cluster render CONFIG --slurm OUT`` writes."""
+    kubernetes: KubernetesSection = Field(default_factory=KubernetesSection)
+    """The manifests ``ludic cluster render CONFIG --kubernetes DIR`` writes."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSection:
