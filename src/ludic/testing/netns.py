@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,7 +143,7 @@ class HostNetwork:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             self._kill(proc)
-            raise NetworkCommandError(argv, None, f"ran past {timeout:.0f} s in host {host}") from exc
+            raise NetworkCommandError(argv, None, f"ran past {timeout:g} s in host {host}") from exc
         if check and proc.returncode != 0:
             raise NetworkCommandError(argv, proc.returncode, f"(in host {host}) {err}")
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -264,6 +265,21 @@ class HostNetwork:
             raise TimeoutError(
                 f"process {proc.pid} ({proc.args!r}) still alive {WAIT_S:.0f} s after SIGKILL"
             ) from err
+
+
+def unavailable_reason() -> str | None:
+    """Why simulated hosts cannot be made here (not root, no ``ip``, namespaces refused), or None if they can."""
+    if os.geteuid() != 0:
+        return f"network namespaces need root (running as uid {os.geteuid()})"
+    if shutil.which("ip") is None:
+        return "the `ip` command (iproute2) is not on the PATH"
+    probe = f"{NAMESPACE_PREFIX}{os.getpid()}-{next(_SEQ)}-probe"  # a dead run's probe counts as stale
+    try:
+        command(["ip", "netns", "add", probe])
+        command(["ip", "netns", "del", probe])
+    except NetworkCommandError as err:
+        return f"cannot make a network namespace: {err}"
+    return None
 
 
 def _await_line(proc: subprocess.Popen, line: bytes, timeout: float) -> bool:

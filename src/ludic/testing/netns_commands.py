@@ -138,9 +138,7 @@ def call_in_namespace(namespace: str, fn: Callable[..., T], *args: object, timeo
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise TimeoutError(
-            f"{getattr(fn, '__name__', fn)!s} in namespace {namespace} ran past {timeout:.0f} s"
-        )
+        raise TimeoutError(f"{getattr(fn, '__name__', fn)!s} in namespace {namespace} ran past {timeout:g} s")
     if error:
         raise error[0]
     return result[0]
