@@ -27,11 +27,13 @@ class WaitTimeout(TimeoutError):
         super().__init__(message + (f"; {detail}" if detail else ""))
 
     def __reduce__(self):  # picklable with its keywords (multiprocessing, subprocess reports)
-        return _rebuild, (self.peer, self.operation, self.waited_s, self.bound_s, self.detail)
+        return _rebuild, (type(self), self.peer, self.operation, self.waited_s, self.bound_s, self.detail)
 
 
-def _rebuild(peer: str, operation: str, waited_s: float, bound_s: float | None, detail: str) -> WaitTimeout:
-    return WaitTimeout(peer=peer, operation=operation, waited_s=waited_s, bound_s=bound_s, detail=detail)
+def _rebuild(
+    cls: type[WaitTimeout], peer: str, operation: str, waited_s: float, bound_s: float | None, detail: str
+) -> WaitTimeout:
+    return cls(peer=peer, operation=operation, waited_s=waited_s, bound_s=bound_s, detail=detail)
 
 
 ON_STALL = ("log", "exit")

@@ -3,15 +3,24 @@
 Connection errors, timeouts and 5xx are retried with exponential backoff (``retries`` times);
 a 4xx is the server refusing the request and raises ``RequestRefused`` (a ValueError) at once with
 the server's status and message; a 5xx left after the retries raises ``ServerError`` with both.
+
+A bound (``bound_s``, ``[timeouts].http_s`` / ``publish_s``) covers the whole call, its retries and backoff
+included: past it the call raises ``ServerTimeout`` (a ``ludic.timeouts.WaitTimeout`` and a status-less
+``ServerError``) naming the server, the route and the time waited. The async path enforces it exactly
+(``asyncio.timeout``); the blocking path gives each attempt what is left as httpx's timeout, which bounds a
+server that accepts and sends nothing (httpx's timeouts are per read, so a server trickling bytes is not cut).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+
+from ludic.timeouts import WaitTimeout
 
 
 class ServerError(RuntimeError):
@@ -20,6 +29,13 @@ class ServerError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ServerTimeout(WaitTimeout, ServerError):
+    """An HTTP call ran past its bound: a ``WaitTimeout`` (peer, operation, waited_s) and a ``ServerError``
+    without a status (the server did not answer), so code that marks unreachable servers treats it as one."""
+
+    status = None
 
 
 class RequestRefused(ValueError):
@@ -76,20 +92,53 @@ class RetryPolicy:
                                f"{type(exc).__name__}: {exc}")  # fmt: skip
         return exc
 
-    def call(self, send: Any, what: str, retry: bool = True) -> dict[str, Any]:
+    def _timed_out(self, peer: str, what: str, started: float, bound_s: float, attempts: int) -> ServerTimeout:
+        return ServerTimeout(peer=peer, operation=f"HTTP {what}", waited_s=time.monotonic() - started,
+                             bound_s=bound_s, detail=f"{attempts} attempt(s)")  # fmt: skip
+
+    def call(
+        self, send: Callable[[float | None], httpx.Response], what: str, retry: bool = True, *,
+        bound_s: float | None = None, peer: str = "the server",
+    ) -> dict[str, Any]:  # fmt: skip
+        """``checked_json(send(timeout))``, retried; ``timeout`` is what is left of ``bound_s`` (None: unbounded)."""
         attempts = self.retries + 1 if retry else 1
+        started = time.monotonic()
         for i in range(attempts):
+            left = None if bound_s is None else bound_s - (time.monotonic() - started)
             try:
-                return checked_json(send(), what)
+                return checked_json(send(left), what)
             except (httpx.TransportError, ServerError) as exc:
-                if not _retryable(exc) or i == attempts - 1:
+                out_of_time = bound_s is not None and time.monotonic() - started >= bound_s - 1e-3
+                if isinstance(exc, httpx.TimeoutException) and bound_s is not None and (out_of_time or i == attempts - 1):
+                    raise self._timed_out(peer, what, started, bound_s, i + 1) from exc
+                if not _retryable(exc) or i == attempts - 1 or out_of_time:
                     raise self._give_up(exc, what, i + 1) from exc
-            time.sleep(self.backoff_s * 2**i)
+            pause = self.backoff_s * 2**i
+            if bound_s is not None:
+                pause = min(pause, max(bound_s - (time.monotonic() - started) - 1e-3, 0.0))
+            time.sleep(pause)
         raise AssertionError("unreachable")
 
-    async def acall(self, send: Any, what: str, retry: bool = True) -> dict[str, Any]:
+    async def acall(
+        self, send: Callable[[], Awaitable[httpx.Response]], what: str, retry: bool = True, *,
+        bound_s: float | None = None, peer: str = "the server",
+    ) -> dict[str, Any]:  # fmt: skip
+        """``checked_json(await send())``, retried; the whole call (retries included) within ``bound_s``."""
+        started, tries = time.monotonic(), [0]
+        if bound_s is None:
+            return await self._acall(send, what, retry, tries)
+        try:
+            async with asyncio.timeout(bound_s):
+                return await self._acall(send, what, retry, tries)
+        except TimeoutError as exc:
+            if isinstance(exc, WaitTimeout):
+                raise
+            raise self._timed_out(peer, what, started, bound_s, tries[0]) from exc
+
+    async def _acall(self, send: Any, what: str, retry: bool, tries: list[int]) -> dict[str, Any]:
         attempts = self.retries + 1 if retry else 1
         for i in range(attempts):
+            tries[0] = i + 1
             try:
                 return checked_json(await send(), what)
             except (httpx.TransportError, ServerError) as exc:

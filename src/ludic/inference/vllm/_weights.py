@@ -44,9 +44,9 @@ class VLLMWeightsMixin:
         blob = save(_unshared_cpu(params), metadata=metadata)
         path = "/ludic/update_weights_blob" + (f"?version={int(version)}" if version is not None else "")
         headers = {**self._headers, "Content-Type": "application/octet-stream"}
-        payload = self.retry.call(
-            lambda: self.sync_client().post(self.base_url + path, content=blob, headers=headers, timeout=timeout_s),
-            path, retry=False,
+        payload = self.retry.call(  # timeout_s ([timeouts].publish_s) bounds the upload: ServerTimeout past it
+            lambda left: self.sync_client().post(self.base_url + path, content=blob, headers=headers, timeout=left),
+            path, retry=False, bound_s=timeout_s, peer=self.base_url,
         )  # fmt: skip
         return str(payload.get("status"))
 

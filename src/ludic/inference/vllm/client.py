@@ -38,7 +38,9 @@ class VLLMChatClient(VLLMWeightsMixin):
     """ChatClient (and VersionedClient) for a vLLM-style server at ``base_url`` or ``host:port``.
 
     api_key: bearer token (default ``$LUDIC_API_KEY``); route: ``"completions"`` or ``"generate"``
-    for token-id requests; retries/backoff_s: attempts after a connection error or 5xx.
+    for token-id requests; retries/backoff_s: attempts after a connection error or 5xx. timeout_s
+    (``[timeouts].http_s``) bounds each call, retries included: past it ``ServerTimeout`` names this server,
+    the route and the time waited.
     """
 
     def __init__(
@@ -222,22 +224,25 @@ class VLLMChatClient(VLLMWeightsMixin):
         return client
 
     async def post_json(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
-        return await self.retry.acall(lambda: self._async_client().post(self.base_url + path, json=body), path, retry)
+        send = lambda: self._async_client().post(self.base_url + path, json=body)  # noqa: E731
+        return await self.retry.acall(send, path, retry, bound_s=self.timeout_s, peer=self.base_url)
 
     async def get_json(self, path: str) -> dict[str, Any]:
-        return await self.retry.acall(lambda: self._async_client().get(self.base_url + path), path)
+        send = lambda: self._async_client().get(self.base_url + path)  # noqa: E731
+        return await self.retry.acall(send, path, bound_s=self.timeout_s, peer=self.base_url)
 
     def post_json_sync(
         self, path: str, body: dict[str, Any] | None = None, *, timeout_s: float | None = None, retry: bool = False
     ) -> dict[str, Any]:
         """Blocking POST (the weight control plane): ``timeout_s`` bounds the whole call."""
-        timeout = timeout_s if timeout_s is not None else self.timeout_s
-        send = lambda: self.sync_client().post(self.base_url + path, json=body or {}, timeout=timeout)  # noqa: E731
-        return self.retry.call(send, path, retry)
+        bound = timeout_s if timeout_s is not None else self.timeout_s
+        send = lambda left: self.sync_client().post(self.base_url + path, json=body or {}, timeout=left)  # noqa: E731
+        return self.retry.call(send, path, retry, bound_s=bound, peer=self.base_url)
 
     def get_json_sync(self, path: str, *, timeout_s: float | None = None) -> dict[str, Any]:
-        timeout = timeout_s if timeout_s is not None else self.timeout_s
-        return self.retry.call(lambda: self.sync_client().get(self.base_url + path, timeout=timeout), path)
+        bound = timeout_s if timeout_s is not None else self.timeout_s
+        send = lambda left: self.sync_client().get(self.base_url + path, timeout=left)  # noqa: E731
+        return self.retry.call(send, path, bound_s=bound, peer=self.base_url)
 
     # kept for callers of the earlier private names
     _post_json = post_json
