@@ -1,9 +1,14 @@
 """The backend x feature matrix: every combination ``--dry-run`` accepts runs one step; the others are refused.
 
-Backends: ``embedded`` (the in-process engine) and ``server``: ``VLLMChatClient``, which speaks vLLM's routes
-(``/v1/completions``, the weight and adapter routes), against Ludic's server, a subprocess on loopback (a real
-``vllm serve`` needs a GPU; the client is the same). Features: an SFT warm start, LoRA, pipeline mode (a
-private Redis), an OpenAI-SDK agent program (the ``openai_program`` kind) and ``ludic eval``.
+Backends, the last two against Ludic's server, a subprocess on loopback (a real ``vllm serve`` needs a GPU):
+- ``embedded``: the in-process engine;
+- ``server``: ``VLLMChatClient`` sampling over ``/v1/completions``, the weights uploaded as one blob to Ludic's
+  own ``/ludic/update_weights_blob`` (a LoRA run's adapter alone);
+- ``vllm``: the same client, the weights over vLLM's weight-transfer routes (``/init_weight_transfer_engine``,
+  ``/update_weights``, ...) and a gloo group, as against ``vllm serve`` (NCCL on a GPU): only what a vLLM
+  server accepts, so a LoRA run publishes merged weights.
+Features: an SFT warm start, LoRA (publishing its adapter, and merged), pipeline mode (a private Redis), an
+OpenAI-SDK agent program (the ``openai_program`` kind) and ``ludic eval``.
 
 The server cases share one server, restarted only after a case published to it: a fresh run needs the base
 served at version 0, and ``--dry-run`` refuses one whose server serves an earlier run's weights (each
@@ -28,12 +33,16 @@ from ludic.testing.server_process import start_server, stop_server
 
 pytestmark = pytest.mark.integration
 
-BACKENDS = ("embedded", "server")
-FEATURES = ("sft", "lora", "pipeline", "program", "eval")
+BACKENDS = ("embedded", "server", "vllm")
+FEATURES = ("sft", "lora", "lora_merged", "pipeline", "program", "eval")
+REMOTE = ("server", "vllm")
 # (backend, feature) -> what --dry-run says when it refuses the combination
-REFUSED = {
-    ("embedded", "program"): "an OpenAI-SDK program samples from an HTTP server that must receive the trained",
-}
+PROGRAM_NEEDS_HTTP = "an OpenAI-SDK program samples from an HTTP server that must receive the trained"
+VLLM_NO_ADAPTER = (
+    'vLLM serves a runtime adapter only under its own model name, never as the policy the run samples; set [lora] '
+    'publish = "merged"'
+)
+REFUSED = {("embedded", "program"): PROGRAM_NEEDS_HTTP, ("vllm", "lora"): VLLM_NO_ADAPTER}
 
 PROGRAM = '''
 async def repeat(client, task):
@@ -57,14 +66,15 @@ output_dir = "{folder / "out"}"
 rich = false
 plot = false
 """
-    if backend == "server":
-        tables += f'[inference]\nbackend = "server"\nserver_url = "{server}"\n'
+    if backend in REMOTE:
+        tables += f'[inference]\nbackend = "{backend}"\nserver_url = "{server}"\n'
     if feature == "sft":
         demos = folder / "demos.jsonl"
         demos.write_text("".join(json.dumps({"prompt": f"Repeat {c}", "answer": c * 2}) + "\n" for c in "ab"))
         tables += f'[sft]\nsteps = 1\nbatch_size = 2\ndemonstrations = "{demos}"\n'
-    elif feature == "lora":
+    elif feature in ("lora", "lora_merged"):
         tables += '[lora]\nrank = 2\ntargets = ["q_proj", "v_proj"]\n'
+        tables += 'publish = "merged"\n' if feature == "lora_merged" else ""
     elif feature == "pipeline":
         tables += "[pipeline]\nenabled = true\nactors = 1\n"
     elif feature == "program":
@@ -91,7 +101,7 @@ def _cli(*argv: str) -> tuple[int, str]:
 
 
 class Server:
-    """Ludic's server on ``model_dir`` for the ``server`` cases, restarted only when a case left it at a policy
+    """Ludic's server on ``model_dir`` for the ``server`` and ``vllm`` cases, restarted only when a case left it at a policy
     version above 0 (a fresh run needs the base served at version 0: ``--dry-run`` refuses it otherwise)."""
 
     def __init__(self, model_dir: Path) -> None:
@@ -134,7 +144,7 @@ def test_each_combination_runs_one_step_or_is_refused(
     tmp_path: Path, model_dir: Path, server: Server, backend: str, feature: str
 ) -> None:
     url = "http://127.0.0.1:9"  # unused by the embedded cases
-    if backend == "server":  # evaluation publishes nothing: any version served will do
+    if backend in REMOTE:  # evaluation publishes nothing: any version served will do
         url = server.url if feature == "eval" and server.proc is not None else server.fresh()
     config = _write(tmp_path, model_dir, backend, feature, url)
     command = "eval" if feature == "eval" else "train"
@@ -159,7 +169,11 @@ def test_each_combination_runs_one_step_or_is_refused(
         assert (out / "eval" / f"eval_step_{BEFORE_SFT_STEP}_summary.json").is_file()  # evaluated before the SFT
     if feature == "pipeline":
         assert "train/pipeline/trainer_version" in steps[0]
-    if backend == "server":
+    else:  # the step's publish: vLLM's routes (packing, the server's receive) or the blob upload
+        assert ("perf/publish_pack_s" in steps[0]) == (backend == "vllm"), steps[0]
+        assert ("perf/server_receive_s" in steps[0]) == (backend == "vllm"), steps[0]
+        assert steps[0]["perf/publish_bytes"] > 0
+    if backend in REMOTE:
         # The server now serves this run's step 1: a second fresh run on it is refused, with the fix (it
         # passed --dry-run and then sampled from the earlier run's weights and died at its first publish).
         assert server.version() == 1

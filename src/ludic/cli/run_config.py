@@ -20,6 +20,7 @@ from ludic.cli.runtime import (
     make_client,
     make_engine,
     make_evaluator,
+    make_publisher,
     make_rollout_source,
 )
 from ludic.cli.warm_start import BEFORE_SFT_STEP, report_start_and_end, start_of_run
@@ -40,6 +41,10 @@ class TrainRun:
     algo: Any
     pipeline: Any = None
     """Pipeline mode's live pieces (``ludic.cli.pipeline_mode.PipelineMode``), else None."""
+    publisher: Any = None
+    """What sends the weights to ``client`` (``runtime.make_publisher``), under pipeline mode's version
+    announcement: the SFT warm start publishes through it too (a vLLM backend's weight-transfer group is
+    joined once per run)."""
     _pipeline_closed: bool = field(default=False, init=False, repr=False)
 
     def rollout_source(self, first_seed: int | None = None) -> Any:
@@ -62,6 +67,8 @@ class TrainRun:
             await self.close_pipeline()
         finally:
             self.trainer.close()
+            if callable(getattr(self.publisher, "close", None)):
+                self.publisher.close()  # a broadcast publisher's worker threads
 
 
 @dataclass
@@ -130,9 +137,7 @@ def build_train_run(
     """
     import torch
 
-    from ludic.cli.lora import publish_mode
     from ludic.cli.pipeline_mode import build_pipeline_mode
-    from ludic.distributed import ClientPublisher
     from ludic.training.loggers.dashboard import make_train_logger
     from ludic.training.trainer import Trainer
 
@@ -140,24 +145,20 @@ def build_train_run(
     out = Path(cfg.logging.output_dir)
     model = load_policy(cfg)
     client = make_client(cfg, model)  # a [lora] run's embedded engine shares the frozen base
-    lora = publish_mode(cfg)  # [lora].publish: the adapter alone or merged weights
+    publisher = make_publisher(cfg, client)  # [lora].publish: the adapter alone or merged weights
     engine = make_engine(cfg, client, cfg.rollout.sampling.to_sampling())
     algo = make_algorithm(cfg)
     evaluator = make_evaluator(cfg, engine, out / "eval", reducers)
     if cfg.eval.every_n_steps:
         cfg.trainer.eval_every_n_steps = cfg.eval.every_n_steps
     vocab_size = model.get_input_embeddings().num_embeddings  # pipeline items are checked against it
-    pipeline = (
-        build_pipeline_mode(cfg, ClientPublisher(client, lora=lora), vocab_size=vocab_size)
-        if cfg.pipeline.enabled
-        else None
-    )
+    pipeline = build_pipeline_mode(cfg, publisher, vocab_size=vocab_size) if cfg.pipeline.enabled else None
     try:
         trainer = Trainer(
             model=model,
             algo=algo,
             batch_source=pipeline.batch_source if pipeline else make_rollout_source(cfg, engine, algo),
-            publisher=pipeline.publisher if pipeline else ClientPublisher(client, lora=lora),
+            publisher=pipeline.publisher if pipeline else publisher,
             cfg=cfg.trainer,
             checkpoint_config=cfg.checkpoint,
             evaluator=evaluator,
@@ -177,7 +178,7 @@ def build_train_run(
     )  # fmt: skip
     return TrainRun(
         cfg=cfg, trainer=trainer, evaluator=evaluator, logger=trainer.train_logger, out_dir=out,
-        client=client, engine=engine, algo=algo, pipeline=pipeline,
+        client=client, engine=engine, algo=algo, pipeline=pipeline, publisher=publisher,
     )  # fmt: skip
 
 
@@ -239,6 +240,11 @@ def train_from_config(
     a fresh run before RL (``ludic.cli.warm_start``).
     reducers: extra ``eval/`` statistics (``{name: Reducer}``) for the evaluations.
     """
+
+    from ludic.cli.distributed_run import train_distributed, under_torchrun
+
+    if under_torchrun() or cfg.cluster is not None:  # FSDP2 ranks, or one role of a multi-host run
+        return train_distributed(cfg, reducers, fresh=fresh)
 
     async def _train() -> dict[str, float]:
         run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))

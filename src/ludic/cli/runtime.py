@@ -47,7 +47,7 @@ def load_tokenizer(cfg: RunConfig) -> Any:
 def make_client(cfg: RunConfig, policy: Any = None) -> Any:
     """The inference backend named by ``[inference]``. ``policy``: the trainer's model; a ``[lora]`` run
     publishing adapters serves its frozen base from the embedded engine without a second copy."""
-    if cfg.inference.backend == "server":
+    if cfg.inference.backend in ("server", "vllm"):
         from ludic.inference import VLLMChatClient
 
         return VLLMChatClient(base_url=cfg.inference.server_url, enable_weight_updates=True)
@@ -72,6 +72,36 @@ def make_client(cfg: RunConfig, policy: Any = None) -> Any:
         model = merge_adapter(cfg.model.path, dtype=cfg.model.dtype)
         return TransformersChatClient(model, cfg.model.tokenizer or cfg.model.path, **engine_kwargs)
     return TransformersChatClient(cfg.model.path, cfg.model.tokenizer, **engine_kwargs)
+
+
+def make_publisher(cfg: RunConfig, client: Any) -> Any:
+    """How the trainer's weights reach ``client``'s model: for backend "vllm", vLLM's weight-transfer routes
+    with the tensors over a collective (NCCL for a CUDA ``[model].device``, else gloo), the trainer hosting the
+    rendezvous on its address towards the server; otherwise ``client.sync_weights`` (the embedded engine in
+    place, Ludic's server by its one-blob upload). ``[lora].publish`` says what a LoRA run sends."""
+    from ludic.cli.lora import publish_mode
+    from ludic.distributed import BroadcastPolicyPublisher, ClientPublisher
+
+    lora = publish_mode(cfg)
+    if cfg.inference.backend != "vllm":
+        return ClientPublisher(client, lora=lora)
+    backend = "nccl" if cfg.model.device.startswith("cuda") else "gloo"
+    return BroadcastPolicyPublisher(
+        client, master_address=address_towards(str(cfg.inference.server_url)), backend=backend, lora=lora
+    )
+
+
+def address_towards(url: str) -> str:
+    """This host's IP address on the route to ``url``'s host (the address the server can reach the trainer
+    at); a loopback server gets 127.0.0.1. No packet is sent (a UDP socket's connect only picks the route)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(host), parts.port or 80))
+        return str(probe.getsockname()[0])
 
 
 def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:

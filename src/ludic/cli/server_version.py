@@ -1,5 +1,5 @@
-"""``--dry-run``'s look at the run's server: a ``ludic train`` on ``[inference] backend = "server"`` must find
-the server at the policy version the run starts from.
+"""``--dry-run``'s look at the run's server: a ``ludic train`` on a server (``[inference] backend = "server"`` or
+``"vllm"``) must find it at the policy version the run starts from.
 
 A server counts weight versions and refuses one that goes back. A fresh run publishes versions 1, 2, ...
 (a resumed one its checkpoint's step first) and samples its first steps from the weights served, which must
@@ -30,7 +30,7 @@ def server_version_errors(cfg: RunConfig) -> list[str]:
     does not answer yet is left to the run's first request (it may be started after the dry run)."""
     import httpx
 
-    if cfg.inference.backend != "server" or not cfg.inference.server_url or cfg.steps == 0:
+    if cfg.inference.backend == "embedded" or not cfg.inference.server_url or cfg.steps == 0:
         return []
     url = cfg.inference.server_url.rstrip("/")
     key = os.environ.get("LUDIC_API_KEY")

@@ -46,6 +46,10 @@ async def sft_in_place(
     from ludic.training.trainer import Trainer
 
     source = OfflineBatchSource(items, batch_size=batch_size, shuffle=shuffle, seed=seed)
+    # the run's own publisher (a vLLM backend's weight-transfer group is joined once per run); [lora]: the adapter
+    publisher = getattr(run, "publisher", None) or ClientPublisher(
+        run.client, lora=lora_publish_mode(run.trainer.publisher)
+    )
     sft_cfg = dataclasses.replace(  # the run's trainer settings at the SFT learning rate, no schedule
         run.cfg.trainer, lr=lr, learning_rate=None, eval_every_n_steps=None,
         lr_schedule="constant", warmup_steps=0, total_steps=None, step_in_thread=False,
@@ -54,10 +58,7 @@ async def sft_in_place(
         model=run.trainer.model,
         algo=make_sft(),
         batch_source=source,
-        publisher=HeldVersionPublisher(
-            ClientPublisher(run.client, lora=lora_publish_mode(run.trainer.publisher)),  # [lora]: the adapter
-            await run.client.get_policy_version(),
-        ),
+        publisher=HeldVersionPublisher(publisher, await run.client.get_policy_version()),
         cfg=sft_cfg,
         train_logger=ProgressLogger(  # SFT progress on stdout, a line per ~5% (minutes pass otherwise in silence)
             "SFT", total_steps=steps, keys={"loss": "train/loss"}, every=max(1, math.ceil(steps / 20)), clock=True
