@@ -21,6 +21,11 @@ keys (restarted empty, or another server) and the items pushed but not consumed 
 that raises ``StreamResetError`` with the counts; ``on_stream_reset="warn"`` logs it, counts it
 (``pipeline/stream_resets``) and reads the new stream from its start.
 
+Waiting is bounded: when no new entry has arrived for ``queue_wait_s`` (``[timeouts].queue_wait_s``) while a
+batch is still short, ``next_batch`` raises ``ludic.timeouts.WaitTimeout`` naming the stream, the items it has
+and the counts Redis holds (pushed, consumed, pending); the items it had gathered stay for the next call.
+Each Redis call has its own bound (``call_timeout_s``, ``reconnect_timeout_s``: ``PipelineStream``).
+
 Read-ahead: as soon as a reply arrives, the next XREAD (after the last entry fetched, without BLOCK) is
 sent before the entries just received are decoded, so Redis finds and sends the next entries while this
 process checks these; at most one read is in flight. The same write (one redis-py pipeline) SETs the
@@ -41,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ludic.timeouts import Timeouts, WaitTimeout
 from ludic.training.pipeline.checks import EntryLimits, refusals
 from ludic.training.pipeline.read_decoder import decode_read
 from ludic.training.pipeline.stream import PipelineStream, StreamResetError
@@ -75,8 +81,12 @@ class PipelineBatchSource:
         on_stream_reset: str = "raise",
         version_fn: Callable[[], int | Awaitable[int]] | None = None,
         block_ms: int = 1000,
-        reconnect_timeout_s: float = 60.0,
+        reconnect_timeout_s: float = Timeouts.redis_reconnect_s,
+        call_timeout_s: float | None = None,
+        queue_wait_s: float = Timeouts.queue_wait_s,
     ) -> None:
+        if queue_wait_s <= 0:
+            raise ValueError(f"queue_wait_s must be > 0 seconds, got {queue_wait_s!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if max_staleness < 0:
@@ -85,7 +95,11 @@ class PipelineBatchSource:
             raise ValueError(f"on_stream_reset must be 'raise' or 'warn', got {on_stream_reset!r}")
         self.limits = EntryLimits(vocab_size, allow_nucleus=allow_nucleus)
         self.on_stream_reset = on_stream_reset
-        self.stream = PipelineStream(redis_url, run_id, reconnect_timeout_s=reconnect_timeout_s)
+        self.stream = PipelineStream(
+            redis_url, run_id, reconnect_timeout_s=reconnect_timeout_s, call_timeout_s=call_timeout_s
+        )
+        self.queue_wait_s = queue_wait_s
+        self._partial: tuple[list[SAWItem], int] = ([], 0)  # a batch's items gathered before a WaitTimeout
         self._run = run_id.encode()
         self.batch_size = batch_size
         self.max_staleness = max_staleness
@@ -112,10 +126,16 @@ class PipelineBatchSource:
     async def next_batch(self) -> SAWBatch:
         t0 = time.perf_counter()
         version = await self._trainer_version()
-        items: list[SAWItem] = []
-        staleness = 0
+        (items, staleness), self._partial = self._partial, ([], 0)
+        last_entry = time.monotonic()
         while len(items) < self.batch_size:
-            staleness += self._consume(await self._entries(self.batch_size - len(items)), version, items)
+            entries = await self._entries(self.batch_size - len(items))
+            staleness += self._consume(entries, version, items)
+            if entries:
+                last_entry = time.monotonic()
+            elif time.monotonic() - last_entry >= self.queue_wait_s:
+                self._partial = (items, staleness)
+                raise await self._starved(time.monotonic() - last_entry, len(items))
         await self._publish_consumed()
         meta: dict[str, Any] = {k: float(v) for k, v in self.counters.items()}
         meta["pipeline/trainer_version"] = float(version)
@@ -125,6 +145,20 @@ class PipelineBatchSource:
         self.wait_seconds += waited
         meta["pipeline/wait_seconds"] = waited
         return SAWBatch(items=items, meta=meta)
+
+    async def _starved(self, waited_s: float, have: int) -> WaitTimeout:
+        """The error of a batch that got no new entry for ``queue_wait_s``: what Redis holds says which side
+        is stuck (nothing pushed: the actors; pushed but unread: this reader)."""
+        await self._publish_consumed()  # actors' admission counts from it: say what was read
+        counts = await self.stream.counts()
+        pending = counts["pushed"] - counts["consumed"]
+        return WaitTimeout(
+            peer=f"the actors (Redis stream {self.stream.items_key!r} at {self.stream._safe_url()})",
+            operation="the trainer waiting for its next batch", waited_s=waited_s, bound_s=self.queue_wait_s,
+            detail=f"{have} of {self.batch_size} items so far, none new since; Redis holds pushed={counts['pushed']}, "
+            f"consumed={counts['consumed']}, pending={pending}, stream length={counts['length']}; dropped as stale "
+            f"so far: {self.counters.get('pipeline/dropped_stale', 0)}",
+        )  # fmt: skip
 
     async def _entries(self, count: int) -> list[Any]:
         """The next ``count`` entries after the cursor (fewer when no more came within ``block_ms``), with the
@@ -248,7 +282,7 @@ class PipelineBatchSource:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._ahead is not None:  # read after the old cursor: its reply is of no use now
             self._ahead.cancel()
-        self._ahead, self._fetched = None, []
+        self._ahead, self._fetched, self._partial = None, [], ([], 0)
         self.last_id = str(state["last_id"])
         self.consumed = int(state["consumed"])
         self._consumed_published = None  # a crashed trainer may have sent a later count: send this one

@@ -11,7 +11,10 @@ Keys (``run_id`` names the run)::
                                               keys (``StreamResetError``)
 
 Every call retries through a lost connection (a Redis restart, a network blip) for up to
-``reconnect_timeout_s`` seconds, logging each retry, and then raises.
+``reconnect_timeout_s`` seconds (``[timeouts].redis_reconnect_s``), logging each retry, and then raises:
+``ConnectionError`` when Redis refused or dropped the connection, ``ludic.timeouts.WaitTimeout`` (naming
+Redis, the command and the time waited) when it accepted and did not answer (a stalled or stopped server).
+A call so ends at most ``reconnect_timeout_s`` + one call's deadline after it started.
 
 Redis is spoken through redis-py's asyncio client, hiredis parsing the replies. The two hot calls are one
 write each, packed by redis-py and sent on one redis-py connection the stream keeps for them: ``push`` a
@@ -26,8 +29,8 @@ and a resume per 128 KiB of a reply: ``_unthrottle``). The rest goes through the
 
 Timeouts: the connections have no socket timeout of their own (under one, redis-py writes through
 ``asyncio.wait_for``, a task of its own on Python 3.11, which would hold a read-ahead's XREAD back until
-the caller next yields); each call runs under one deadline instead: the URL's ``socket_timeout`` (else
-30 s), plus XREAD's BLOCK. redis-py's own retries are off: ``_call`` retries, counts and logs them.
+the caller next yields); each call runs under one deadline instead: ``call_timeout_s``
+(``[timeouts].redis_s``; else the URL's ``socket_timeout``, else 30 s), plus XREAD's BLOCK. redis-py's own retries are off: ``_call`` retries, counts and logs them.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from ludic.timeouts import WaitTimeout
 from ludic.training.pipeline.redis_server import REDIS_EXTRA_HINT
 
 log = logging.getLogger(__name__)
@@ -77,9 +81,14 @@ class StreamResetError(RuntimeError):
 class PipelineStream:
     """Async access to one run's stream and counters over a real Redis connection."""
 
-    def __init__(self, redis_url: str, run_id: str, *, reconnect_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, redis_url: str, run_id: str, *, reconnect_timeout_s: float = 60.0, call_timeout_s: float | None = None
+    ) -> None:
         if not run_id or ":" in run_id:
             raise ValueError(f"run_id must be a non-empty string without ':', got {run_id!r}")
+        if reconnect_timeout_s <= 0 or (call_timeout_s is not None and call_timeout_s <= 0):
+            raise ValueError(f"reconnect_timeout_s ({reconnect_timeout_s}) and call_timeout_s ({call_timeout_s}) "
+                             "must be > 0 seconds")  # fmt: skip
         self.redis_url = redis_url
         self.run_id = run_id
         self.reconnect_timeout_s = reconnect_timeout_s
@@ -89,7 +98,8 @@ class PipelineStream:
         self.epoch_key = f"{prefix}:epoch"
         self.reconnects = 0
         self._client: Any = None
-        self._timeout_s = _REPLY_TIMEOUT_S
+        self._call_timeout_s = call_timeout_s  # None: the URL's socket_timeout, else _REPLY_TIMEOUT_S
+        self._timeout_s = call_timeout_s or _REPLY_TIMEOUT_S
         self._conn: Any = (
             None  # the redis-py connection push and read go on (one at a time), opened on first use
         )
@@ -108,7 +118,7 @@ class PipelineStream:
                 retry=Retry(NoBackoff(), 0),
             )
             kwargs = client.connection_pool.connection_kwargs  # the URL's options included
-            self._timeout_s = kwargs.get("socket_timeout") or _REPLY_TIMEOUT_S
+            self._timeout_s = self._call_timeout_s or kwargs.get("socket_timeout") or _REPLY_TIMEOUT_S
             kwargs["socket_timeout"] = None  # see the module docstring: the deadline is _call's
             self._client = client
         return self._client
@@ -120,7 +130,8 @@ class PipelineStream:
         retried too (``TimeoutError`` is an ``OSError``)."""
         import redis
 
-        deadline = time.monotonic() + self.reconnect_timeout_s
+        started = time.monotonic()
+        deadline = started + self.reconnect_timeout_s
         delay = 0.05
         while True:
             try:
@@ -130,6 +141,13 @@ class PipelineStream:
             except redis.AuthenticationError:  # a wrong password stays wrong: say so now
                 raise
             except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError) as exc:
+                if time.monotonic() > deadline and isinstance(exc, TimeoutError | redis.TimeoutError):
+                    raise WaitTimeout(
+                        peer=f"Redis at {self._safe_url()}", operation=f"{what} (run {self.run_id!r})",
+                        waited_s=time.monotonic() - started, bound_s=self.reconnect_timeout_s + self._timeout_s + blocks_s,
+                        detail=f"each try waited {self._timeout_s + blocks_s:g} s for a reply; retried on new "
+                        f"connections for {self.reconnect_timeout_s:g} s",
+                    ) from exc  # fmt: skip
                 if time.monotonic() > deadline:
                     raise ConnectionError(
                         f"Redis at {self._safe_url()} unreachable for {self.reconnect_timeout_s} s "
