@@ -9,18 +9,27 @@ the call raises with the first error chained.
 A rollout with no steps (a self-play seat the game ended before it moved) is not a failure: it is
 labelled ``meta["empty"]``, counted in the batch's ``empty_rollouts`` and never trained; its
 (``group_id``, ``agent_id``) group leaves the batch, since its reward would skew the group's baseline.
+
+An episode whose inference server went down (``ServerDownError``, ``ludic.inference.multi_server``) is
+played again from its start, up to ``episode_retries`` times, with a fresh env and agent: what the lost
+attempt produced is dropped whole. Each attempt runs in its own ``episode_scope`` (a new key), so a
+multi-server client keeps the attempt's turns on one server and the retry lands on one that is up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 from ludic.envs.env import LudicEnv
+from ludic.inference.episode_key import episode_scope
+from ludic.inference.multi_server import ServerDownError
 from ludic.interaction.base import InteractionProtocol
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching.jsonl import rollout_to_dict
@@ -32,6 +41,7 @@ from ludic.types import Rollout
 
 EnvFactory = Callable[..., LudicEnv]
 ProtocolFactory = Callable[..., InteractionProtocol]
+log = logging.getLogger(__name__)
 
 
 class EpisodeFailuresError(RuntimeError):
@@ -50,9 +60,14 @@ class RolloutEngine:
         max_failure_frac: float = 0.5,
         default_max_steps: int = 16,
         one_sequence: bool = False,
+        episode_retries: int = 0,
     ) -> None:
         if not 0.0 <= max_failure_frac <= 1.0:
             raise ValueError(f"max_failure_frac must be in [0, 1], got {max_failure_frac!r}")
+        if episode_retries < 0:
+            raise ValueError(f"episode_retries must be >= 0, got {episode_retries!r}")
+        self.episode_retries = episode_retries
+        """Replays of an episode from its start after its server went down (``ServerDownError``)."""
         self.env_registry = dict(env_registry)
         self.protocol_registry = dict(protocol_registry)
         self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
@@ -113,6 +128,22 @@ class RolloutEngine:
                 "sampling_seed": sampling_seed,
             },
         }
+        for attempt in range(self.episode_retries + 1):
+            with episode_scope(uuid.uuid4().hex):
+                rollouts, exc = await self._attempt(request, max_steps, timeout_s, env_clock, sampling_seed, base_meta)
+            if exc is None or attempt == self.episode_retries or not _server_went_down(exc):
+                break
+            log.warning("episode %d of request %s lost its server (%s); replaying it from the start (retry %d/%d)",
+                        episode_idx, request.meta, exc, attempt + 1, self.episode_retries)  # fmt: skip
+        for rollout in rollouts:
+            rollout.meta["episode_attempts"] = attempt + 1
+        return rollouts, exc
+
+    async def _attempt(
+        self, request: RolloutRequest, max_steps: int, timeout_s: float | None, env_clock: BusyClock | None,
+        sampling_seed: int | None, base_meta: dict[str, Any],
+    ) -> tuple[list[Rollout], Exception | None]:
+        """One try at the episode: a fresh env and protocol; a failure is one failed rollout and its error."""
         try:
             env = self.env_registry[request.env.kind](**request.env.kwargs)
             if env_clock is not None:
@@ -199,6 +230,7 @@ class RolloutEngine:
             failed=len(failed),
         )
         meta["empty_rollouts"] = float(len(empty))
+        meta["episode_retries"] = float(sum(r.meta.get("episode_attempts", 1) - 1 for r in rollouts))
         meta["dropped_group_rollouts"] = float(len(rollouts) - len(failed) - len(empty) - len(usable))
         meta["num_samples_before_filter"] = float(num_before_filter)
         meta["num_samples_filtered"] = float(num_before_filter - len(items))
@@ -239,6 +271,17 @@ def _group_id(rollout: Rollout) -> Any:
 def _seat_group(rollout: Rollout) -> tuple[Any, Any]:
     """The group credit is normalised over: (group_id, agent_id), one per seat in multi-agent games."""
     return _group_id(rollout), rollout.meta.get("agent_id")
+
+
+def _server_went_down(exc: BaseException | None) -> bool:
+    """``ServerDownError`` anywhere in the chain (a protocol may wrap what the client raised)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ServerDownError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _describe(exc: BaseException) -> dict[str, str]:
