@@ -1,4 +1,5 @@
-"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``, ``export RUN OUT``, ``models``."""
+"""The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``, ``export RUN OUT``, ``models``,
+``cluster render CONFIG``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ludic.cli.commands import add_eval_parser, add_list_parser, add_quickstart_parser, add_train_parser
+from ludic.cli.commands import (
+    add_cluster_parser,
+    add_eval_parser,
+    add_list_parser,
+    add_quickstart_parser,
+    add_train_parser,
+)
 from ludic.cli.export import add_export_parser
 from ludic.cli.models import add_models_parser
 from ludic.config import ConfigError
@@ -26,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_list_parser(sub)
     add_export_parser(sub)
     add_models_parser(sub)
+    add_cluster_parser(sub)
     return parser
 
 

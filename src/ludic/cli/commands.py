@@ -186,3 +186,36 @@ def _run_list(args: argparse.Namespace) -> int:
     for reg in (ENV_REGISTRY, HARNESS_REGISTRY, PROTOCOL_REGISTRY, ALGORITHM_REGISTRY):
         print(f"{reg.plural}: {', '.join(reg.names())}")
     return 0
+
+
+def add_cluster_parser(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="multi-host runs: render the Slurm and Kubernetes recipes from [cluster]")
+    actions = p.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    r = actions.add_parser(
+        "render",
+        help="write a Slurm batch script and/or Kubernetes manifests that start every role of [cluster]",
+        description="Render the launch recipes of docs/cluster.md from the config's [cluster] table (and its "
+        "[cluster.slurm] / [cluster.kubernetes] settings). No token is written: each role reads it from the "
+        "environment variable [cluster] names.",
+    )
+    r.add_argument("config", help="path to a .toml/.yaml run config with a [cluster] table")
+    r.add_argument("--slurm", metavar="OUT.sbatch", default=None, help="write the sbatch script here")
+    r.add_argument("--kubernetes", metavar="DIR", default=None, help="write the manifests into this folder")
+    r.add_argument(
+        "--config-path",
+        default=None,
+        metavar="PATH",
+        help="the config's path as the Slurm nodes see it (default: CONFIG as given, relative to the job's "
+        "working directory)",
+    )
+    r.set_defaults(run=_run_cluster_render)
+
+
+def _run_cluster_render(args: argparse.Namespace) -> int:
+    from ludic.cluster.recipes import render_recipes
+
+    for path in render_recipes(
+        args.config, slurm=args.slurm, kubernetes=args.kubernetes, config_path=args.config_path
+    ):
+        print(f"wrote {path}")
+    return 0

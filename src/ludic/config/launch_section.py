@@ -28,7 +28,9 @@ _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _PATH = re.compile(r"/[A-Za-z0-9_./-]*")
 
 
-def _match(section: Section, pattern: re.Pattern[str], what: str, *names: str, empty_ok: bool = False) -> None:
+def _match(
+    section: Section, pattern: re.Pattern[str], what: str, *names: str, empty_ok: bool = False
+) -> None:
     for name in names:
         value = getattr(section, name)
         if value == "" and empty_ok:
