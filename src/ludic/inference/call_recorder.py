@@ -63,6 +63,13 @@ class RecordedCall:
     """Why the server could not keep earlier replies' ids verbatim (None when it did, or was not asked)."""
     tool_call_ids: tuple[str, ...] = ()
     """The ids of the ``tool_calls`` the server read out of the reply (the message sent back carries them)."""
+    forced_ids: tuple[int, ...] = ()
+    """A forced tool call's opening (``tool_choice``): the last prompt ids, which the reply's text starts with."""
+
+    @property
+    def reply_ids(self) -> list[int]:
+        """The reply as the next prompt must hold it: a forced opening, then what was sampled."""
+        return [*self.forced_ids, *self.trace.completion_token_ids]
 
 
 @dataclass
@@ -129,8 +136,8 @@ class CallRecorder:
         return ""
 
     def _with_reply_ids(self, messages: list[Any]) -> list[Any]:
-        by_text = {call.text: call.trace.completion_token_ids for call in self.calls}
-        by_call_id = {i: call.trace.completion_token_ids for call in self.calls for i in call.tool_call_ids}
+        by_text = {call.text: call.reply_ids for call in self.calls}
+        by_call_id = {i: call.reply_ids for call in self.calls for i in call.tool_call_ids}
         out = []
         for msg in messages:
             if isinstance(msg, dict) and msg.get("role") == "assistant" and "token_ids" not in msg:
@@ -191,6 +198,7 @@ def _parse_call(sent: dict[str, Any], status: int, payload: bytes) -> RecordedCa
         policy_version=version,
         server_sequence_break=body.get("sequence_break"),
         tool_call_ids=tuple(str(c.get("id")) for c in calls if isinstance(c, dict)),
+        forced_ids=tuple(int(t) for t in choice.get("forced_token_ids") or ()),
     )
 
 

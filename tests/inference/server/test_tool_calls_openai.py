@@ -221,13 +221,82 @@ def test_a_malformed_call_stays_plain_content(tool_url: str) -> None:
     assert (choice.message.content, choice.message.tool_calls, choice.finish_reason) == (BROKEN_TEXT, None, "stop")
 
 
-def test_required_and_named_tool_choice_are_refused_naming_them(tool_url: str) -> None:
+NAMED = {"type": "function", "function": {"name": "calculator"}}
+FORCED_TEXT = {"required": "<tool_call>", "named": '<tool_call>{"name": "calculator", "arguments": '}
+
+
+def spelled(ids: list[int]) -> str:
+    return bytes(t - 3 for t in ids).decode()  # byte-level ids: byte b is id b + 3
+
+
+@pytest.mark.parametrize("which", ["required", "named"])
+def test_tool_choice_forces_a_call_whose_opening_is_prompt_not_action(tool_url: str, which: str) -> None:
     client = openai.OpenAI(base_url=tool_url, api_key="-", max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="tool_choice='required' is not supported"):
-        ask(client, QUESTION, tool_choice="required")
-    named = {"type": "function", "function": {"name": "calculator"}}
-    with pytest.raises(openai.BadRequestError, match="naming the function 'calculator' is not supported"):
-        ask(client, QUESTION, tool_choice=named)
+    forced_reply = ask(client, QUESTION, tool_choice=NAMED if which == "named" else "required", logprobs=True)
+    choice = forced_reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("calculator", {"expression": "6*7"})
+    forced, sampled = choice.model_extra["forced_token_ids"], choice.model_extra["token_ids"]
+    assert spelled(forced) == FORCED_TEXT[which]
+    # the forced opening ends the prompt: it was not sampled, so it is never an action token
+    auto = ask(client, QUESTION, logprobs=True)
+    assert forced_reply.model_extra["prompt_token_ids"] == auto.model_extra["prompt_token_ids"] + forced
+    assert spelled(sampled[:-1]) == CALL_TEXT[len(FORCED_TEXT[which]) :]
+    assert choice.model_extra["text"] == CALL_TEXT  # the whole assistant turn, as the next prompt holds it
+    assert len(choice.logprobs.content) == len(sampled)  # one log-prob per sampled token, none for forced ones
+    auto_logprobs = [entry.logprob for entry in auto.choices[0].logprobs.content][len(forced) :]
+    assert [entry.logprob for entry in choice.logprobs.content] == pytest.approx(auto_logprobs, abs=1e-4)
+
+
+async def test_a_forced_call_streams_and_its_episode_trains_as_one_exact_sequence(tool_url: str) -> None:
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    client = openai.AsyncOpenAI(base_url=tool_url, api_key="-", max_retries=0)
+    state = ChatCompletionStreamState()
+    async for chunk in await client.chat.completions.create(model="tiny", messages=QUESTION, tools=[CALCULATOR],
+                                                            tool_choice=NAMED, temperature=0, max_tokens=120,
+                                                            stream=True):  # fmt: skip
+        state.handle_chunk(chunk)
+    [call] = state.get_final_completion().choices[0].message.tool_calls
+    assert json.loads(call.function.arguments) == {"expression": "6*7"}
+
+    async def forced_agent(client: Any, task: Any) -> float:
+        messages: list[Any] = list(QUESTION)
+        kwargs = {"model": task.model, "tools": [CALCULATOR], "temperature": 0, "max_tokens": 120}
+        first = (await client.chat.completions.create(messages=messages, tool_choice="required", **kwargs)).choices[0]
+        messages += [first.message.model_dump(exclude_none=True), *run_tool_calls(first.message)]
+        final = (await client.chat.completions.create(messages=messages, **kwargs)).choices[0].message
+        return float(final.content == ANSWER)
+
+    protocol = OpenAIProgramProtocol(forced_agent, base_url=tool_url)
+    [rollout] = await protocol.run(env=LetterRepeatEnv(), max_steps=2, env_seed=0, sampling_seed=0)
+    call_step, answer = rollout.steps
+    assert answer.reward == 1.0 and call_step.action == CALL_TEXT
+    assert spelled(call_step.trace.prompt_token_ids[-len("<tool_call>") :]) == "<tool_call>"
+    assert spelled(call_step.trace.completion_token_ids[:-1]) == CALL_TEXT[len("<tool_call>") :]
+    # the call went back with its forced opening and sampled ids: the answer's prompt extends both exactly
+    head = [*call_step.trace.prompt_token_ids, *call_step.trace.completion_token_ids]
+    assert answer.trace.prompt_token_ids[: len(head)] == head
+    assert "sequence_break" not in answer.info
+
+
+def test_a_forced_reply_that_is_no_call_comes_back_as_content_saying_why(tool_url: str) -> None:
+    client = openai.OpenAI(base_url=tool_url, api_key="-", max_retries=0)
+    choice = client.chat.completions.create(model="tiny", messages=QUESTION, tools=[CALCULATOR], tool_choice=NAMED,
+                                            temperature=0, max_tokens=3).choices[0]  # fmt: skip
+    assert choice.message.tool_calls is None and choice.finish_reason == "length"
+    assert choice.message.content == FORCED_TEXT["named"] + '{"e'  # the cut continuation, after the forced opening
+    assert "does not read as a tool call" in choice.model_extra["tool_choice_unmet"]
+
+
+def test_tool_choice_refusals_name_what_is_wrong(tool_url: str) -> None:
+    client = openai.OpenAI(base_url=tool_url, api_key="-", max_retries=0)
+    other = {"type": "function", "function": {"name": "weather"}}
+    with pytest.raises(openai.BadRequestError, match="'weather', which is not among the request's tools"):
+        ask(client, QUESTION, tool_choice=other)
+    with pytest.raises(openai.BadRequestError, match="needs tools"):
+        client.chat.completions.create(model="tiny", messages=QUESTION, tool_choice="required")
     with pytest.raises(openai.BadRequestError, match="tool_choice must be"):
         client.chat.completions.create(model="tiny", messages=QUESTION, extra_body={"tool_choice": "sometimes"})
 

@@ -194,10 +194,21 @@ def test_tool_choice_modes() -> None:
     assert tool_mode({"tools": tools}, have_parser=False, exclude_when_none=False) == ToolMode(True, False)
     assert tool_mode({}, have_parser=True, exclude_when_none=False) == ToolMode(False, False)
     assert tool_mode({"tool_choice": "auto"}, have_parser=True, exclude_when_none=False) == ToolMode(False, False)
-    for choice, words in [("required", "'required' is not supported"), ({"type": "function"}, "naming the function"),
-                          (7, "tool_choice must be")]:  # fmt: skip
+    both = [*tools, {"type": "function", "function": {"name": "g"}}]
+    required = tool_mode({"tools": both, "tool_choice": "required"}, have_parser=True, exclude_when_none=False)
+    assert required == ToolMode(True, True, forced="", allowed=frozenset({"f", "g"}))
+    named = tool_mode({"tools": both, "tool_choice": {"type": "function", "function": {"name": "g"}}},
+                      have_parser=True, exclude_when_none=False)  # fmt: skip
+    assert named == ToolMode(True, True, forced="g", allowed=frozenset({"g"}))
+    for body, have_parser, words in [
+        ({"tools": tools, "tool_choice": {"type": "function"}}, True, "names the function 'None', which is not among"),
+        ({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "h"}}}, True, r"'h'.*\(f\)"),
+        ({"tool_choice": "required"}, True, "needs tools"),
+        ({"tools": tools, "tool_choice": "required"}, False, "needs a tool parser"),
+        ({"tools": tools, "tool_choice": 7}, True, "tool_choice must be"),
+    ]:
         with pytest.raises(ValueError, match=words):
-            tool_mode({"tools": tools, "tool_choice": choice}, have_parser=True, exclude_when_none=False)
+            tool_mode(body, have_parser=have_parser, exclude_when_none=False)
 
 
 def test_read_reply_sets_the_finish_reason_and_a_failing_parser_is_the_servers_error() -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ludic.inference.embedded._rows import RowRequest, RowResult
+from ludic.inference.embedded._rows import RowRequest, RowResult, emit_step
 from ludic.inference.embedded._stop_strings import StopMatcher
 from ludic.inference.sampling import SamplingConfig
 from ludic.kernels import CpuKernels, select
@@ -164,9 +164,12 @@ class BatchGenerator:
         stops = self._stop_matcher(rows)
         aborted: set[int] = set()  # rows dropped because their caller cancelled
         record: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        streaming = [r for r in rows if r.on_token is not None]
         for step in range(steps):
             tokens, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
             record.append((alive, tokens, logps))
+            if streaming:  # rows of a run advance together: each live row's token is at offset + step
+                emit_step(rows, alive_list, tokens.tolist(), offset + step)
             done = torch.isin(tokens, eos) | (limits[alive] <= step + 1)
             cancelled = {b for b, i in enumerate(alive_list) if rows[i].is_cancelled()}
             aborted.update(alive_list[b] for b in cancelled)
@@ -252,6 +255,7 @@ class BatchGenerator:
                 if rows[i].is_cancelled():
                     res.finish_reason = "abort"
                     continue
+                rows[i].emit(offset + step - 1, tok)
                 if self._finished(res, rows[i].sampling, tok, stops.add(i, tok), stops.cut.get(i)):
                     continue
                 tokens.append(tok)

@@ -20,6 +20,7 @@ import torch
 
 from ludic.inference.embedded._generation import BatchGenerator, RowRequest, RowResult
 from ludic.inference.embedded._pause import EnginePauseMixin
+from ludic.inference.embedded._rows import TokenSink
 from ludic.inference.embedded._scheduler import EngineSchedulerMixin, Region
 from ludic.inference.embedded._weights import EngineWeightsMixin
 from ludic.inference.embedded.adapters import AdapterState
@@ -213,9 +214,11 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
             )
 
     async def complete_ids(
-        self, prompt_ids: list[int], sampling: SamplingConfig, *, return_logprobs: bool = True
+        self, prompt_ids: list[int], sampling: SamplingConfig, *, return_logprobs: bool = True,
+        on_token: TokenSink | None = None,
     ) -> tuple[ChatResponse, dict[str, Any]]:
-        """Sample from exactly ``template_ids`` (already checked); the batching core of ``complete``."""
+        """Sample from exactly ``prompt_ids`` (already checked); the batching core of ``complete``.
+        ``on_token(position, id)`` hears each token as it is sampled (on the decoding thread: streaming)."""
         if len(self._pending) + self._held >= self.max_pending:
             raise EngineOverloaded(
                 f"{len(self._pending) + self._held} requests already pending (max_pending={self.max_pending}); "
@@ -228,7 +231,7 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
             finally:
                 self._held -= 1
         loop = asyncio.get_running_loop()
-        pending = _Pending(RowRequest(prompt_ids, sampling), loop.create_future())
+        pending = _Pending(RowRequest(prompt_ids, sampling, on_token=on_token), loop.create_future())
         if not self._try_join(pending):
             self._pending.append(pending)
             if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
@@ -270,10 +273,13 @@ class TransformersChatClient(EngineSchedulerMixin, EnginePauseMixin, EngineWeigh
             logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(prompt_ids[1:], device=self.device)[:, None])
             return logps.squeeze(-1).tolist(), self.policy_version
 
+    def reply_text(self, ids: list[int]) -> str:
+        """A completion's text as responses carry it: the end-of-turn id left out (before a stop string's cut)."""
+        return self.tokenizer.decode(ids[:-1] if ids and ids[-1] in self._generator.eos_ids else ids, skip_special_tokens=False)
+
     def _response(self, prompt_ids: list[int], res: RowResult, version: int) -> ChatResponse:
         ids = res.completion_ids
-        text_ids = ids[:-1] if ids and ids[-1] in self._generator.eos_ids else ids
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        text = self.reply_text(ids)
         if res.stop_text_end is not None:
             text = text[: res.stop_text_end]
         return ChatResponse(

@@ -1,53 +1,170 @@
-"""``stream=true`` on the chat route: the finished reply sent as OpenAI server-sent-event chunks.
+"""``stream=true`` on the chat route: OpenAI server-sent-event chunks sent as the reply is decoded.
 
-The engine decodes a whole batch before it answers, so the chunks go out once the reply is complete
-(first-token latency is the whole reply's); what they carry is what the OpenAI SDK's stream
-accumulators expect: a role chunk, the content, each tool call as ``index``/``id``/``type``/name
-with empty ``arguments`` then its ``arguments``, a last chunk with ``finish_reason``, a usage chunk
-when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``. The last chunk's choice
-also carries the reply's ``token_ids`` (and the first chunk ``prompt_token_ids``), as vLLM's
-``return_token_ids`` streams do, so a streamed reply keeps its exact ids too.
+The engine tells the handler each token as it is sampled (``complete_ids(on_token=...)``, called on the
+decoding thread and handed to the event loop through a queue), so the first content arrives after the
+first decoding step, not after the whole reply. What the chunks carry is what the OpenAI SDK's stream
+accumulators expect: a role chunk (with the prompt's ``prompt_token_ids``, as vLLM's
+``return_token_ids`` streams), content deltas, then at the end each tool call as
+``index``/``id``/``type``/name with empty ``arguments`` followed by its ``arguments``, a last chunk with
+``finish_reason`` and the reply's ``token_ids`` (and log-probs when asked), a usage chunk when
+``stream_options.include_usage`` asks, and ``data: [DONE]``.
+
+What is sent as content while decoding (``ContentStream``): text that is surely not part of a stop
+string (the longest one's length less one is held back, and a stop string found cuts there) nor of a
+tool call (the parser's ``call_start``: Hermes text before ``<tool_call>``, or before what may be its
+first characters; with tools, trailing whitespace is held too, since a reply with calls has its content
+stripped). A half-decoded UTF-8 character waits for its other bytes. Once a call may have begun,
+nothing more is streamed until the reply is whole and read: calls are sent whole (a call is only known
+to be well formed, and so a call rather than text, once it is closed), then any content the read reply
+has beyond what was streamed. A reply that held no call after all (an unclosed block) has its held text
+sent as content at the end. So the accumulated content equals the non-streamed ``message.content``,
+except that whitespace before a reply's first call is kept where the non-streamed message strips it.
+An error after the stream began is sent as a ``data: {"error": ...}`` event before ``[DONE]``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from ludic.inference.tool_parsers import ParsedReply
+from ludic.inference.tool_parsers import ParsedReply, ToolParser
+from ludic.inference.tool_parsers.forcing import call_start
+from ludic.types import ChatResponse
+
+Finish = Callable[[ChatResponse, dict[str, Any]], tuple[dict[str, Any], ParsedReply]]
+"""Builds the non-streamed response (envelope) and the read reply from the engine's answer."""
 
 
-def stream_chunks(envelope: dict[str, Any], parsed: ParsedReply, include_usage: bool) -> list[dict[str, Any]]:
-    """The chunk objects of one finished chat completion (``envelope``: the non-streamed response)."""
+@dataclass
+class ContentStream:
+    """The reply's ids as they arrive, and how much of its text may go out as content yet."""
+
+    decode: Callable[[list[int]], str]
+    prefix: str = ""  # a forced call's opening: the reply's text starts with it
+    stops: tuple[str, ...] = ()
+    parser: ToolParser | None = None  # None: the reply is never read for calls
+    ids: list[int] = field(default_factory=list)
+    sent: str = ""
+
+    def push(self, position: int, token: int) -> None:
+        del self.ids[position:]  # a position seen before: the row was decoded again from there
+        self.ids.append(token)
+
+    def delta(self) -> str:
+        """The content that may be sent now beyond what was sent ("" when none)."""
+        text = (self.prefix + self.decode(self.ids)).rstrip("\ufffd")  # a character still missing bytes
+        safe = len(text) - max((len(s) for s in self.stops), default=1) + 1
+        for stop in self.stops:
+            at = text.find(stop)
+            safe = min(safe, len(text) if at == -1 else at)
+        if self.parser is not None:
+            safe = min(safe, call_start(self.parser, text))
+            safe = len(text[:safe].rstrip())
+        candidate = text[: max(safe, 0)]
+        if len(candidate) <= len(self.sent) or not candidate.startswith(self.sent):
+            return ""
+        out, self.sent = candidate[len(self.sent) :], candidate
+        return out
+
+    def rest(self, content: str | None) -> str:
+        """What of the read reply's ``content`` was not streamed yet."""
+        content = content or ""
+        for sent in (self.sent, self.sent.lstrip()):
+            if content.startswith(sent):
+                return content[len(sent) :]
+        return ""  # streamed text cannot be taken back; the last chunk's token_ids are the reply
+
+
+async def stream_chat(
+    request: web.Request,
+    prompt_ids: list[int],
+    run: Callable[[Callable[[int, int], None]], Any],
+    content: ContentStream,
+    finish: Finish,
+    *,
+    model: str,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """Start ``run(sink)`` (the engine's ``complete_ids`` with ``on_token=sink``) and stream its reply.
+
+    An error before the first token (overload, a refused request) is raised as for a non-streamed call,
+    so it keeps its HTTP status; the client disconnecting cancels the generation."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+    task = asyncio.ensure_future(run(lambda pos, tok: loop.call_soon_threadsafe(queue.put_nowait, (pos, tok))))
+    task.add_done_callback(lambda _: queue.put_nowait(None))  # after every token: the engine answers last
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model}  # fmt: skip
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, **extra}
+        return {**head, "choices": [choice]}
+
+    try:
+        item = await queue.get()
+        if item is None:
+            task.result()  # raises the engine's refusal with its own status
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        await _send(response, {**chunk({"role": "assistant", "content": ""}), "prompt_token_ids": prompt_ids})
+        done = item is None
+        if not done:
+            content.push(*item)
+        while not done:
+            while not done and not queue.empty():  # catch up: one decode for the tokens that came meanwhile
+                item = queue.get_nowait()
+                done = item is None
+                if not done:
+                    content.push(*item)
+            if delta := content.delta():
+                await _send(response, chunk({"content": delta}))
+            if not done:
+                item = await queue.get()
+                done = item is None
+                if not done:
+                    content.push(*item)
+        try:
+            envelope, parsed = finish(*task.result())
+        except Exception as exc:  # after the headers went out: an error event, then the end
+            await _send(response, {"error": {"message": f"{type(exc).__name__}: {exc}"[:1000], "code": 500}})
+            return await _end(response)
+        for out in final_chunks(envelope, parsed, content.rest(parsed.content), chunk, include_usage, head):
+            await _send(response, out)
+        return await _end(response)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def final_chunks(envelope: dict[str, Any], parsed: ParsedReply, rest: str, chunk: Callable[..., dict[str, Any]],
+                 include_usage: bool, head: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+    """The chunks once the reply is whole: content not yet sent, the calls, the finish, usage."""
     choice = envelope["choices"][0]
-    head = {k: envelope[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}]}
-
-    chunks = [{**chunk({"role": "assistant", "content": ""}), "prompt_token_ids": envelope["prompt_token_ids"]}]
-    if parsed.content:
-        chunks.append(chunk({"content": parsed.content}))
+    out = [chunk({"content": rest})] if rest else []
     for i, call in enumerate(parsed.tool_calls):
-        entry = call.as_openai()
-        named = {"index": i, "id": entry["id"], "type": "function", "function": {"name": call.name, "arguments": ""}}
-        chunks.append(chunk({"tool_calls": [named]}))
-        chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]}))
-    last = {k: choice[k] for k in ("token_ids", "weight_versions", "logprobs") if k in choice}
-    chunks.append(chunk({}, choice["finish_reason"], **last))
+        named = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        out.append(chunk({"tool_calls": [named]}))
+        out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]}))
+    last = {k: choice[k] for k in ("token_ids", "weight_versions", "logprobs", "text", "forced_token_ids",
+                                   "tool_choice_unmet") if k in choice}  # fmt: skip
+    out.append(chunk({}, choice["finish_reason"], **last))
     if include_usage:
-        chunks.append({**head, "choices": [], "usage": envelope["usage"]})
-    return chunks
+        out.append({**head, "choices": [], "usage": envelope["usage"]})
+    return out
 
 
-async def send_stream(request: web.Request, chunks: list[dict[str, Any]]) -> web.StreamResponse:
-    """Write the chunks as ``text/event-stream`` and end with ``[DONE]``."""
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    for chunk in chunks:
-        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+async def _send(response: web.StreamResponse, obj: dict[str, Any]) -> None:
+    await response.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+
+async def _end(response: web.StreamResponse) -> web.StreamResponse:
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response

@@ -19,16 +19,19 @@ from aiohttp import web
 from ludic.inference.embedded.transformers_client import TransformersChatClient
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import SamplingConfig
-from ludic.inference.server._chat_stream import send_stream, stream_chunks
+from ludic.inference.server._chat_stream import ContentStream, stream_chat
 from ludic.inference.server._exact_ids import spliced_prompt_ids, split_reply_ids
 from ludic.inference.server._json import BadRequest, read_json
 from ludic.inference.server._tool_calls import (
     EXCLUDE_TOOLS_KEY,
     TOOL_PARSER_KEY,
     assistant_message,
+    prefill_text,
     read_reply,
     tool_mode,
+    unmet,
 )
+from ludic.inference.tool_parsers import ParsedReply
 from ludic.types import ChatResponse
 
 ENGINE_KEY = web.AppKey("engine", TransformersChatClient)
@@ -104,18 +107,23 @@ def _envelope(kind: str, model: str, choice: dict[str, Any], response: ChatRespo
     }
 
 
-async def _checked_complete(
-    engine: TransformersChatClient, ids: list[int], sampling: SamplingConfig
-) -> tuple[ChatResponse, dict[str, Any]]:
+def _check_ids(engine: TransformersChatClient, ids: list[int], sampling: SamplingConfig) -> None:
     vocab = engine.model.get_input_embeddings().num_embeddings
     if max(ids) >= vocab:
         raise BadRequest(f"prompt contains ids {[t for t in ids if t >= vocab][:5]} outside the vocabulary of size {vocab}")
     engine.check_fits(len(ids), sampling.max_tokens)
+
+
+async def _checked_complete(
+    engine: TransformersChatClient, ids: list[int], sampling: SamplingConfig
+) -> tuple[ChatResponse, dict[str, Any]]:
+    _check_ids(engine, ids, sampling)
     return await engine.complete_ids(ids, sampling)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    """OpenAI chat; tool calls in the reply come back as ``tool_calls`` (``inference/server/_tool_calls.py``)."""
+    """OpenAI chat; tool calls in the reply come back as ``tool_calls`` (``inference/server/_tool_calls.py``),
+    ``tool_choice`` forces one by prefilling its opening; ``stream=true`` sends tokens as they are decoded."""
     engine = request.app[ENGINE_KEY]
     body = await read_json(request)
     if not isinstance(body, dict):
@@ -130,31 +138,46 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages, reply_ids = split_reply_ids(body.get("messages"))
     chat = parse_chat_request({**body, "messages": messages} if reply_ids else body, engine.model_name)
     engine.check_chat_fits(chat)  # microseconds; refuses a chat too long for the context before templating it
+    prefill = prefill_text(parser, mode, getattr(engine.tokenizer, "chat_template", None))
     # rendering a long chat template is CPU work: keep it off the event loop
     ids, why = None, ""
     if reply_ids and chat.prompt_token_ids is None:  # replies sent back with their ids: keep them verbatim
         ids, why = await asyncio.to_thread(spliced_prompt_ids, engine.tokenizer, chat.messages, reply_ids, chat.tools)
     ids = ids or await asyncio.to_thread(engine.prompt_ids_for, chat)
-    response, info = await _checked_complete(engine, ids, chat.sampling)
-    parsed, finish_reason = read_reply(response.text, response.finish_reason, parser, mode)  # type: ignore[arg-type]
-    choice: dict[str, Any] = {
-        "index": 0,
-        "message": assistant_message(parsed),
-        "finish_reason": finish_reason,
-        "token_ids": response.completion_token_ids,  # the whole reply's, calls included: what is trained
-        "weight_versions": weight_versions(info),
-    }
-    if parsed.tool_calls:  # the reply as sampled, which the message no longer spells (Ludic's extra field)
-        choice["text"] = response.text
-    if body.get("logprobs"):
-        choice["logprobs"] = {"content": _token_logprobs(response)}
-    envelope = _envelope("chat.completion", engine.model_name, choice, response)
-    if why:
-        envelope["sequence_break"] = why
+    forced = list(engine.tokenizer(prefill, add_special_tokens=False)["input_ids"]) if prefill else []
+    ids = ids + forced  # a forced call's opening is prompt: it was not sampled, so it is never trained as action
+    _check_ids(engine, ids, chat.sampling)
+
+    def finish(response: ChatResponse, info: dict[str, Any]) -> tuple[dict[str, Any], ParsedReply]:
+        text = prefill + response.text
+        parsed, finish_reason = read_reply(text, response.finish_reason, parser, mode)  # type: ignore[arg-type]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": assistant_message(parsed),
+            "finish_reason": finish_reason,
+            "token_ids": response.completion_token_ids,  # the whole sampled reply, calls included: what is trained
+            "weight_versions": weight_versions(info),
+        }
+        if parsed.tool_calls or prefill:  # the reply as written (Ludic's extra field): the message no longer spells it
+            choice["text"] = text
+        if prefill:
+            choice["forced_token_ids"] = forced  # the last ids of prompt_token_ids; the reply's text starts with them
+            if not parsed.tool_calls:  # read_reply turned an unmet forced reply into plain content: say why
+                choice["tool_choice_unmet"] = unmet(parser.parse(text), mode)  # type: ignore[union-attr]
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": _token_logprobs(response)}
+        envelope = _envelope("chat.completion", engine.model_name, choice, response)
+        if why:
+            envelope["sequence_break"] = why
+        return envelope, parsed
+
     if stream:
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        return await send_stream(request, stream_chunks(envelope, parsed, include_usage))
+        content = ContentStream(engine.reply_text, prefill, chat.sampling.stop, parser if mode.parse_calls else None)
+        return await stream_chat(request, ids, lambda sink: engine.complete_ids(ids, chat.sampling, on_token=sink),
+                                 content, finish, model=engine.model_name, include_usage=include_usage)  # fmt: skip
+    envelope, _ = finish(*await engine.complete_ids(ids, chat.sampling))
     return web.json_response(envelope)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, finish, plain
+from ludic.inference.tool_parsers.forcing import marker_start
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -35,3 +36,14 @@ class HermesToolParser:
             pos = end + len(CLOSE)
         outside.append(text[pos:])
         return finish("".join(outside), calls)
+
+    def call_start(self, text: str) -> int:
+        return marker_start(text, OPEN)
+
+    def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
+        """``<tool_call>`` (+ a newline where the template writes one, as Qwen's do) and, for a named
+        function, the call object up to its arguments."""
+        newline = "\n" if chat_template and (OPEN + "\n" in chat_template or OPEN + "\\n" in chat_template) else ""
+        if function is None:
+            return OPEN + newline
+        return OPEN + newline + '{"name": ' + json.dumps(function, ensure_ascii=False) + ', "arguments": '

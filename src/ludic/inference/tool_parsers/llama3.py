@@ -41,3 +41,15 @@ class Llama3JsonToolParser:
         except (ValueError, RecursionError):
             return plain(text)
         return ParsedReply(None, calls)
+
+    def call_start(self, text: str) -> int:
+        """The whole reply is calls or none: held from its start while it may still become one."""
+        body = text.lstrip()
+        if not body or body.startswith("{") or body.startswith(PYTHON_TAG) or PYTHON_TAG.startswith(body):
+            return 0
+        return len(text)
+
+    def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
+        if function is None:
+            return '{"name": "'
+        return '{"name": ' + json.dumps(function, ensure_ascii=False) + ', "parameters": '

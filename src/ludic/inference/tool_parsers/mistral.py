@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, finish, plain
+from ludic.inference.tool_parsers.forcing import marker_start
 
 MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
 
@@ -27,6 +28,15 @@ class MistralToolParser:
         except (ValueError, RecursionError):
             return plain(text)
         return finish(head, calls)
+
+    def call_start(self, text: str) -> int:
+        return marker_start(text, MARKER)
+
+    def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
+        """``[TOOL_CALLS]`` (the model picks the call and its spelling); a named function in the array form."""
+        if function is None:
+            return MARKER
+        return MARKER + '[{"name": ' + json.dumps(function, ensure_ascii=False) + ', "arguments": '
 
 
 def _array_calls(tail: str) -> list[ParsedToolCall]:
