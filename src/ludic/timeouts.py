@@ -43,7 +43,7 @@ ON_STALL = ("log", "exit")
 class Timeouts:
     """The bounds, in seconds (all > 0). Defaults are documented once, in docs/cluster.md's ``## Timeouts``."""
 
-    collective_s: float = 600.0
+    collective_s: float = 1800.0
     """torch.distributed's process-group init and every collective and barrier (``init_process_group(timeout=)``)."""
     http_s: float = 600.0
     """One inference HTTP call, its retries included (a generation request waits this long at most)."""
@@ -53,7 +53,7 @@ class Timeouts:
     """One Redis call's reply (beyond XREAD's own BLOCK)."""
     redis_reconnect_s: float = 60.0
     """How long a Redis call keeps retrying on new connections (a restart, a blip) before it fails."""
-    queue_wait_s: float = 1800.0
+    queue_wait_s: float = 900.0
     """The trainer waiting with no new stream entry for its next batch; an actor waiting for admission or room."""
     step_watchdog_s: float = 3600.0
     """A training step that has not advanced for this long is reported (``ludic.training.watchdog``)."""

@@ -18,8 +18,10 @@ from ludic.timeouts import Timeouts
 class TimeoutsSection(Section):
     """``[timeouts]``: seconds each wait may last (all > 0); see docs/cluster.md."""
 
-    collective_s: float = 600.0
-    """torch.distributed's process-group init and every collective and barrier of the trainer's ranks."""
+    collective_s: float = 1800.0
+    """torch.distributed's process-group init and every collective and barrier of the trainer's ranks. Keep it
+    above the longest time rank 0 works alone while the others wait: its wait for data (``queue_wait_s``), a
+    publish (``publish_s``), an evaluation, a checkpoint."""
     http_s: float = 600.0
     """One inference HTTP call (a generation, a version query), its retries included."""
     publish_s: float = 600.0
@@ -28,7 +30,7 @@ class TimeoutsSection(Section):
     """One Redis call's reply (beyond XREAD's own BLOCK)."""
     redis_reconnect_s: float = 60.0
     """How long a Redis call retries on new connections (Redis restarting, a network blip) before failing."""
-    queue_wait_s: float = 1800.0
+    queue_wait_s: float = 900.0
     """The trainer waiting with no new stream entry for its next batch; an actor waiting for admission or room."""
     step_watchdog_s: float = 3600.0
     """A training step that has not advanced for this long is reported with every thread's stack."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ludic.training.parallel.collective_timeout import named_collective
 from ludic.training.parallel.collectives import broadcast_json
 from ludic.training.types import ActorTokenLogps, BatchSource, SampleAttachments, SAWBatch, SAWItem
 
@@ -75,7 +76,8 @@ class Rank0BatchSource:
         message: dict[str, Any] | None = None
         if self._rank() == 0:
             message = await self._produce()
-        message = broadcast_json(message, src=0)
+        with named_collective("broadcast of the step's batch", peer_rank=0 if self._rank() != 0 else None):
+            message = broadcast_json(message, src=0)
         if message["kind"] == "stop":
             raise StopAsyncIteration
         if message["kind"] == "error":

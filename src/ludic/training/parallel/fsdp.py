@@ -20,6 +20,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ludic.timeouts import Timeouts
+from ludic.training.parallel.collective_timeout import named_collective, set_collective_bound
+
 _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
            "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}  # fmt: skip
 
@@ -49,10 +52,12 @@ class FSDPConfig:
                 raise ValueError(f"FSDPConfig.{name} must be None or one of {sorted(_DTYPES)}, got {value!r}")
 
 
-def init_distributed(backend: str | None = None, *, timeout_s: float = 600.0) -> tuple[int, int]:
+def init_distributed(backend: str | None = None, *, timeout_s: float = Timeouts.collective_s) -> tuple[int, int]:
     """Initialise the default process group from torchrun's environment; returns ``(rank, world_size)``.
 
     backend: "nccl" when CUDA is available, else "gloo" (None picks). Already initialised: no-op.
+    timeout_s (``[timeouts].collective_s``): how long the rendezvous and every collective and barrier wait for
+    the other ranks (gloo and NCCL honour it); ``collective_timeout.named_collective`` names what timed out.
     """
     if not dist.is_available():
         raise RuntimeError("this torch build has no torch.distributed support")
@@ -67,6 +72,7 @@ def init_distributed(backend: str | None = None, *, timeout_s: float = 600.0) ->
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+        set_collective_bound(timeout_s)
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -79,7 +85,8 @@ def shutdown_distributed() -> None:
     """
     if not dist.is_available() or not dist.is_initialized():
         return
-    dist.barrier()
+    with named_collective("barrier at shutdown"):
+        dist.barrier()
     dist.destroy_process_group()
 
 
