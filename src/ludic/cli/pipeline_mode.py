@@ -35,6 +35,11 @@ class PipelineMode:
             self.server.stop()
 
 
+def redis_bounds(cfg: RunConfig) -> dict[str, float]:
+    """Each Redis call's bounds from ``[timeouts]`` (``PipelineStream``'s keywords)."""
+    return {"call_timeout_s": cfg.timeouts.redis_s, "reconnect_timeout_s": cfg.timeouts.redis_reconnect_s}
+
+
 def redis_dir(cfg: RunConfig) -> Path:
     return Path(cfg.logging.output_dir) / "redis"
 
@@ -53,7 +58,8 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int
     batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     source = PipelineBatchSource(
         redis_url=url, run_id=p.run_id, batch_size=batch_size, vocab_size=vocab_size,
-        max_staleness=p.max_staleness, on_stream_reset=p.on_stream_reset,
+        max_staleness=p.max_staleness, on_stream_reset=p.on_stream_reset, **redis_bounds(cfg),
+        queue_wait_s=cfg.timeouts.queue_wait_s,
     )  # fmt: skip
     publisher = PipelineVersionPublisher(inner_publisher, redis_url=url, run_id=p.run_id)
     return PipelineMode(redis_url=url, server=server, batch_source=source, publisher=publisher)
@@ -78,6 +84,8 @@ async def running_actors(
                 max_staleness=cfg.pipeline.max_staleness,
                 stop=stop,
                 policy_version_fn=client.get_policy_version,
+                wait_s=cfg.timeouts.queue_wait_s,
+                **redis_bounds(cfg),
             )
         )
         for i in range(cfg.pipeline.actors)

@@ -195,14 +195,17 @@ async def train_steps(run: TrainRun) -> None:
     """Train from the trainer's step up to ``[steps]``, logging to ``metrics.jsonl``.
 
     In pipeline mode ``[pipeline].actors`` actor tasks run beside the trainer (a failed actor stops
-    training) and the Redis stream is closed afterwards.
+    training) and the Redis stream is closed afterwards. A step watchdog (``ludic.training.watchdog``) watches
+    the loop.
     """
     from ludic.cli.pipeline_mode import running_actors
     from ludic.training.pipeline.local import train_alongside
+    from ludic.training.watchdog import watch_steps
 
     remaining = max(run.cfg.steps - run.trainer.step, 0)
+    bounds = run.cfg.timeouts  # the watchdog reports a step stalled past step_watchdog_s ([timeouts])
     try:
-        with run.logger:
+        with run.logger, watch_steps(lambda: run.trainer.step, bound_s=bounds.step_watchdog_s, on_stall=bounds.on_stall):
             if run.pipeline is None:
                 await run.trainer.train(remaining)
             else:

@@ -132,6 +132,8 @@ class Trainer:
             await hooks.checkpoint_if_due(self, stats)
         stats.update(clock.stats())
         stats["perf/step_seconds"] = stats["time/step_seconds"]
+        # the share of the step spent waiting for data (overlap: 0 = the source always had a batch ready)
+        stats["perf/wait_fraction"] = stats.get("time/wait_seconds", 0.0) / max(stats["time/step_seconds"], 1e-9)
         return self._log(stats)
 
     def _learn(

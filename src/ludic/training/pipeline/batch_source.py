@@ -11,7 +11,8 @@ again (the model those steps produced was lost too). Entries are trimmed (``XTRI
 Skipped entries are counted by reason in ``counters`` (``pipeline/skipped_<reason>``) and logged once
 each with the reason; items more than ``max_staleness`` policy versions behind the trainer are dropped
 and counted as ``pipeline/dropped_stale``. Both appear in every batch's ``meta``, with
-``pipeline/wait_seconds``: how long that ``next_batch`` kept the trainer (waiting for and decoding items).
+``pipeline/wait_seconds``: how long that ``next_batch`` kept the trainer (waiting for and decoding items),
+and ``pipeline/staleness/<k>``: the batch's items by how many versions behind they were sampled.
 An entry that decodes but would break the step (a token id outside the model's vocabulary, an extreme
 weight, a bad sampling temperature, ``top_p < 1``: ``checks``) is refused the same way, so one bad
 entry fails only itself; its cursor is passed like any other, so it is trimmed and a resume never reads it.
@@ -49,6 +50,7 @@ from typing import Any
 from ludic.timeouts import Timeouts, WaitTimeout
 from ludic.training.pipeline.checks import EntryLimits, refusals
 from ludic.training.pipeline.read_decoder import decode_read
+from ludic.training.pipeline.staleness import staleness_histogram
 from ludic.training.pipeline.stream import PipelineStream, StreamResetError
 from ludic.training.types import SAWBatch, SAWItem
 
@@ -99,7 +101,8 @@ class PipelineBatchSource:
             redis_url, run_id, reconnect_timeout_s=reconnect_timeout_s, call_timeout_s=call_timeout_s
         )
         self.queue_wait_s = queue_wait_s
-        self._partial: tuple[list[SAWItem], int] = ([], 0)  # a batch's items gathered before a WaitTimeout
+        # a batch's items gathered before a WaitTimeout, and each one's staleness
+        self._partial: tuple[list[SAWItem], list[int]] = ([], [])
         self._run = run_id.encode()
         self.batch_size = batch_size
         self.max_staleness = max_staleness
@@ -126,7 +129,7 @@ class PipelineBatchSource:
     async def next_batch(self) -> SAWBatch:
         t0 = time.perf_counter()
         version = await self._trainer_version()
-        (items, staleness), self._partial = self._partial, ([], 0)
+        (items, staleness), self._partial = self._partial, ([], [])
         last_entry = time.monotonic()
         while len(items) < self.batch_size:
             entries = await self._entries(self.batch_size - len(items))
@@ -139,7 +142,8 @@ class PipelineBatchSource:
         await self._publish_consumed()
         meta: dict[str, Any] = {k: float(v) for k, v in self.counters.items()}
         meta["pipeline/trainer_version"] = float(version)
-        meta["pipeline/mean_staleness"] = staleness / len(items)
+        meta["pipeline/mean_staleness"] = sum(staleness) / len(items)
+        meta |= staleness_histogram(staleness, self.max_staleness)
         meta["pipeline/last_id"] = self.last_id
         waited = time.perf_counter() - t0
         self.wait_seconds += waited
@@ -232,10 +236,10 @@ class PipelineBatchSource:
             with contextlib.suppress(BaseException):
                 await ahead
 
-    def _consume(self, entries: list[Any], version: int, items: list[SAWItem]) -> int:
+    def _consume(self, entries: list[Any], version: int, items: list[SAWItem]) -> list[int]:
         """Advance the cursor past ``entries`` (``[id, fields]`` as Redis sends them), one at a time, appending
-        each to be trained on to ``items``; the sum of their staleness."""
-        recent, staleness = self._recent, 0
+        each to be trained on to ``items``; the staleness of each item appended."""
+        recent, staleness = self._recent, []
         decoded = decode_read(entries, self._run)
         verdicts = iter(refusals([d[2] for d in decoded if type(d) is tuple], self.limits))
         for (raw_id, _), result in zip(entries, decoded, strict=True):
@@ -263,7 +267,7 @@ class PipelineBatchSource:
             item.meta["pipeline_entry_id"] = entry_id
             item.meta["pipeline_item_id"] = item_id
             items.append(item)
-            staleness += version - policy_version
+            staleness.append(version - policy_version)
         return staleness
 
     def _count(self, key: str) -> None:
@@ -282,7 +286,7 @@ class PipelineBatchSource:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self._ahead is not None:  # read after the old cursor: its reply is of no use now
             self._ahead.cancel()
-        self._ahead, self._fetched, self._partial = None, [], ([], 0)
+        self._ahead, self._fetched, self._partial = None, [], ([], [])
         self.last_id = str(state["last_id"])
         self.consumed = int(state["consumed"])
         self._consumed_published = None  # a crashed trainer may have sent a later count: send this one
