@@ -50,7 +50,9 @@ def make_client(cfg: RunConfig, policy: Any = None) -> Any:
     if cfg.inference.backend in ("server", "vllm"):
         from ludic.inference import VLLMChatClient
 
-        return VLLMChatClient(base_url=cfg.inference.server_url, enable_weight_updates=True)
+        return VLLMChatClient(  # each call bounded by [timeouts].http_s, retries included
+            base_url=cfg.inference.server_url, enable_weight_updates=True, timeout_s=cfg.timeouts.http_s
+        )
     from ludic.inference import TransformersChatClient
 
     engine_kwargs: dict[str, Any] = dict(
@@ -84,10 +86,11 @@ def make_publisher(cfg: RunConfig, client: Any) -> Any:
 
     lora = publish_mode(cfg)
     if cfg.inference.backend != "vllm":
-        return ClientPublisher(client, lora=lora)
+        return ClientPublisher(client, lora=lora, timeout_s=cfg.timeouts.publish_s)
     backend = "nccl" if cfg.model.device.startswith("cuda") else "gloo"
     return BroadcastPolicyPublisher(
-        client, master_address=address_towards(str(cfg.inference.server_url)), backend=backend, lora=lora
+        client, master_address=address_towards(str(cfg.inference.server_url)), backend=backend, lora=lora,
+        timeout_s=cfg.timeouts.publish_s,
     )
 
 
