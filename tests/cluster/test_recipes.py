@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ludic.cli import main
 from ludic.cluster.recipes import render_recipes
-from ludic.config import ConfigError
+from ludic.config import ConfigError, load_config
 from ludic.config.schema import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,6 +174,16 @@ def test_the_manifests_place_every_role_with_the_config_values(config, tmp_path:
     # the pod's ordinal is its actor id: run the container's own script as sh would in pod exp1-actor-2
     argv = _run_sh_recording(_command(actor), tmp_path, {"HOSTNAME": "exp1-actor-2"})
     assert argv == ["actor", "/etc/ludic/config.toml", "--actor-id", "2", *addresses]
+    _check_addresses(path, argv, redis=f"redis://exp1-redis:{r}/0", master="exp1-trainer-0.exp1-trainer",
+                     servers=[f"http://exp1-server-0:{s0}", f"http://exp1-server-1:{s1}/v1"])  # fmt: skip
+
+
+def _check_addresses(config: Path, argv: list[str], *, redis: str, servers: list[str], master: str) -> None:
+    """The ``--set`` arguments of a role's argv, applied to the config as ``ludic`` would: valid, and
+    pointing at the hosts the recipe placed the roles on."""
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    cluster = load_config(config, overrides).cluster
+    assert (cluster.redis_url, cluster.servers, cluster.master_addr) == (redis, servers, master)
 
 
 def _run_sh_recording(command: list[str], tmp_path: Path, env: dict[str, str]) -> list[str]:
@@ -272,6 +282,8 @@ def test_the_sbatch_script_starts_every_role_on_the_nodes_slurm_gives(config, tm
     assert runs("torchrun") == [["--nnodes=2", "--nproc_per_node=4", "--rdzv_backend=c10d",
                                  "--rdzv_endpoint=127.0.0.5:29511", "--rdzv_id=4242", "-m", "ludic.cli", "train",
                                  config_arg, *addresses]]  # fmt: skip
+    _check_addresses(path, runs("torchrun")[0], redis=f"redis://127.0.0.2:{r}/0", master="127.0.0.5",
+                     servers=[f"http://127.0.0.3:{s0}", f"http://127.0.0.4:{s1}/v1"])  # fmt: skip
     placed = sorted(s[3] for s in steps if s[0] in ("--het-group=1", "--het-group=3"))
     assert placed == [f"--nodelist=127.0.0.{i}" for i in (3, 4, 7, 8, 9)]
     assert next(

@@ -61,7 +61,7 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int
         max_staleness=p.max_staleness, on_stream_reset=p.on_stream_reset, **redis_bounds(cfg),
         queue_wait_s=cfg.timeouts.queue_wait_s,
     )  # fmt: skip
-    publisher = PipelineVersionPublisher(inner_publisher, redis_url=url, run_id=p.run_id)
+    publisher = PipelineVersionPublisher(inner_publisher, redis_url=url, run_id=p.run_id, **redis_bounds(cfg))
     return PipelineMode(redis_url=url, server=server, batch_source=source, publisher=publisher)
 
 

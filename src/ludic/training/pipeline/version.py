@@ -6,12 +6,14 @@ as stale) and ``PipelineBatchSource`` reads it as the trainer's version by defau
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor
 
 from ludic.distributed.interfaces import PolicyPublisher
+from ludic.timeouts import Timeouts, WaitTimeout
 from ludic.training.pipeline.redis_server import REDIS_EXTRA_HINT
 
 
@@ -23,7 +25,10 @@ class PipelineVersionPublisher:
     already sample from v.
     """
 
-    def __init__(self, inner: PolicyPublisher | None, *, redis_url: str, run_id: str) -> None:
+    def __init__(
+        self, inner: PolicyPublisher | None, *, redis_url: str, run_id: str,
+        call_timeout_s: float = Timeouts.redis_s, reconnect_timeout_s: float = Timeouts.redis_reconnect_s,
+    ) -> None:  # fmt: skip
         try:
             import redis
         except ImportError as exc:
@@ -31,8 +36,10 @@ class PipelineVersionPublisher:
         from ludic.training.pipeline.stream import PipelineStream
 
         self.inner = inner
-        self.version_key = PipelineStream(redis_url, run_id).version_key
-        self._redis: Any = redis.Redis.from_url(redis_url, socket_connect_timeout=2.0)
+        stream = PipelineStream(redis_url, run_id)
+        self.version_key, self._peer = stream.version_key, f"Redis at {stream._safe_url()}"
+        self.call_timeout_s, self.reconnect_timeout_s = call_timeout_s, reconnect_timeout_s
+        self._redis: Any = redis.Redis.from_url(redis_url, socket_connect_timeout=2.0, socket_timeout=call_timeout_s)
         self._errors = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
     def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
@@ -41,15 +48,25 @@ class PipelineVersionPublisher:
         if version is not None:
             self.announce(int(version))
 
-    def announce(self, version: int, *, retries: int = 50) -> None:
-        """SET the version key, retrying through a Redis restart (about 25 s in all)."""
-        import time
+    def announce(self, version: int) -> None:
+        """SET the version key, retrying through a Redis restart for ``reconnect_timeout_s``; each try waits
+        ``call_timeout_s`` for the reply. A Redis that accepts and never answers: ``WaitTimeout`` naming it."""
+        import redis
 
-        for attempt in range(retries):
+        started = time.monotonic()
+        while True:
             try:
                 self._redis.set(self.version_key, version)
                 return
-            except self._errors:
-                if attempt == retries - 1:
-                    raise
-                time.sleep(0.5)
+            except self._errors as exc:
+                waited = time.monotonic() - started
+                if waited < self.reconnect_timeout_s:
+                    time.sleep(min(0.5, self.reconnect_timeout_s - waited))
+                    continue
+                if isinstance(exc, redis.TimeoutError):
+                    raise WaitTimeout(
+                        peer=self._peer, operation=f"SET {self.version_key} (announcing version {version})",
+                        waited_s=waited, bound_s=self.reconnect_timeout_s + self.call_timeout_s,
+                        detail=f"each try waited {self.call_timeout_s:g} s for a reply",
+                    ) from exc  # fmt: skip
+                raise
