@@ -43,6 +43,7 @@ def _check_and_close(mode) -> None:
         source = mode.batch_source
         assert source.queue_wait_s == 11.0
         assert (source.stream._timeout_s, source.stream.reconnect_timeout_s) == (2.5, 4.0)
+        assert (mode.publisher.call_timeout_s, mode.publisher.reconnect_timeout_s) == (2.5, 4.0)
     finally:
         asyncio.run(mode.batch_source.close())
         mode.close()

@@ -136,3 +136,20 @@ async def test_a_stopped_actor_still_returns_without_error(redis_server, run_id,
 def test_a_bound_of_zero_or_less_is_refused(redis_server, run_id, bad) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         PipelineBatchSource(redis_url=redis_server.url, run_id=run_id, batch_size=1, vocab_size=8, **bad)
+
+
+def test_announcing_a_version_to_a_stalled_redis_fails_within_its_bound(stalled_redis, run_id) -> None:
+    from ludic.training.pipeline import PipelineVersionPublisher
+
+    server, stop = stalled_redis
+    publisher = PipelineVersionPublisher(None, redis_url=server.url, run_id=run_id, call_timeout_s=0.5,
+                                         reconnect_timeout_s=1.0)  # fmt: skip
+    publisher.publish({}, version=1)  # answered while running
+    stop()
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout) as info:  # before: the SET waited with no socket timeout, for ever
+        publisher.publish({}, version=2)
+    waited = time.monotonic() - started
+    assert 1.0 <= waited <= 1.5 + 0.6, waited
+    assert info.value.peer == f"Redis at {server.host}:{server.port}/0"
+    assert info.value.operation == f"SET ludic:pipeline:{run_id}:version (announcing version 2)"
