@@ -376,7 +376,11 @@ def test_the_cli_renders_and_refuses_a_config_without_cluster(config, tmp_path: 
 
 
 def test_the_checked_in_example_renders_equal_a_fresh_render(tmp_path: Path, monkeypatch) -> None:
+    from ludic.cli.distributed_run import distributed_errors
+
     monkeypatch.chdir(REPO)  # the documented command runs from the repository root
+    # a config ludic train takes under torchrun with [cluster] (what its preflight refuses, it has none of)
+    assert distributed_errors(load_config("examples/cluster/cluster.toml"), world=2) == []
     render_recipes("examples/cluster/cluster.toml", slurm=tmp_path / "cluster.sbatch",
                    kubernetes=tmp_path / "kubernetes")  # fmt: skip
     rendered = EXAMPLE / "rendered"
