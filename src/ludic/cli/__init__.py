@@ -1,5 +1,5 @@
 """The ``ludic`` command line: ``quickstart``, ``train CONFIG``, ``eval CONFIG``, ``list``, ``export RUN OUT``, ``models``,
-``cluster render CONFIG``."""
+``cluster render CONFIG``, ``actor CONFIG``, ``serve CONFIG``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import sys
 from collections.abc import Sequence
 
 from ludic.cli.commands import (
+    add_actor_parser,
     add_cluster_parser,
     add_eval_parser,
     add_list_parser,
     add_quickstart_parser,
+    add_serve_parser,
     add_train_parser,
 )
 from ludic.cli.export import add_export_parser
@@ -34,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     add_models_parser(sub)
     add_cluster_parser(sub)
+    add_actor_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

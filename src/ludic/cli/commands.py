@@ -219,3 +219,59 @@ def _run_cluster_render(args: argparse.Namespace) -> int:
     ):
         print(f"wrote {path}")
     return 0
+
+
+def add_actor_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "actor",
+        help="an actor host of a multi-host run: play [rollout] episodes on [cluster].servers, push to its Redis",
+        description="Runs [cluster].actor_tasks rollout tasks against [cluster].servers (episodes spread over "
+        "them, each on one server) and pushes whole batches of SAW items to [cluster].redis_url's stream, "
+        "until SIGTERM / Ctrl-C (a batch still in generation is dropped). docs/cluster.md.",
+    )
+    p.add_argument("config", help="path to a .toml/.yaml run config with a [cluster] table")
+    p.add_argument("--actor-id", type=int, default=0, help="this host's number (0, 1, ...): its env seeds")
+    p.add_argument("--batches", type=int, default=None, help="stop after N batches per task (default: run on)")
+    p.add_argument("--grace-s", type=float, default=30.0,
+                   help="after SIGTERM, seconds to let the tasks stop before cancelling them (default 30)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print it; start nothing")
+    _add_import_flag(p)
+    _add_override_flags(p)
+    p.set_defaults(run=_run_actor)
+
+
+def _run_actor(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.dry_run:
+        _print_config(cfg)
+        return 0
+    from ludic.cluster.actor_role import run_actor
+
+    return run_actor(cfg, actor_id=args.actor_id, batches=args.batches, grace_s=args.grace_s)
+
+
+def add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="an inference-server host of a multi-host run: serve [model] over HTTP (vLLM's routes)",
+        description="Serves [model] with Ludic's server; the bearer token comes from the variable "
+        "[cluster].api_key_env names (required on a non-loopback address). docs/cluster.md.",
+    )
+    p.add_argument("config", help="path to a .toml/.yaml run config")
+    p.add_argument("--host", required=True, help="the address to bind (0.0.0.0: every interface; needs a token)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch-size", type=int, default=64, help="the largest generation batch (default 64)")
+    _add_import_flag(p)
+    _add_override_flags(p)
+    p.set_defaults(run=_run_serve, dry_run=False)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from ludic.cluster.serve_role import serve, serve_api_key
+    from ludic.config import load_config
+
+    # a public bind without a token is refused before any model is prepared or checked
+    serve_api_key(load_config(args.config, args.overrides, output_dir=args.output_dir), args.host)
+    cfg = _load(args)
+    serve(cfg, host=args.host, port=args.port, max_batch_size=args.max_batch_size)
+    return 0

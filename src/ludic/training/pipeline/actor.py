@@ -74,6 +74,7 @@ async def run_pipeline_actor(
     wait_s: float = Timeouts.queue_wait_s,
     call_timeout_s: float | None = None,
     reconnect_timeout_s: float = Timeouts.redis_reconnect_s,
+    on_push: Callable[[ActorStats, int], None] | None = None,
 ) -> ActorStats:
     """Push ``num_batches`` batches from ``source`` to the run's stream (None: until ``stop`` is set).
 
@@ -81,7 +82,8 @@ async def run_pipeline_actor(
     the actor also waits while it is more than ``max_staleness`` versions behind the trainer's
     announced version (new weights on their way). Items keep the version their client reported
     (``meta["policy_version"]``). ``wait_s`` bounds each admission and back-pressure wait;
-    ``call_timeout_s`` / ``reconnect_timeout_s`` each Redis call (``PipelineStream``).
+    ``call_timeout_s`` / ``reconnect_timeout_s`` each Redis call (``PipelineStream``). ``on_push(stats,
+    n)`` runs after each batch of ``n`` items is in the stream (``ludic actor`` prints a line).
     """
     if trainer_batch_size < 1 or max_staleness < 0 or max_stream_len < 1 or not wait_s > 0:
         raise ValueError(
@@ -148,6 +150,8 @@ async def run_pipeline_actor(
             stats.batches += 1
             stats.items += len(entries)
             last_len = len(entries)
+            if on_push is not None:
+                on_push(stats, len(entries))
     finally:
         stats.reconnects = stream.reconnects
         await stream.close()
