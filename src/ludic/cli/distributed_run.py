@@ -86,7 +86,8 @@ def pipeline_on(cfg: RunConfig) -> bool:
 
 def distributed_errors(cfg: RunConfig, world: int | None = None) -> list[str]:
     """What ``ludic train`` cannot do with ``[cluster]`` or under torchrun, each with the reason (for preflight)."""
-    world = world_size() if world is None else world
+    if world is None:  # outside torchrun (a --dry-run on any host): the world [cluster] says torchrun will start
+        world = world_size() if under_torchrun() or cfg.cluster is None else cfg.cluster.trainer_world_size
     errors: list[str] = []
     if cfg.cluster is not None:
         p, inf = cfg.pipeline, cfg.inference
@@ -103,7 +104,7 @@ def distributed_errors(cfg: RunConfig, world: int | None = None) -> list[str]:
         if cfg.sft is not None:
             errors.append("[sft] with [cluster]: the warm start publishes to one engine, not every server; run the "
                           "SFT as its own one-host `ludic train` and set [model].path to its final_model")  # fmt: skip
-    if world > 1:
+    if world > 1 or under_torchrun():  # the model is FSDP-sharded under torchrun, a world of 1 too
         if cfg.cluster is None and cfg.inference.backend != "server":
             errors.append(f"[inference].backend = {cfg.inference.backend!r} under torchrun (WORLD_SIZE={world}): "
                           "only rank 0 generates, and the embedded engine would be a second full copy of the model "
@@ -117,3 +118,34 @@ def distributed_errors(cfg: RunConfig, world: int | None = None) -> list[str]:
             errors.append(f"[sft] under torchrun (WORLD_SIZE={world}): the warm start trains the unsharded model; "
                           "run it as a one-process `ludic train` first and set [model].path to its final_model")  # fmt: skip
     return errors
+
+
+def under_torchrun() -> bool:
+    """Started by torchrun (its ``WORLD_SIZE`` is set), whatever the world size (1 included: a resume on fewer hosts)."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def train_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None, *, fresh: bool = False) -> dict:
+    """``ludic train`` under torchrun or with ``[cluster]``: returns rank 0's final eval stats ({} elsewhere).
+
+    Under torchrun this ends the process (``exit_distributed``; code 1 after printing the error), so no gloo
+    rank aborts at interpreter exit; a run that fails on one rank makes torchrun stop the others.
+    """
+    import asyncio
+    import sys
+    import traceback
+
+    from ludic.cli.distributed_train import run_distributed
+
+    if not under_torchrun():
+        return asyncio.run(run_distributed(cfg, reducers, fresh=fresh))
+    from ludic.training.parallel.fsdp import exit_distributed, init_distributed
+
+    init_distributed(timeout_s=cfg.timeouts.collective_s)
+    try:
+        asyncio.run(run_distributed(cfg, reducers, fresh=fresh))
+    except BaseException:  # the peers are stopped by torchrun; a barrier here could wait for a dead rank
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    exit_distributed(0)

@@ -45,7 +45,7 @@ def redis_dir(cfg: RunConfig) -> Path:
 
 
 def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int) -> PipelineMode:
-    """Redis (private unless ``redis_url``), the trainer's ``PipelineBatchSource`` and publisher.
+    """Redis (private unless ``redis_url`` or ``[cluster]``), the trainer's ``PipelineBatchSource`` and publisher.
 
     ``vocab_size``: the trained model's input embedding rows; stream items with other token ids are
     refused (counted as ``pipeline/skipped_out_of_vocab``) instead of crashing the step."""
@@ -53,8 +53,13 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int
     from ludic.training.pipeline.redis_server import RedisServer
 
     p = cfg.pipeline
-    server = None if p.redis_url else RedisServer(data_dir=redis_dir(cfg)).start()
-    url = p.redis_url or server.url  # type: ignore[union-attr]
+    given = p.redis_url
+    if cfg.cluster is not None:  # the cluster's Redis, its password from [cluster].redis_password_env
+        from ludic.cli.distributed_run import cluster_redis_url
+
+        given = cluster_redis_url(cfg.cluster)
+    server = None if given else RedisServer(data_dir=redis_dir(cfg)).start()
+    url = given or server.url  # type: ignore[union-attr]
     batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     source = PipelineBatchSource(
         redis_url=url, run_id=p.run_id, batch_size=batch_size, vocab_size=vocab_size,

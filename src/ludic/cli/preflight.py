@@ -17,6 +17,7 @@ from typing import Any
 
 from ludic.cli.custom_reward import reward_errors
 from ludic.cli.demonstrations import sft_errors
+from ludic.cli.distributed_run import distributed_errors
 from ludic.cli.lora import lora_errors
 from ludic.cli.program_prompt import program_prompt_errors
 from ludic.cli.run_loggers import logger_errors
@@ -43,6 +44,7 @@ def preflight(cfg: RunConfig, *, train: bool) -> None:
     if train:
         errors += _group_errors(cfg) + lora_errors(cfg)  # [lora]: peft installed, targets in the model
         errors += logger_errors(cfg)  # [logging] wandb / tensorboard: packages, wandb.init keywords
+        errors += distributed_errors(cfg)  # what cannot work under torchrun or with [cluster], and why
         if not errors and cfg.steps > 0:
             errors += _prompt_length_errors(cfg, factories["env"])
             if not errors:  # an OpenAI-SDK program's own messages and tools: its first request, captured

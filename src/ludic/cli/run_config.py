@@ -244,6 +244,11 @@ def train_from_config(
     reducers: extra ``eval/`` statistics (``{name: Reducer}``) for the evaluations.
     """
 
+    from ludic.cli.distributed_run import train_distributed, under_torchrun
+
+    if under_torchrun() or cfg.cluster is not None:  # FSDP2 ranks, or one role of a multi-host run
+        return train_distributed(cfg, reducers, fresh=fresh)
+
     async def _train() -> dict[str, float]:
         run = build_train_run(cfg, reducers, resume=plan_start(cfg, fresh=fresh))
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ludic.distributed.lora_payload import lora_publish_mode
-from ludic.training._lora import publishable_state_dict
+from ludic.training.parallel.publish import gather_publishable
 
 
 class ResumeError(RuntimeError):
@@ -26,8 +26,10 @@ def resume_latest(trainer: Any, *, fallback: bool = True) -> int:
     trainer.load_checkpoint(fallback=fallback)
     if trainer.publisher is not None:  # inference still holds the initial weights
         mode = lora_publish_mode(trainer.publisher)  # a LoRA run publishing adapters sends the restored ones
-        weights = publishable_state_dict(trainer.model, trainer.param_filter, publish=mode)
-        trainer.publisher.publish(weights, version=trainer.step)
+        # an FSDP-sharded model: every rank gathers (a collective), rank 0 alone gets the full weights and publishes
+        weights = gather_publishable(trainer.model, trainer.param_filter, publish=mode)
+        if trainer.ranks.is_main:
+            trainer.publisher.publish(weights, version=trainer.step)
     return trainer.step
 
 

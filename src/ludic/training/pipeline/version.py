@@ -48,6 +48,11 @@ class PipelineVersionPublisher:
         if version is not None:
             self.announce(int(version))
 
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """The inner publisher's (bytes sent, servers reached): the Trainer logs them under ``perf/``."""
+        return dict(getattr(self.inner, "last_stats", None) or {})
+
     def announce(self, version: int) -> None:
         """SET the version key, retrying through a Redis restart for ``reconnect_timeout_s``; each try waits
         ``call_timeout_s`` for the reply. A Redis that accepts and never answers: ``WaitTimeout`` naming it."""
