@@ -144,6 +144,51 @@ def test_two_rank_trainer_reads_the_stream_on_rank0_publishes_checkpoints_and_re
         redis.stop()
 
 
+@pytest.mark.slow
+def test_two_rank_trainer_without_a_cluster_generates_on_rank0_against_one_server(tmp_path):
+    """The same command on a one-host config: [inference].backend = "server", no pipeline; rank 0 alone builds the
+    client and engine, generates each step's batch and publishes; both ranks train their share of it."""
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    server_proc, server = start_server(model)
+    text = tiny_run_toml(
+        model,
+        steps=2,
+        tables=f"""
+[inference]
+backend = "server"
+server_url = "{server}"
+[eval]
+num_episodes = 2
+sampling = {{ temperature = 0.0, max_tokens = 4 }}
+[trainer]
+max_seq_len = 128
+micro_token_budget = 1024
+[checkpoint]
+output_dir = "{tmp_path / "ckpt"}"
+every_n_steps = 2
+[logging]
+output_dir = "{tmp_path / "out"}"
+rich = false
+plot = false
+""",
+    )
+    config = tmp_path / "run.toml"
+    config.write_text(text)
+    try:
+        done = _torchrun(config, 2, {**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[:8000]
+        assert int(httpx.get(server + "/policy_version", timeout=10).json()["policy_version"]) == 2
+        records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+        steps = [r for r in records if "train/loss" in r]
+        assert [r["step"] for r in steps] == [1, 2]
+        assert all(r["perf/rank0/real_tokens"] > 0 and r["perf/rank1/real_tokens"] > 0 for r in steps)
+        state = json.loads((tmp_path / "ckpt" / "step_000002" / "trainer_state.json").read_text())
+        assert state["world_size"] == 2 and state["format"] == "dcp-safetensors"
+        assert (tmp_path / "out" / "eval" / "eval_step_2_summary.json").is_file()  # rank 0's final evaluation
+    finally:
+        stop_server(server_proc)
+
+
 def test_what_cannot_work_under_torchrun_or_with_a_cluster_is_refused_with_the_reason(tmp_path):
     model = tmp_path / "m"  # never loaded: the checks read the config alone
     base = _config(tmp_path, model, steps=1, server="http://127.0.0.1:1", redis_port=6379).read_text()

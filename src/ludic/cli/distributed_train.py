@@ -135,17 +135,7 @@ async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None
         start = await start_of_run(run) if main else None  # held-out eval at the start (read back on resume)
         if main and start.start_of_rl:
             run.logger.show_eval(0, start.start_of_rl)
-        if (
-            cfg.cluster is not None
-        ):  # actors run elsewhere (``ludic actor``): the trainer only reads the stream
-            remaining = max(cfg.steps - run.trainer.step, 0)
-            try:
-                with run.logger:
-                    await run.trainer.train(remaining)
-            finally:
-                await run.close_pipeline()
-        else:
-            await train_steps(run)
+        await train_steps(run)  # the step watchdog; [cluster]: no actor tasks here (`ludic actor` runs them)
         if run.trainer.checkpointer is not None:
             run.trainer.save_checkpoint()  # every rank writes its shards
         after = await run.evaluator.evaluate(step=cfg.steps) if main else {}

@@ -74,11 +74,13 @@ def build_pipeline_mode(cfg: RunConfig, inner_publisher: Any, *, vocab_size: int
 async def running_actors(
     cfg: RunConfig, mode: PipelineMode, client: Any, make_source: Callable[[int], Any]
 ) -> AsyncIterator[list[asyncio.Task]]:
-    """``[pipeline].actors`` tasks of ``run_pipeline_actor``; ``make_source(first_seed)`` builds each one's."""
+    """``[pipeline].actors`` tasks of ``run_pipeline_actor`` (none with ``[cluster]``: its actors run on their own
+    hosts); ``make_source(first_seed)`` builds each one's."""
     from ludic.training.pipeline import run_pipeline_actor
 
     stop = asyncio.Event()
     batch_size = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    count = 0 if cfg.cluster is not None else cfg.pipeline.actors  # [cluster]: `ludic actor` on other hosts
     tasks = [
         asyncio.create_task(
             run_pipeline_actor(
@@ -93,7 +95,7 @@ async def running_actors(
                 **redis_bounds(cfg),
             )
         )
-        for i in range(cfg.pipeline.actors)
+        for i in range(count)
     ]
     try:
         yield tasks
