@@ -44,7 +44,9 @@ def _run_models(args: argparse.Namespace) -> int:
 
 def prepare_model_sources(cfg: Any, *, dry_run: bool) -> None:
     """``[model].path`` / ``[model].tokenizer`` given as a GGUF file or a catalogue name: checked without
-    converting anything (a dry run), else prepared once into the cache and replaced by its folder."""
+    converting anything (a dry run), else prepared once into the cache and replaced by its folder. A dry run
+    too takes the folder of a catalogue model already prepared, so its checks (prompt length, LoRA targets, an
+    agent program's prompt) read the real tokenizer and config instead of asking the Hugging Face hub."""
     from ludic.config import ConfigError
     from ludic.models import model_source_errors, prepare_model
 
@@ -52,6 +54,22 @@ def prepare_model_sources(cfg: Any, *, dry_run: bool) -> None:
     errors = [e for attr, key in keys for e in model_source_errors(getattr(cfg.model, attr), key)]
     if errors:
         raise ConfigError(errors)
-    if not dry_run:
-        for attr, _key in keys:
-            setattr(cfg.model, attr, prepare_model(getattr(cfg.model, attr)))
+    for attr, _key in keys:
+        source = getattr(cfg.model, attr)
+        if not dry_run:
+            setattr(cfg.model, attr, prepare_model(source))
+        elif (folder := _prepared_catalogue_folder(source)) is not None:
+            setattr(cfg.model, attr, folder)
+
+
+def _prepared_catalogue_folder(source: str) -> str | None:
+    """The prepared folder of catalogue model ``source`` (a name that is not a local path), else None."""
+    from pathlib import Path
+
+    from ludic.models import CATALOGUE, prepared_path
+    from ludic.models.cache import is_prepared
+
+    if source not in CATALOGUE or Path(source).exists():
+        return None
+    folder = prepared_path(source)
+    return str(folder) if is_prepared(folder) else None
