@@ -1,6 +1,6 @@
 """The trainer role of a multi-host run: ``torchrun --nproc_per_node 2 -m ludic.cli train CONFIG`` with
 ``[cluster]`` (gloo on CPU, a tiny model, loopback), against a real Redis (password from the environment),
-one real Ludic server (bearer token from the environment) and an actor process writing the stream. Both ranks
+one real Ludic server (bearer token from the environment) and a ``ludic actor`` process writing the stream. Both ranks
 step, rank 0 alone reads the stream and publishes (the server serves each step's version), a DCP checkpoint is
 written, and ``torchrun --nproc_per_node 1`` resumes from it (DCP reshards 2 -> 1) and finishes the run.
 Plus the startup refusals of what cannot work under torchrun or with ``[cluster]``.
@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import httpx
@@ -26,23 +25,6 @@ from ludic.testing.server_process import start_server, stop_server
 from ludic.training.pipeline.redis_server import RedisServer
 
 TOKEN = "trainer-role-token"
-
-ACTOR = textwrap.dedent("""
-    import asyncio, sys
-    from ludic.cli.distributed_run import cluster_client, cluster_redis_url
-    from ludic.cli.runtime import make_algorithm, make_engine, make_rollout_source
-    from ludic.config import load_config
-    from ludic.training.pipeline import run_pipeline_actor
-
-    cfg = load_config(sys.argv[1])
-    client = cluster_client(cfg.cluster)
-    engine = make_engine(cfg, client, cfg.rollout.sampling.to_sampling())
-    source = make_rollout_source(cfg, engine, make_algorithm(cfg))
-    asyncio.run(run_pipeline_actor(
-        source=source, redis_url=cluster_redis_url(cfg.cluster), run_id=cfg.pipeline.run_id,
-        trainer_batch_size=4, max_staleness=cfg.pipeline.max_staleness, policy_version_fn=client.get_policy_version,
-    ))
-""")
 
 
 def _config(tmp: Path, model: Path, *, steps: int, server: str, redis_port: int) -> Path:
@@ -106,9 +88,8 @@ def test_two_rank_trainer_reads_the_stream_on_rank0_publishes_checkpoints_and_re
         "ROLE_TEST_REDIS_PASSWORD": redis.password,
     }
     config = _config(tmp_path, model, steps=2, server=server, redis_port=redis.port)
-    (tmp_path / "actor.py").write_text(ACTOR)
     actor_log = (tmp_path / "actor.log").open("w")
-    actor = subprocess.Popen([sys.executable, str(tmp_path / "actor.py"), str(config)], env=env,
+    actor = subprocess.Popen([sys.executable, "-m", "ludic.cli", "actor", str(config), "--actor-id", "0"], env=env,
                              stdout=actor_log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         first = _torchrun(config, 2, env, "--fresh")
