@@ -181,6 +181,18 @@ def test_actor_without_cluster_table_is_refused_naming_it(tmp_path) -> None:
     assert "ludic actor needs a [cluster] table" in err
 
 
+def test_an_actor_whose_servers_are_all_down_exits_naming_them(tmp_path, redis) -> None:
+    from ludic.inference.weight_sync.process_group import free_port
+
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]  # nothing listens there
+    config = _config(tmp_path, dead, redis, f"t{uuid.uuid4().hex[:8]}", tasks=2)
+    proc = _actor(config, "--grace-s", "5")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "ludic actor: actor 0 task" in err and "failed: ServerDownError" in err
+    assert any(url in err for url in dead)
+
+
 @pytest.mark.slow
 def test_a_server_killed_under_the_actor_its_episodes_are_replayed_and_no_half_episode_is_pushed(
     tmp_path, redis
@@ -198,7 +210,9 @@ def test_a_server_killed_under_the_actor_its_episodes_are_replayed_and_no_half_e
             stop_server(p)
     assert proc.returncode == 0, err[-3000:]
     assert "pushed batch 4 " in out
-    assert "replaying it from the start" in err and urls[0] in err
+    # the server is named when it goes (a generation or the admission's version query found it gone); an
+    # episode it was playing, if any, was replayed ("replaying it from the start") on the other
+    assert f"server {urls[0]} failed during" in err and "left out for 30 s" in err
     items = _entries(redis, run_id)
     assert len({it.meta["rollout_id"] for it in items}) == 4 * 4
     _assert_whole(items, group_size=2, steps=3)

@@ -35,7 +35,7 @@ def task_first_seed(cfg: RunConfig, actor_id: int, task: int) -> int:
 
 def run_actor(
     cfg: RunConfig, *, actor_id: int, batches: int | None = None, grace_s: float = 30.0,
-    out: Callable[[str], None] = print,
+    out: Callable[[str], None] | None = None,
 ) -> int:  # fmt: skip
     """Run the actor host until SIGTERM / Ctrl-C, or ``batches`` batches per task; the exit code."""
     if cfg.cluster is None:
@@ -46,6 +46,11 @@ def run_actor(
         raise ConfigError([f"--batches must be >= 1, got {batches}"])
     if grace_s < 0:
         raise ConfigError([f"--grace-s must be >= 0, got {grace_s}"])
+    if out is None:  # each line at once, also into a pipe (a launcher's log)
+
+        def out(line: str) -> None:
+            print(line, flush=True)
+
     return asyncio.run(_run(cfg, actor_id, batches, grace_s, out))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.vllm.client import VLLMChatClient
 from ludic.types import ChatResponse
 
+log = logging.getLogger(__name__)
 MAX_AFFINITIES = 65_536
 """Episodes whose server is remembered (least recently used forgotten first)."""
 
@@ -127,10 +129,12 @@ class MultiServerClient:
 
     def _down_error(self, i: int, what: str, exc: BaseException) -> ServerDownError:
         self.mark_down(i)
-        return ServerDownError(
+        error = ServerDownError(
             f"server {self.urls[i]} failed during {what} and is left out for {self.cooloff_s:g} s: "
             f"{type(exc).__name__}: {exc}", self.urls[i],
         )  # fmt: skip
+        log.warning("%s", error)  # once per failure: an operator sees which server went and when
+        return error
 
     # ---- ChatClient -------------------------------------------------------------------------
     async def complete(self, request: ChatCompletionRequest) -> tuple[ChatResponse, dict[str, Any]]:
