@@ -126,6 +126,45 @@ def test_two_rank_trainer_reads_the_stream_on_rank0_publishes_checkpoints_and_re
 
 
 @pytest.mark.slow
+def test_one_process_trainer_with_a_cluster_publishes_every_step_to_both_servers(tmp_path):
+    """Plain ``ludic train`` (no torchrun) with ``[cluster]`` naming two servers: pipeline mode on the cluster's
+    Redis, no actor task of its own (the stream is fed by a ``ludic actor`` process), and every step's weights
+    on both servers."""
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    redis = RedisServer(data_dir=tmp_path / "redis").start()
+    servers = [start_server(model, "--api-key", TOKEN) for _ in range(2)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "ROLE_TEST_KEY": TOKEN,
+        "ROLE_TEST_REDIS_PASSWORD": redis.password,
+    }
+    env = {k: v for k, v in env.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    config = _config(tmp_path, model, steps=2, server=servers[0][1], redis_port=redis.port)
+    config.write_text(config.read_text().replace(f'servers = ["{servers[0][1]}"]',
+                                                 f'servers = ["{servers[0][1]}", "{servers[1][1]}"]'))  # fmt: skip
+    actor = subprocess.Popen([sys.executable, "-m", "ludic.cli", "actor", str(config), "--actor-id", "0"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        done = subprocess.run([sys.executable, "-m", "ludic.cli", "train", str(config)], env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+        assert [_version(url) for _, url in servers] == [2, 2]
+        records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+        steps = [r for r in records if "train/loss" in r]
+        assert [r["step"] for r in steps] == [1, 2]
+        assert all(
+            r["perf/publish_servers_ok"] == 2.0 and r["perf/publish_servers_failed"] == 0.0 for r in steps
+        )
+    finally:
+        actor.terminate()
+        actor.wait(timeout=30)
+        for proc, _ in servers:
+            stop_server(proc)
+        redis.stop()
+
+
+@pytest.mark.slow
 def test_two_rank_trainer_without_a_cluster_generates_on_rank0_against_one_server(tmp_path):
     """The same command on a one-host config: [inference].backend = "server", no pipeline; rank 0 alone builds the
     client and engine, generates each step's batch and publishes; both ranks train their share of it."""
@@ -185,3 +224,17 @@ def test_what_cannot_work_under_torchrun_or_with_a_cluster_is_refused_with_the_r
     errors = "\n".join(distributed_errors(load_config(single), world=2))
     assert "'embedded' under torchrun (WORLD_SIZE=2)" in errors and "[lora] under torchrun" in errors
     assert distributed_errors(load_config(single), world=1) == []
+
+
+async def test_with_a_cluster_the_trainer_starts_no_actor_tasks_of_its_own(tmp_path):
+    """``[cluster]``'s actors are ``ludic actor`` processes on their own hosts; ``[pipeline].actors`` (1 by default)
+    is what a one-host pipeline run starts beside its trainer."""
+    from ludic.cli.pipeline_mode import running_actors
+
+    cfg = load_config(
+        _config(tmp_path, tmp_path / "m", steps=1, server="http://127.0.0.1:1", redis_port=6379)
+    )
+    assert cfg.pipeline.actors == 1
+    asked = []
+    async with running_actors(cfg, None, None, asked.append) as tasks:
+        assert tasks == [] and asked == []

@@ -70,7 +70,7 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
     out, main = Path(cfg.logging.output_dir), _is_main()
     model = _sharded_policy(cfg)
     algo = make_algorithm(cfg)
-    client = engine = evaluator = pipeline = source = publisher = None
+    client = engine = evaluator = pipeline = source = publisher = inner = None
     if main:
         client = cluster_client(cfg.cluster) if cfg.cluster is not None else make_client(cfg)
         engine = make_engine(cfg, client, cfg.rollout.sampling.to_sampling())
@@ -106,7 +106,7 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
         )  # fmt: skip
     return TrainRun(
         cfg=cfg, trainer=trainer, evaluator=evaluator, logger=logger, out_dir=out,
-        client=client, engine=engine, algo=algo, pipeline=pipeline,
+        client=client, engine=engine, algo=algo, pipeline=pipeline, publisher=inner,  # closed with the run
     )  # fmt: skip
 
 
