@@ -193,6 +193,17 @@ def test_an_actor_whose_servers_are_all_down_exits_naming_them(tmp_path, redis) 
     assert any(url in err for url in dead)
 
 
+@pytest.mark.parametrize("protocol", ["openai_program", "verifiers_episode"])
+def test_a_protocol_that_calls_its_own_server_is_refused_naming_why(tmp_path, redis, protocol) -> None:
+    from ludic.cluster.actor_role import run_actor
+    from ludic.config import ConfigError, load_config
+
+    config = _config(tmp_path, ["http://127.0.0.1:9"], redis, "refused",
+                     tables=f'[protocol]\nname = "{protocol}"\n')  # fmt: skip
+    with pytest.raises(ConfigError, match=f"'{protocol}' sends its model calls to one server itself"):
+        run_actor(load_config(str(config)), actor_id=0)
+
+
 @pytest.mark.slow
 def test_a_server_killed_under_the_actor_its_episodes_are_replayed_and_no_half_episode_is_pushed(
     tmp_path, redis

@@ -46,12 +46,29 @@ def run_actor(
         raise ConfigError([f"--batches must be >= 1, got {batches}"])
     if grace_s < 0:
         raise ConfigError([f"--grace-s must be >= 0, got {grace_s}"])
+    _check_protocol(cfg)
     if out is None:  # each line at once, also into a pipe (a launcher's log)
 
         def out(line: str) -> None:
             print(line, flush=True)
 
     return asyncio.run(_run(cfg, actor_id, batches, grace_s, out))
+
+
+def _check_protocol(cfg: RunConfig) -> None:
+    """A protocol with its own ``base_url`` (``openai_program``, ``verifiers_episode``) sends its model calls to
+    one server itself, past the actor's client: its episodes could not be spread over ``[cluster].servers``."""
+    import inspect
+
+    from ludic.registry import get_protocol
+
+    if "base_url" in inspect.signature(get_protocol(cfg.protocol.name)).parameters:
+        raise ConfigError([
+            f"{cfg.source}: [protocol] {cfg.protocol.name!r} sends its model calls to one server itself "
+            "(base_url), not through the actor's client, so ludic actor cannot spread its episodes over "
+            "[cluster].servers or replay them when a server dies; use a protocol that plays an agent "
+            "(single_agent, multi_agent)"
+        ])  # fmt: skip
 
 
 async def _run(cfg: RunConfig, actor_id: int, batches: int | None, grace_s: float, out: Callable[[str], None]) -> int:
