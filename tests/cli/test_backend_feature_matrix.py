@@ -144,12 +144,13 @@ def test_each_combination_runs_one_step_or_is_refused(
     tmp_path: Path, model_dir: Path, server: Server, backend: str, feature: str
 ) -> None:
     url = "http://127.0.0.1:9"  # unused by the embedded cases
-    if backend in REMOTE:  # evaluation publishes nothing: any version served will do
-        url = server.url if feature == "eval" and server.proc is not None else server.fresh()
+    reason = REFUSED.get((backend, feature))
+    if backend in REMOTE:  # evaluation and a refused run publish nothing: any version served will do
+        any_version = feature == "eval" or reason is not None
+        url = server.url if any_version and server.proc is not None else server.fresh()
     config = _write(tmp_path, model_dir, backend, feature, url)
     command = "eval" if feature == "eval" else "train"
     code, err = _cli(command, str(config), "--dry-run")
-    reason = REFUSED.get((backend, feature))
     if reason is not None:
         assert code == 2 and reason in err, err
         return
