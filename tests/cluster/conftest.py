@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from ludic.testing.netns import HostNetwork, unavailable_reason
+from ludic.testing.netns_roles import SimulatedCluster
 
 MakeNetwork = Callable[..., HostNetwork]
 
@@ -41,3 +43,13 @@ def host_network() -> Iterator[MakeNetwork]:
             errors.append(err)
     if errors:
         raise errors[0]
+
+
+@pytest.fixture
+def cluster(host_network, tmp_path: Path) -> Callable[[Sequence[str]], SimulatedCluster]:
+    """``cluster(hosts)``: a SimulatedCluster (``ludic.testing.netns_roles``) on a fresh network of ``hosts``,
+    serving a tiny model built for the test; logs and outputs under ``tmp_path``."""
+    from ludic.testing import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "model", seed=0)
+    return lambda hosts: SimulatedCluster(host_network(list(hosts)), tmp_path, model)

@@ -1,0 +1,177 @@
+"""Faults of a multi-host run in simulated hosts, one test each, each asserting the promise docs/cluster.md
+makes for it: a trainer<->server link cut during publishes, a slow lossy link, an actor host killed
+mid-episode, a server killed mid-generation, an actor host joining mid-run. Every role runs its documented
+command (``ludic serve``, ``ludic actor``, ``torchrun ... ludic train``) in a host of its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from ludic.testing.netns_commands import namespace_pids
+from ludic.testing.netns_roles import SimulatedCluster, policy_version
+
+RUN_ID = "faults"
+TABLES = f"""
+[trainer]
+lr = 1e-3
+max_seq_len = 128
+micro_token_budget = 1024
+[pipeline]
+max_staleness = 2
+run_id = "{RUN_ID}"
+"""
+BATCH = 4  # prompts_per_step x group_size of tiny_run_toml
+GROUP = 2
+
+
+def served_version_at_least(run: SimulatedCluster, host: str, url: str, version: int, timeout: float) -> None:
+    def ready() -> bool:
+        try:
+            return policy_version(url, run.token, timeout=2) >= version
+        except OSError:
+            return False
+
+    run.wait_for(f"{url} serving version {version}", host, ready, timeout=timeout)
+
+
+def wait_log(run: SimulatedCluster, name: str, pattern: str, timeout: float) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while not (match := re.search(pattern, run.log(name))):
+        assert time.monotonic() < deadline, (
+            f"{pattern!r} not in {name}'s log after {timeout:g} s\n{run.logs()}"
+        )
+        time.sleep(0.2)
+    return match
+
+
+def stream_state(url: str, password: str) -> tuple[dict[str, int], list]:
+    """The run's counters and every entry still in its stream, decoded (called from a host of the network)."""
+    import redis
+
+    from ludic.training.pipeline.codec import decode_entry
+
+    r = redis.Redis.from_url(url.replace("redis://", f"redis://:{password}@"), socket_timeout=5)
+    prefix = f"ludic:pipeline:{RUN_ID}"
+    pushed, consumed = (int(v or 0) for v in r.mget(f"{prefix}:pushed", f"{prefix}:consumed"))
+    entries = [decode_entry(fields, run_id=RUN_ID) for _, fields in r.xrange(f"{prefix}:items")]
+    return {"pushed": pushed, "consumed": consumed}, entries
+
+
+def start(run: SimulatedCluster, *, steps: int, servers: list[str], tables: str = "") -> tuple[object, list]:
+    """Redis on "redis", ``ludic serve`` on each of ``servers``, the trainer on "trainer0"; (config, trainers)."""
+    config = run.write_config(steps=steps, server_hosts=servers, redis_host="redis", trainer_hosts=["trainer0"],
+                              tables=TABLES + tables)  # fmt: skip
+    urls = [run.start_server(h, config, wait=False) for h in servers]
+    run.start_redis("redis")
+    trainers = run.start_trainers(["trainer0"], config, "--fresh")
+    for url in urls:
+        run.wait_server("trainer0", url)
+    return config, trainers
+
+
+def assert_every_step_trained_whole(run: SimulatedCluster, steps: int) -> list[dict]:
+    records = run.step_metrics()
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert all(r["train/num_samples"] == BATCH for r in records), records
+    return records
+
+
+@pytest.mark.slow
+def test_a_cut_trainer_server_link_fails_the_publish_within_its_bound_and_a_later_publish_catches_up(
+    cluster,
+) -> None:
+    run = cluster(["redis", "server0", "server1", "actor0", "trainer0"])
+    bound, steps = 3.0, 16
+    config, trainers = start(run, steps=steps, servers=["server0", "server1"],
+                             tables=f"[timeouts]\npublish_s = {bound}\n")  # fmt: skip
+    s0, s1 = run.server_url("server0"), run.server_url("server1")
+    # The actor samples from server0 only: server1 just receives the trainer's publishes.
+    run.start_actor("actor0", config, 0, "--set", f'cluster.servers=["{s0}"]')
+    served_version_at_least(run, "server1", s1, 1, timeout=240)
+    run.net.link_down("server1")
+    before = run.call("server1", policy_version, s1, run.token)  # asked from inside server1's own host
+    failure = wait_log(run, "trainer-trainer0", rf"{re.escape(s1)}: (.+?) of version (\d+) failed after ([\d.]+) s",
+                       timeout=120)  # fmt: skip
+    assert "publish weights" in failure.group(1)  # the peer and the operation are named
+    assert float(failure.group(3)) <= bound + 1.0  # and it ended within its bound
+    assert (
+        run.call("server1", policy_version, s1, run.token) == before
+    )  # the last complete version, still served
+    run.net.link_up("server1")
+    assert run.wait(trainers, timeout=400) == [0], run.logs()
+    assert run.call("trainer0", policy_version, s1, run.token) == steps  # a later publish caught it up
+    assert run.call("trainer0", policy_version, s0, run.token) == steps
+    records = assert_every_step_trained_whole(run, steps)
+    assert any(r["perf/publish_servers_failed"] >= 1 for r in records)
+    assert records[-1]["perf/publish_servers_ok"] == 2.0
+
+
+@pytest.mark.slow
+def test_a_slow_lossy_link_completes_the_run_and_the_step_time_split_shows_the_publish_wait(cluster) -> None:
+    run = cluster(["redis", "server0", "actor0", "trainer0"])
+    config, trainers = start(run, steps=3, servers=["server0"])
+    run.net.netem("server0", delay_ms=100, loss_pct=1)  # everything server0 sends: replies and acks
+    run.start_actor("actor0", config, 0)
+    assert run.wait(trainers, timeout=400) == [0], run.logs()
+    for r in assert_every_step_trained_whole(
+        run, 3
+    ):  # each publish waits >= one 100 ms round trip, and says so
+        assert r["time/publish_seconds"] >= 0.1
+        assert {"time/wait_seconds", "time/forward_backward_seconds", "time/step_seconds"} <= r.keys()
+    assert re.search(r"time: wait [\d.]+s, .*publish [\d.]+s", run.log("trainer-trainer0"))
+    assert run.call("trainer0", policy_version, run.server_url("server0"), run.token) == 3
+
+
+@pytest.mark.slow
+def test_an_actor_host_killed_mid_episode_leaves_the_others_going_and_nothing_half_or_twice_trained(
+    cluster,
+) -> None:
+    run = cluster(["redis", "server0", "actor0", "actor1", "trainer0"])
+    config, trainers = start(run, steps=6, servers=["server0"])
+    run.start_actor("actor0", config, 0)
+    run.start_actor("actor1", config, 1)
+    served_version_at_least(run, "actor0", run.server_url("server0"), 2, timeout=240)
+    run.net.kill_host("actor0")  # SIGKILL, whatever episode it was generating
+    assert run.wait(trainers, timeout=400) == [0], run.logs()
+    records = assert_every_step_trained_whole(run, 6)  # actor1 alone fed the rest of the run
+    counts, entries = run.call("redis", stream_state, run.redis_url("redis"), run.redis_password)
+    ids = [e.item_id for e in entries]
+    assert len(ids) == len(set(ids)), "an item is in the stream twice"
+    assert counts["pushed"] % GROUP == 0, f"part of a group was pushed: {counts}"
+    assert counts["consumed"] >= sum(r["train/num_samples"] for r in records)
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_generation_moves_its_episodes_to_the_other_and_trains_none_half(cluster) -> None:
+    run = cluster(["redis", "server0", "server1", "actor0", "trainer0"])
+    config, trainers = start(run, steps=6, servers=["server0", "server1"])
+    run.start_actor("actor0", config, 0)  # episodes spread over both servers
+    served_version_at_least(run, "actor0", run.server_url("server1"), 2, timeout=240)
+    run.net.kill_host("server1")
+    assert run.wait(trainers, timeout=400) == [0], run.logs()
+    assert_every_step_trained_whole(run, 6)
+    assert f"server {run.server_url('server1')} failed during" in run.log("actor-actor0"), run.logs()
+    assert run.call("trainer0", policy_version, run.server_url("server0"), run.token) == 6
+
+
+@pytest.mark.slow
+def test_an_actor_host_joining_mid_run_contributes(cluster) -> None:
+    run = cluster(["redis", "server0", "actor0", "actor1", "trainer0"])
+    steps = 8
+    config, trainers = start(run, steps=steps, servers=["server0"])
+    run.start_actor("actor0", config, 0)
+    served_version_at_least(run, "actor0", run.server_url("server0"), 2, timeout=240)
+    for pid in namespace_pids(run.net.namespace("actor0")):  # actor0 freezes: from here on, only the new host
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(0.5)  # a push already on the wire lands
+    counts, _ = run.call("redis", stream_state, run.redis_url("redis"), run.redis_password)
+    assert counts["pushed"] < steps * BATCH, f"actor0 alone already pushed the whole run: {counts}"
+    run.start_actor("actor1", config, 1)
+    assert run.wait(trainers, timeout=400) == [0], run.logs()
+    assert_every_step_trained_whole(run, steps)  # > counts["pushed"] items trained: actor1's among them
+    assert re.search(r"actor 1 task \d+: pushed batch", run.log("actor-actor1")), run.logs()
