@@ -174,6 +174,19 @@ def test_a_dead_server_is_left_out_and_named() -> None:
             stop_server(p)
 
 
+def test_episodes_begun_on_a_dead_server_are_replayed_from_the_start_on_a_live_one(two_servers) -> None:
+    from ludic.inference.weight_sync.process_group import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: the first pick goes to it
+    client = RecordingClient([dead, two_servers[0]], api_key=KEY, retries=0)
+    batch = asyncio.run(_engine(client, retries=1).generate_batch(_requests(2), make_grpo(group_size=2),
+                                                                   max_steps=TURNS, concurrency=4))  # fmt: skip
+    assert batch.meta["episode_retries"] >= 1 and batch.meta["failed_rollouts"] == 0
+    assert {s for _, s in client.calls} == {two_servers[0]}
+    assert len(_by_episode(client.calls)) == 4  # the lost attempts made no completion
+    assert len(batch.items) == 4 * TURNS
+
+
 @pytest.mark.slow
 def test_a_server_killed_mid_run_its_episodes_are_replayed_whole_on_the_other() -> None:
     procs, urls = _servers(2)
