@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import resource
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -57,7 +58,16 @@ def _memory_stats() -> dict[str, float]:
             "gpu_mem_alloc_mb": torch.cuda.memory_allocated() / 2**20,
             "gpu_mem_peak_mb": torch.cuda.max_memory_allocated() / 2**20,
         }
-    return {"cpu_rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"cpu_rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_rss_mb": _rss_now_mb()}
+
+
+def _rss_now_mb() -> float:
+    """Resident memory right now (``/proc/self/statm``; the peak alone cannot show that memory stays flat)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):  # no procfs (not Linux)
+        return float("nan")
 
 
 class DataParallelGroup:

@@ -1,0 +1,21 @@
+"""A CPU step reports resident memory now beside its peak, so flatness over steps can be read off metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ludic.training.parallel.step import DataParallelGroup
+
+
+def test_cpu_perf_stats_carry_the_resident_memory_now_and_it_follows_an_allocation() -> None:
+    group = DataParallelGroup(active=False)
+    tokens = {"real_tokens": 1.0, "computed_tokens": 1.0, "distinct_tokens": 1.0, "num_micro_batches": 1.0}
+    before = group.perf_stats(tokens, 1.0)
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+    during = group.perf_stats(tokens, 1.0)
+    del block
+    after = group.perf_stats(tokens, 1.0)
+    assert 0 < before["perf/cpu_rss_mb"] <= during["perf/cpu_rss_peak_mb"]
+    assert during["perf/cpu_rss_mb"] - before["perf/cpu_rss_mb"] > 60  # the 64 MiB shows up now ...
+    assert during["perf/cpu_rss_mb"] - after["perf/cpu_rss_mb"] > 60  # ... and leaves when freed (the peak stays)
+    assert after["perf/cpu_rss_peak_mb"] >= during["perf/cpu_rss_mb"]
