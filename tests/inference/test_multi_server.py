@@ -240,3 +240,20 @@ def test_without_retries_an_episode_that_lost_its_server_is_counted_failed_not_t
     finally:
         for p in procs:
             stop_server(p)
+
+
+def test_a_server_down_error_wrapped_by_a_protocol_still_marks_the_episode_for_replay() -> None:
+    from ludic.inference.multi_server import server_went_down
+
+    def wrapped() -> RuntimeError:
+        try:
+            raise ServerDownError("server http://10.0.0.5:8000 failed", "http://10.0.0.5:8000")
+        except ServerDownError as exc:
+            try:
+                raise RuntimeError("the program's call failed") from exc
+            except RuntimeError as outer:
+                return outer
+
+    assert server_went_down(wrapped())
+    assert not server_went_down(RuntimeError("a bug in the env"))
+    assert not server_went_down(None)

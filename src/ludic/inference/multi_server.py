@@ -49,6 +49,18 @@ class ServerDownError(ServerError):
         self.server = server
 
 
+def server_went_down(exc: BaseException | None) -> bool:
+    """``ServerDownError`` anywhere in ``exc``'s chain (a protocol may wrap what the client raised): the
+    episode is worth replaying on another server."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ServerDownError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _server_down(exc: BaseException) -> bool:
     """A transport failure (refused, reset, timed out), not a server that answered with an error."""
     return isinstance(exc, httpx.TransportError) or (isinstance(exc, ServerError) and exc.status is None)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ludic.envs.env import LudicEnv
 from ludic.inference.episode_key import episode_scope
-from ludic.inference.multi_server import ServerDownError
+from ludic.inference.multi_server import server_went_down
 from ludic.interaction.base import InteractionProtocol
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching.jsonl import rollout_to_dict
@@ -131,7 +131,7 @@ class RolloutEngine:
         for attempt in range(self.episode_retries + 1):
             with episode_scope(uuid.uuid4().hex):
                 rollouts, exc = await self._attempt(request, max_steps, timeout_s, env_clock, sampling_seed, base_meta)
-            if exc is None or attempt == self.episode_retries or not _server_went_down(exc):
+            if exc is None or attempt == self.episode_retries or not server_went_down(exc):
                 break
             log.warning("episode %d of request %s lost its server (%s); replaying it from the start (retry %d/%d)",
                         episode_idx, request.meta, exc, attempt + 1, self.episode_retries)  # fmt: skip
@@ -271,17 +271,6 @@ def _group_id(rollout: Rollout) -> Any:
 def _seat_group(rollout: Rollout) -> tuple[Any, Any]:
     """The group credit is normalised over: (group_id, agent_id), one per seat in multi-agent games."""
     return _group_id(rollout), rollout.meta.get("agent_id")
-
-
-def _server_went_down(exc: BaseException | None) -> bool:
-    """``ServerDownError`` anywhere in the chain (a protocol may wrap what the client raised)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ServerDownError):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _describe(exc: BaseException) -> dict[str, str]:
