@@ -94,6 +94,31 @@ def test_the_dry_run_names_the_tool_agents_prompt_when_max_seq_len_is_too_small(
     assert code == 2 and "calculator_agent:solve" in err and "raise max_seq_len" in err, err
 
 
+def test_the_tool_agents_demonstrations_are_what_its_program_sends() -> None:
+    """demos.jsonl (the SFT warm start of the tool agent) repeats the program's system prompt and tool schema,
+    so the warm start sees the prompt ids the program sends; each call reads back through the server's parser
+    (hermes) as a calculator call whose result is the next turn's tool message and answer."""
+    import importlib.util
+
+    from ludic.inference.tool_parsers import get_tool_parser
+
+    spec = importlib.util.spec_from_file_location("walkthrough_agent", WALK / "tool_agent" / "calculator_agent.py")
+    assert spec is not None and spec.loader is not None
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    lines = [json.loads(x) for x in (WALK / "tool_agent" / "demos.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (WALK / "tool_agent" / "train.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * len(rows)
+    parser = get_tool_parser("hermes")
+    for row, call, result in zip(rows, lines[::2], lines[1::2]):
+        assert call["prompt"] == [{"role": "system", "content": agent.SYSTEM}, {"role": "user", "content": row["question"]}]
+        assert call["tools"] == result["tools"] == [agent.CALCULATOR]
+        (parsed,) = parser.parse(call["answer"]).tool_calls
+        assert parsed.name == "calculator" and agent.calculator(parsed.arguments) == row["answer"]
+        assert result["prompt"][:2] == call["prompt"] and result["prompt"][2]["content"] == call["answer"]
+        assert result["prompt"][3]["content"] == result["answer"] == row["answer"]
+
+
 def _train_briefly(name: str, out: Path, model_dir: Path, *extra: str) -> None:
     """2 RL steps of 2 prompts x 2 (after 2 SFT steps where the config warm-starts) on the tiny model."""
     argv = ["train", str(WALK / name / "run.toml"), "--steps", "2", "--output-dir", str(out),
