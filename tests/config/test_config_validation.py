@@ -92,7 +92,17 @@ def test_missing_required_key_is_reported(tmp_path: Path) -> None:
 
 def test_literal_choices_are_listed(tmp_path: Path) -> None:
     errors = _errors(tmp_path, "config.toml", MINIMAL + '[inference]\nbackend = "ollama"\n')
-    assert errors == ["config.toml: [inference].backend: expected 'embedded' | 'server', got str 'ollama'"]
+    assert errors == ["config.toml: [inference].backend: expected 'embedded' | 'server' | 'vllm', got str 'ollama'"]
+
+
+def test_vllm_backend_needs_a_url_and_a_merged_lora_publish(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "config.toml", MINIMAL + '[inference]\nbackend = "vllm"\n')
+    assert errors == ["config.toml: [inference]: backend 'vllm' needs server_url (e.g. 'http://127.0.0.1:8000')"]
+    vllm = '[inference]\nbackend = "vllm"\nserver_url = "http://127.0.0.1:8000"\n'
+    (error,) = _errors(tmp_path, "config.toml", MINIMAL + vllm + "[lora]\nrank = 2\n")
+    assert 'vLLM serves a runtime adapter only under its own model name' in error and 'publish = "merged"' in error
+    cfg = load_config(_write(tmp_path, "config.toml", MINIMAL + vllm + '[lora]\nrank = 2\npublish = "merged"\n'))
+    assert cfg.inference.backend == "vllm" and cfg.lora is not None and cfg.lora.publish == "merged"
 
 
 def test_server_backend_without_url_fails_validation(tmp_path: Path) -> None:
