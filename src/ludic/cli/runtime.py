@@ -102,9 +102,13 @@ def address_towards(url: str) -> str:
 
     parts = urlsplit(url)
     host = parts.hostname or "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((socket.gethostbyname(host), parts.port or 80))
-        return str(probe.getsockname()[0])
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(host), parts.port or 80))
+            return str(probe.getsockname()[0])
+    except OSError as exc:
+        raise ValueError(f"[inference].server_url {url!r}: no route to its host {host!r} from here ({exc}): the "
+                         "server joins the trainer's weight-transfer group at an address of this host") from exc
 
 
 def make_engine(cfg: RunConfig, client: Any, sampling: SamplingConfig) -> Any:
