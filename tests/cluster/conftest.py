@@ -48,8 +48,8 @@ def host_network() -> Iterator[MakeNetwork]:
 @pytest.fixture
 def cluster(host_network, tmp_path: Path) -> Callable[[Sequence[str]], SimulatedCluster]:
     """``cluster(hosts)``: a SimulatedCluster (``ludic.testing.netns_roles``) on a fresh network of ``hosts``,
-    serving a tiny model built for the test; logs and outputs under ``tmp_path``."""
-    from ludic.testing import build_tiny_model
+    serving the tiny model (built once per process); logs and outputs under ``tmp_path``."""
+    from ludic.testing.tiny_model import tiny_model_path
 
-    model = build_tiny_model(tmp_path / "model", seed=0)
+    model = tiny_model_path()
     return lambda hosts: SimulatedCluster(host_network(list(hosts)), tmp_path, model)

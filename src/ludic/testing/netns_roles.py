@@ -22,6 +22,7 @@ from ludic.training.pipeline.redis_server import RedisServer
 T = TypeVar("T")
 API_KEY_ENV, REDIS_PASSWORD_ENV = "LUDIC_NETNS_API_KEY", "LUDIC_NETNS_REDIS_PASSWORD"
 REDIS_PORT, SERVER_PORT, MASTER_PORT = 6379, 8000, 29500
+RUN_NAME = "netns-run"
 
 
 class SimulatedCluster:
@@ -94,13 +95,22 @@ class SimulatedCluster:
         self.wait_for(f"server {url}", host, lambda: _health(url), timeout=timeout)
 
     def start_trainers(self, hosts: Sequence[str], config: Path, *extra: str) -> list[subprocess.Popen]:
-        """``torchrun --nnodes len(hosts) -m ludic.cli train config`` with one rank per host; hosts[0] is master."""
-        master = self.net.address(hosts[0])
+        """docs/cluster.md's trainer command on each of ``hosts``: ``torchrun --nnodes len(hosts)`` with c10d
+        rendezvous on ``hosts[0]``, which assigns the ranks.
+
+        Every simulated host shares the machine's hostname, which resolves to loopback, so what torchrun
+        would learn from it is said outright: ``--local_addr`` (the address handed to the peers) and
+        ``is_host`` (whether this host's agent serves the rendezvous store: the endpoint's host).
+        """
+        endpoint = f"{self.net.address(hosts[0])}:{MASTER_PORT}"
         procs = []
-        for rank, host in enumerate(hosts):
-            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
-                    "--nproc_per_node", "1", "--node_rank", str(rank), "--master_addr", master,
-                    "--master_port", str(MASTER_PORT), "-m", "ludic.cli", "train", str(config), *extra]  # fmt: skip
+        for host in hosts:
+            is_host = "true" if host == hosts[0] else "false"
+            argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}",
+                    "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",
+                    f"--rdzv_id={RUN_NAME}", f"--local_addr={self.net.address(host)}",
+                    f"--rdzv_conf=is_host={is_host}",
+                    "-m", "ludic.cli", "train", str(config), *extra]  # fmt: skip
             procs.append(self.start(f"trainer-{host}", host, argv))
         return procs
 
