@@ -28,10 +28,12 @@ def leaves(N: int, H: int, V: int, bias: bool, dtype=torch.float32, seed: int = 
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("chunk", [1, 7, 64])
-def test_values_and_gradients_equal_the_log_softmax_path(bias, chunk):
+@pytest.mark.parametrize("vocab_chunk", [None, 3, 17, 50])
+def test_values_and_gradients_equal_the_log_softmax_path(bias, chunk, vocab_chunk):
     hidden, weight, b, targets = leaves(N=23, H=16, V=50, bias=bias)
+    targets[:3] = torch.tensor([0, 49, 17])  # the first and last entries of the vocabulary and of a tile
     upstream = torch.randn(23)
-    got = head_token_logps(hidden, weight, b, targets, chunk=chunk)
+    got = head_token_logps(hidden, weight, b, targets, chunk=chunk, vocab_chunk=vocab_chunk)
     got_grads = torch.autograd.grad((got * upstream).sum(), [t for t in (hidden, weight, b) if t is not None])
     want = reference(hidden, weight, b, targets)
     want_grads = torch.autograd.grad((want * upstream).sum(), [t for t in (hidden, weight, b) if t is not None])
@@ -82,6 +84,29 @@ def test_bad_shapes_are_named():
         head_token_logps(hidden, weight[:, :3], None, targets)
     with pytest.raises(ValueError, match=r"targets must be \[N\] = \[4\]"):
         head_token_logps(hidden, weight, None, targets[:3])
+    with pytest.raises(ValueError, match="vocab_chunk must be a positive int or None, got 0"):
+        head_token_logps(hidden, weight, None, targets, vocab_chunk=0)
+
+
+def test_no_rows_give_zero_gradients():
+    hidden, weight, _, targets = leaves(N=0, H=8, V=10, bias=False)
+    out = head_token_logps(hidden, weight, None, targets)
+    assert out.shape == (0,)
+    out.sum().backward()
+    assert torch.equal(weight.grad, torch.zeros_like(weight)) and hidden.grad.shape == (0, 8)
+
+
+def test_the_backward_runs_no_scatter_and_every_product_is_tile_sized():
+    """Tiles over the vocabulary: no product reduces over only a few rows (the earlier row chunks of
+    ``2**21 // V`` rows: 42 at V = 49,152), and the one-hot term is an indexed write, not a scatter_add."""
+    from tests.kernels.cpu.test_row_gather import OpNames
+
+    hidden, weight, _, targets = leaves(N=300, H=8, V=1000, bias=False)
+    out = head_token_logps(hidden, weight, None, targets, vocab_chunk=256)
+    with OpNames() as ops:
+        out.sum().backward()
+    assert not [n for n in ops.names if "scatter" in n or "index_add" in n]
+    assert ops.names.count("aten.mm.out") == 4  # dW: one full-depth [256, 300] x [300, 8] product per tile
 
 
 def test_composite_loss_from_logps_equals_its_logits_path():
