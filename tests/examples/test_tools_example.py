@@ -1,0 +1,79 @@
+"""examples/tools/: a calculator-using agent against the same model without the tool.
+
+Fast: the task's reward and the demonstrations (their prompts are what the agent's calls send, and the call
+they teach continues the opening Ludic's server prefills for ``tool_choice``). Slow: a short run of
+``train_tools.py`` (both agents through Ludic's server, a real subprocess) runs every phase of both agents and
+reports them. It does not check that the tool agent ends above the baseline: on the tiny model neither learns
+(see the example's docstring)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ludic.inference.server._tool_calls import ToolMode, prefill_text
+from ludic.inference.tool_parsers import HermesToolParser
+from ludic.testing import CHATML_TEMPLATE, build_tiny_model
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tools"
+sys.path.insert(0, str(EXAMPLE))
+
+from calculator import FORCE_ADD, SumEnv, call_text, demonstrations, operands  # noqa: E402
+
+
+def test_the_env_pays_the_exact_sum_only() -> None:
+    env = SumEnv(digits=3)
+    obs, _ = env.env_reset(seed=7)
+    a, b = operands(7, 3)
+    assert obs == f"What is {a} + {b}?" and 100 <= a <= 999 and 100 <= b <= 999
+    assert env.env_step(f" {a + b}\n").reward == 1.0
+    env.env_reset(seed=7)
+    assert env.env_step(str(a + b + 1)).reward == 0.0
+
+
+def test_demonstrations_teach_the_continuation_of_the_forced_call_on_the_agents_prompts(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m"))
+    tool_items = demonstrations(tokenizer, range(3), digits=3, tool=True)
+    plain_items = demonstrations(tokenizer, range(3), digits=3, tool=False)
+    assert len(tool_items) == 6 and len(plain_items) == 3
+    a, b = operands(0, 3)
+    call, answer = tool_items[0], tool_items[1]
+    n = call.meta["prompt_length"]
+    prompt, reply = tokenizer.decode(call.input_ids[:n]), tokenizer.decode(call.input_ids[n:])
+    assert prompt.endswith(f"What is {a} + {b}?<|im_end|>\n<|im_start|>assistant\n") and '"name": "add"' in prompt
+    assert reply == call_text(a, b) + "<|im_end|>"
+    forced = prefill_text(HermesToolParser(), ToolMode(True, True, forced=FORCE_ADD["function"]["name"],
+                                                       allowed=frozenset({"add"})), CHATML_TEMPLATE)  # fmt: skip
+    assert call_text(a, b).startswith(forced)  # the server prefills this much; the model learns the rest
+    m = answer.meta["prompt_length"]
+    assert tokenizer.decode(answer.input_ids[:m]).endswith(
+        f"{call_text(a, b)}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n"
+    )  # the answer's prompt: the call as written, then the tool's result
+    assert tokenizer.decode(answer.input_ids[m:]) == f"{a + b}<|im_end|>"
+    plain = plain_items[0]
+    assert "add" not in tokenizer.decode(plain.input_ids)  # the baseline's prompt has no tools block
+
+
+@pytest.mark.slow
+def test_both_agents_run_every_phase_through_ludics_server(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["--output-dir", str(tmp_path), "--eval-episodes", "4", "--steps", "1", "--sft-steps", "2",
+            "--sft-examples", "8", "--prompts", "2", "--group-size", "2"]  # fmt: skip
+    proc = subprocess.run([sys.executable, str(EXAMPLE / "train_tools.py"), *args], env=env, capture_output=True,
+                          text=True, timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "summary.json").read_text())
+    for agent in ("tool", "no_tool"):
+        assert set(report[agent]) >= {"initial", "after_sft", "end"}, report
+        [row] = [json.loads(line) for line in (tmp_path / f"{agent}_metrics.jsonl").read_text().splitlines()]
+        assert row["step"] == 1 and "train/avg_total_reward" in row
+        assert f"[{agent}] held-out reward: initial" in proc.stdout
+    assert "held-out reward with the calculator" in proc.stdout
