@@ -118,7 +118,7 @@ class SimulatedCluster:
         self, *, steps: int, server_hosts: Sequence[str], redis_host: str, trainer_hosts: Sequence[str],
         tables: str = "",
     ) -> Path:  # fmt: skip
-        """``workdir/run.toml``: the tiny letter-repeat run with ``[cluster]`` naming these hosts."""
+        """``run.toml`` in ``workdir``: the tiny letter-repeat run with ``[cluster]`` naming these hosts."""
         servers, redis_url = [self.server_url(h) for h in server_hosts], self.redis_url(redis_host)
         listed = ", ".join(f'"{url}"' for url in servers)
         text = tiny_run_toml(
