@@ -15,7 +15,9 @@ rounds interleave Ludic and TRL. Prints medians and ratios of:
     measured in the same run (printed beside it);
 (c) the embedded engine's batched decoding vs one batched ``model.generate``, 32 rows x 64 tokens;
 (d) under contention: the bench starts one busy process per core and runs both sides again; slowdown =
-    contended / quiet median step, side by side.
+    contended / quiet median step, side by side;
+(e) memory: Ludic's peak RSS against issue 35's bound for full fine-tuning in fp32, (weights + gradients +
+    Adam's two moments + the engine's copy of the weights) + 1 GiB = 5 x 4 bytes x params + 1 GiB.
 The first step of each run (warm-up) is left out when a run has more than one.
 Needs the bench extra (trl, datasets) and reasoning-gym: ``pip install -e '.[bench,reasoning-gym]'``.
 """
@@ -62,6 +64,11 @@ def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
         a @ b
         times.append(time.perf_counter() - t0)
     return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def memory_bound_mb(params: int, bytes_per_param: int = 4) -> float:
+    """Full fine-tuning's peak RSS bound: weights, gradients, two Adam moments, one engine copy, + 1 GiB."""
+    return 5 * bytes_per_param * params / 2**20 + 1024
 
 
 def kept(values: list[float]) -> list[float]:
@@ -219,6 +226,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     summary["floor_s"] = {"train": floor_train, "generate": floor_gen, "total": floor_train + floor_gen}
     summary["step_over_floor"] = summary["ludic_step_s"] / (floor_train + floor_gen)
     summary["engine_vs_generate"] = {k: eng[k] for k in ("engine_tok_s", "generate_tok_s", "ratio")}
+    summary["memory_bound_mb"] = memory_bound_mb(params)
+    summary["rss_over_bound"] = summary["ludic_peak_rss_mb"] / summary["memory_bound_mb"]
     for side in busy:
         if busy[side]:
             summary[f"{side}_contention_slowdown"] = median_step(busy[side]) / median_step(quiet[side])

@@ -29,7 +29,8 @@ def test_the_smallest_form_runs_on_a_tiny_model_and_reports_every_figure(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     for key in ("ludic_step_s", "trl_step_s", "speedup_vs_trl", "matmul_gflops", "step_over_floor",
-                "ludic_contention_slowdown", "trl_contention_slowdown", "ludic_peak_rss_mb", "trl_peak_rss_mb"):  # fmt: skip
+                "ludic_contention_slowdown", "trl_contention_slowdown", "ludic_peak_rss_mb", "trl_peak_rss_mb",
+                "memory_bound_mb", "rss_over_bound"):  # fmt: skip
         assert summary[key] > 0, key
     split = summary["ludic_time_split_s"]
     parts = sum(v for k, v in split.items() if k != "time/step_seconds")
@@ -41,3 +42,22 @@ def test_a_missing_model_folder_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     done = subprocess.run([sys.executable, str(BENCH), str(missing), "--quick"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and str(missing) in done.stderr and "ludic models pull" in done.stderr
+
+
+def test_the_memory_bound_and_its_ratio_are_issue_35s_arithmetic() -> None:
+    sys.path.insert(0, str(BENCH.parent))
+    from argparse import Namespace
+
+    from bench_real_model import memory_bound_mb, report
+
+    params = 134_515_008  # SmolLM2-135M: 538 MB of fp32 weights
+    assert memory_bound_mb(params) == pytest.approx(5 * 4 * params / 2**20 + 1024)  # ~3,590 MiB
+    assert 3550 < memory_bound_mb(params) < 3600
+    run = {"step_seconds": [10.0, 12.0], "split": {"time/step_seconds": 11.0}, "trained_tokens": 1900.0,
+           "generated_tokens": 2048.0, "params": params, "rss_mb": 4000.0}  # fmt: skip
+    results = {"quiet": {"ludic": [run, {**run, "rss_mb": 6000.0}]}, "busy": {"ludic": []},
+               "engine": {"gflops": 300.0, "engine_tok_s": 1.0, "generate_tok_s": 1.0, "ratio": 1.0}}  # fmt: skip
+    summary = report(results, Namespace())
+    assert summary["ludic_peak_rss_mb"] == 6000.0  # the largest peak of the runs
+    assert summary["rss_over_bound"] == pytest.approx(6000.0 / memory_bound_mb(params))
+    assert summary["floor_s"]["train"] == pytest.approx(6 * params * 1900 / 300e9)
