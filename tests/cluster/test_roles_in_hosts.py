@@ -58,3 +58,32 @@ def test_two_trainer_hosts_two_servers_two_actors_train_and_publish_to_every_ser
     assert (state["step"], state["world_size"]) == (3, 2)
     for host in ("actor0", "actor1"):  # both actor hosts pushed batches
         assert "pushed" in run.log(f"actor-{host}"), run.logs()
+
+
+def _wait_fraction(run, actors: int, steps: int) -> float:
+    """The trainer's mean share of step time spent waiting for data, with ``actors`` actor hosts."""
+    hosts = [f"actor{i}" for i in range(actors)]
+    config = run.write_config(steps=steps, server_hosts=["server0"], redis_host="redis", trainer_hosts=["trainer0"],
+                              tables=TABLES)  # fmt: skip
+    server = run.start_server("server0", config, wait=False)
+    run.start_redis("redis")
+    trainers = run.start_trainers(["trainer0"], config, "--fresh")
+    run.wait_server("trainer0", server)
+    for i, host in enumerate(hosts):
+        run.start_actor(host, config, i)
+    assert run.wait(trainers, timeout=400) == [0], run.logs()
+    fractions = [
+        r["perf/wait_fraction"] for r in run.step_metrics()[1:]
+    ]  # step 1 waits for the actors to start
+    assert len(fractions) == steps - 1 and all(0.0 <= f <= 1.0 for f in fractions)
+    return sum(fractions) / len(fractions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("actors", [1, 2])
+def test_the_trainers_wait_for_data_is_measured_with_one_and_two_actor_hosts(cluster, actors: int) -> None:
+    """Overlap in the network: perf/wait_fraction per step (a figure for docs, re-measured on a quiet machine;
+    the test checks it is measured, not its value)."""
+    run = cluster(["redis", "server0", "trainer0", *[f"actor{i}" for i in range(actors)]])
+    fraction = _wait_fraction(run, actors, steps=6)
+    print(f"{actors} actor host(s): trainer waited for data {fraction:.0%} of its step time")
