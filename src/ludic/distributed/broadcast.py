@@ -120,6 +120,10 @@ class BroadcastPolicyPublisher:
         self.last_stats: dict[str, float] = {}
 
     # ---- the PolicyPublisher seam ---------------------------------------------------------------
+    def declare_restore(self, version: int) -> bool:
+        """The next publish may go back to ``version`` (``VLLMChatClient.declare_restore``)."""
+        return bool(self.client.declare_restore(version, timeout_s=self.timeout_s))
+
     def publish(self, state_dict: WeightSource, version: int | None = None) -> None:
         self._ensure_group()
         self._times = dict.fromkeys(("publish_pack_s", "publish_wait_s", "publish_control_s"), 0.0)

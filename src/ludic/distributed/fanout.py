@@ -31,6 +31,7 @@ from typing import Literal
 from torch import Tensor
 
 from ludic.distributed.interfaces import PolicyPublisher
+from ludic.distributed.publisher import declare_restore
 
 FAILURE_POLICIES = ("skip", "stop")
 DEFAULT_PUBLISH_TIMEOUT_S = 600.0
@@ -121,6 +122,21 @@ class FanoutPublisher:
                     ServerFailure(url, version, time.monotonic() - start, f"{type(exc).__name__}: {exc}")
                 )
         self._record(failed, version, time.monotonic() - start)
+
+    def declare_restore(self, version: int) -> bool:
+        """Each server's ``declare_restore`` (the next publish may go back to ``version``), all at once within
+        ``timeout_s``; a server that fails it is warned about (that publish then fails there, as the policy says)."""
+        futures = {
+            url: self._pool.submit(declare_restore, inner, version) for url, inner in self.targets.items()
+        }
+        deadline, declared = time.monotonic() + self.timeout_s, False
+        for url, future in futures.items():
+            try:
+                declared = bool(future.result(timeout=max(deadline - time.monotonic(), 0.0))) or declared
+            except Exception as exc:  # FutureTimeout included
+                print(f"[ludic] warning: {url}: declaring the restore of version {version} failed: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)  # fmt: skip
+        return declared
 
     def _record(self, failed: list[ServerFailure], version: int | None, seconds: float) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,6 +40,16 @@ class ClientPublisher:
         nbytes = sum(t.numel() * t.element_size() for t in payload.values())
         self.last_stats = {"publish_tensors": float(len(payload)), "publish_bytes": float(nbytes)}
 
+    def declare_restore(self, version: int) -> bool:
+        """Let the next publish go back to ``version`` (``client.declare_restore``): a resumed trainer restores
+        its checkpoint's weights under their own version. False when the client or server has no such call."""
+        declare = getattr(self.client, "declare_restore", None)
+        if not callable(declare):
+            return False
+        if "timeout_s" in inspect.signature(declare).parameters:
+            return bool(declare(version, timeout_s=self.timeout_s))
+        return bool(declare(version))
+
 
 def current_rank() -> int:
     """This process's rank: torch.distributed's when initialised, else ``$RANK``, else 0."""
@@ -72,6 +83,20 @@ class Rank0OnlyPublisher:
         if self.inner is not None:
             self.inner.publish(state_dict, version=version)
 
+    def declare_restore(self, version: int) -> bool:
+        """The inner publisher's ``declare_restore`` (rank 0; other ranks: False)."""
+        if self.rank is None:
+            self.rank = current_rank()
+            self.inner = self._make_inner() if self.rank == 0 else None
+        return declare_restore(self.inner, version)
+
     @property
     def last_stats(self) -> dict[str, float]:
         return dict(getattr(self.inner, "last_stats", {}) or {})
+
+
+def declare_restore(publisher: object, version: int) -> bool:
+    """``publisher.declare_restore(version)`` where it has one (the next publish may then go back to ``version``:
+    a trainer resumed from a checkpoint older than what it had published); False where it has none."""
+    declare = getattr(publisher, "declare_restore", None)
+    return bool(declare(version)) if callable(declare) else False

@@ -82,6 +82,11 @@ class ProbeCheckedPublisher:
         self.inner, self.probe = inner, probe
         self.last_stats: dict[str, float] = {}
 
+    def declare_restore(self, version: int) -> bool:
+        from ludic.distributed.publisher import declare_restore
+
+        return declare_restore(self.inner, version)
+
     def publish(self, state_dict: Mapping[str, Tensor], version: int | None = None) -> None:
         self.inner.publish(state_dict, version=version)
         gap = self.probe.check(version)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -31,6 +32,7 @@ class EngineWeightsMixin:
     weights_epoch: int = 0  # counts loads: a frozen batch whose epoch moved prefills its rows again
     _adapter: AdapterState | None = None
     adapter_serving: str = "fold"  # "fold" | "unmerged" (``ludic.inference.embedded.adapters.ADAPTER_SERVING``)
+    restore_to: int | None = None  # a declared restore (``declare_restore``): the next update may go back to it
 
     @property
     def adapter(self) -> AdapterState:
@@ -69,11 +71,11 @@ class EngineWeightsMixin:
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"sync_weights could not acquire the engine within {timeout_s}s")
         try:
-            new_version = next_version(version, self.policy_version)  # refused before anything is copied
+            new_version = self.next_version_for(version)  # refused before anything is copied
             with torch.no_grad():
                 self.adapter.restore_base(self.model)  # a full update replaces the base; the adapter goes
                 assign_weights(self.model, params, adopt=adopt)
-            self.policy_version = new_version
+            self.policy_version, self.restore_to = new_version, None
             self.weights_epoch += 1
         finally:
             self._weights_lock.release()
@@ -90,10 +92,10 @@ class EngineWeightsMixin:
         if not self._weights_lock.acquire(timeout=timeout_s):
             raise TimeoutError(f"sync_adapter could not acquire the engine within {timeout_s}s")
         try:
-            new_version = next_version(version, self.policy_version)
+            new_version = self.next_version_for(version)
             self.adapter.validate(self.model, payload, payload.config, checked=checked)
             self.adapter.apply(self.model, payload, payload.config)
-            self.policy_version = new_version
+            self.policy_version, self.restore_to = new_version, None
             self.weights_epoch += 1
         finally:
             self._weights_lock.release()
@@ -113,6 +115,23 @@ class EngineWeightsMixin:
         finally:
             self._weights_lock.release()
         return True
+
+    def next_version_for(self, requested: Any) -> int:
+        """The version an update labelled ``requested`` gets (``next_version``): never below the served one,
+        except down to a declared restore's version."""
+        floor = self.policy_version
+        if requested is not None and self.restore_to is not None:
+            floor = min(floor, self.restore_to)
+        return next_version(requested, floor)
+
+    def declare_restore(self, version: Any) -> int:
+        """Let the next weight update carry ``version`` though the served version is above it: a trainer that
+        lost the steps after its last checkpoint (a host died) restores that checkpoint's weights, and the
+        steps it trains again reuse those versions. The served version changes only when that update loads
+        (until then the old weights keep serving under their own version); ordinary updates never go back.
+        Returns the version declared."""
+        self.restore_to = parse_version(version)  # one assignment: an update's check reads the old or the new
+        return self.restore_to
 
     def restart_versions(self, version: int = 0) -> None:
         """Set the policy version without loading weights: the in-process owner starting a new count (the

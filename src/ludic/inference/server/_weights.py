@@ -11,7 +11,8 @@ generation keeps being served. ``POST /ludic/update_weights_blob?version=N`` tak
 {"update_info"}``: a shared buffer for the trainer to write that call's tensors into.
 
 ``/start_weight_update`` answers an ``update_id``; the other calls of that update may send it (the
-shared-memory ones must), and ``POST /ludic/abort_weight_update {"update_id"}`` discards it. While one
+shared-memory ones must), and ``POST /ludic/abort_weight_update {"update_id"}`` discards it. ``POST /ludic/declare_restore {"version"}`` lets
+the next update go back to that version (a trainer resumed from an older checkpoint). While one
 publisher's update is in progress, another's ``start`` or ``init`` is refused with 409, and so are
 ``/ludic/update_weights_blob``, ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (they would change
 the weights under that update). Ludic's own
@@ -36,7 +37,6 @@ from ludic.inference.weight_sync.adapter_config import AdapterPayload, blob_adap
 from ludic.inference.weight_sync.pause import PAUSE_MODES
 from ludic.inference.weight_sync.receiver import InitInfo, WeightReceiver, parse_init_info
 from ludic.inference.weight_sync.shared_memory import SHARED_MEMORY_BACKEND
-from ludic.inference.weight_sync.weights import next_version
 from ludic.inference.weight_sync.weights import weight_info as model_weight_info
 
 RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
@@ -185,7 +185,7 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     require_content_type(request, "application/octet-stream")  # what VLLMChatClient sends; never a page's
     await _in_thread(receiver.owner.refuse_if_busy, "apply a weight blob")  # before the bytes, and again below
     version = request.query.get("version")
-    version_int = None if version is None else next_version(version, engine.policy_version)  # before the bytes
+    version_int = None if version is None else engine.next_version_for(version)  # before the bytes
     limit = max_blob_bytes(engine)
     if request.content_length is not None and request.content_length > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
@@ -244,6 +244,18 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
     return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
 
 
+async def declare_restore(request: web.Request) -> web.Response:
+    """Ludic's ``POST /ludic/declare_restore {"version": N}``: the next weight update may carry version N though
+    the server serves a later one (a trainer resumed from an older checkpoint: ``EngineWeightsMixin.declare_restore``)."""
+    body = await _json_body(request)
+    engine = request.app[ENGINE_KEY]
+    try:
+        version = engine.declare_restore(body.get("version"))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from exc
+    return web.json_response({"status": "ok", "restore_to": version, "policy_version": engine.policy_version})
+
+
 def add_weight_routes(app: web.Application) -> None:
     app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
     app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
@@ -256,6 +268,7 @@ def add_weight_routes(app: web.Application) -> None:
     app.router.add_post("/ludic/update_weights_blob", update_weights_blob)
     app.router.add_post("/ludic/reserve_weight_buffer", reserve_weight_buffer)
     app.router.add_post("/ludic/abort_weight_update", abort_weight_update)
+    app.router.add_post("/ludic/declare_restore", declare_restore)
     app.router.add_post("/pause", pause)
     app.router.add_post("/resume", resume)
     app.router.add_get("/is_paused", is_paused)

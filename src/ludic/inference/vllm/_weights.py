@@ -50,6 +50,20 @@ class VLLMWeightsMixin:
         )  # fmt: skip
         return str(payload.get("status"))
 
+    def declare_restore(self, version: int, *, timeout_s: float | None = None) -> bool:
+        """``POST /ludic/declare_restore {"version"}``: Ludic's server then takes the next update at ``version``
+        though it serves a later one (a trainer resumed from an older checkpoint). False when the server has
+        no such route (404: a server without Ludic's version check); a refusal or an error raises."""
+        path = "/ludic/declare_restore"
+        reply = self.sync_client().post(self.base_url + path, json={"version": int(version)},
+                                        timeout=timeout_s or self.timeout_s)  # fmt: skip
+        if reply.status_code == 404:
+            return False
+        if reply.status_code >= 400:
+            error = RequestRefused if reply.status_code < 500 else ServerError
+            raise error(f"{path} -> HTTP {reply.status_code}: {server_message(reply)}", reply.status_code)
+        return True
+
     # ---- LoRA adapters (vLLM's routes: ``vllm serve --enable-lora``, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) --
     def load_lora_adapter_sync(self, name: str, path: str, *, load_inplace: bool = True,
                                timeout_s: float | None = None) -> str:  # fmt: skip

@@ -51,7 +51,6 @@ from ludic.inference.weight_sync.packing import TensorMeta, metas_from_update_in
 from ludic.inference.weight_sync.process_group import broadcast_all, create_group
 from ludic.inference.weight_sync.shared_memory import SharedPool
 from ludic.inference.weight_sync.weights import (
-    next_version,
     non_finite_message,
     validate_metas,
     validate_state_dict,
@@ -269,7 +268,7 @@ class WeightReceiver:
         self._discard()  # loaded or refused, the update ends here
         if not staged:
             raise ValueError("finish_weight_update with nothing received: POST /update_weights first")
-        version = None if weight_version is None else next_version(weight_version, self.engine.policy_version)
+        version = None if weight_version is None else self.engine.next_version_for(weight_version)
         t0 = time.perf_counter()
         bad = self._check.first_bad()
         self.timings["check_s"] = self._check.seconds
@@ -278,7 +277,7 @@ class WeightReceiver:
         validate_state_dict(staged, self._targets, check_finite=False)
         t1 = time.perf_counter()
         if self.drop_updates:
-            self.engine.policy_version = next_version(version, self.engine.policy_version)
+            self.engine.policy_version = self.engine.next_version_for(version)
             return "dropped (fault injection): version bumped, weights unchanged"
         if self._adapter is not None:  # its base checked again under the engine's lock, then folded in
             payload = AdapterPayload(staged, self._adapter)

@@ -4,6 +4,13 @@ A resumed run continues with the same step counter, weights, optimizer, schedule
 source position (``Trainer.load_checkpoint``), serves the restored weights to inference at once,
 and keeps ``metrics.jsonl`` free of duplicate steps (records after the checkpoint are dropped:
 they belong to steps that will be trained again).
+
+Versions after a lost host: a step publishes before it checkpoints, so the servers may already serve
+versions past the checkpoint's (steps trained, published, then lost with a host). The resumed run restores
+the checkpoint's weights under the checkpoint's version (``declare_restore``, then the publish: Ludic's
+server accepts that one update going back; ordinary publishes never go back) and trains those steps again
+under the same numbers, so a version is a step of the surviving lineage. Items sampled under a lost step's
+version count as that step's age; the correction still uses the log-probs they were sampled with.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ludic.distributed.lora_payload import lora_publish_mode
+from ludic.distributed.publisher import declare_restore
 from ludic.training.parallel.publish import gather_publishable
 
 
@@ -29,6 +37,9 @@ def resume_latest(trainer: Any, *, fallback: bool = True) -> int:
         # an FSDP-sharded model: every rank gathers (a collective), rank 0 alone gets the full weights and publishes
         weights = gather_publishable(trainer.model, trainer.param_filter, publish=mode)
         if trainer.ranks.is_main:
+            # the servers may already serve a later version (a step publishes before it checkpoints, and the
+            # steps after this checkpoint were lost): declared, they take the checkpoint's weights at its version
+            declare_restore(trainer.publisher, trainer.step)
             trainer.publisher.publish(weights, version=trainer.step)
     return trainer.step
 

@@ -48,6 +48,13 @@ class PipelineVersionPublisher:
         if version is not None:
             self.announce(int(version))
 
+    def declare_restore(self, version: int) -> bool:
+        """The inner publisher's (the next publish may go back to ``version``); the version key follows at that
+        publish, SET like any other."""
+        from ludic.distributed.publisher import declare_restore
+
+        return declare_restore(self.inner, version)
+
     @property
     def last_stats(self) -> dict[str, float]:
         """The inner publisher's (bytes sent, servers reached): the Trainer logs them under ``perf/``."""
