@@ -41,6 +41,7 @@ from ludic.training.parallel._sharded_io import (
     save_shards,
     write_manifest,
 )
+from ludic.training.parallel.collective_timeout import named_collective
 from ludic.training.parallel.collectives import all_gather_json, all_reduce_tensor, broadcast_json
 from ludic.training.parallel.fsdp import is_fsdp_model
 
@@ -98,7 +99,15 @@ class DistributedCheckpointer(CheckpointManager):
         self.rank = dist.get_rank()
 
     def _write(self, model: nn.Module, optimizer: Any, scheduler: Any, step: int, extra: dict[str, Any]) -> Path:
-        """Collective: every rank calls it. Writes ``step_<step>/`` and points ``latest.json`` at it."""
+        """Collective: every rank calls it. Writes ``step_<step>/`` and points ``latest.json`` at it. A rank
+        that never arrives (its host died) fails the others within the group's timeout with ``WaitTimeout``
+        naming the save, this rank and the time waited (gloo names no rank, so neither can this)."""
+        with named_collective(f"DCP save of step {step}"):
+            return self._write_collective(model, optimizer, scheduler, step, extra)
+
+    def _write_collective(
+        self, model: nn.Module, optimizer: Any, scheduler: Any, step: int, extra: dict[str, Any]
+    ) -> Path:
         if not _all_finite(model):
             raise ValueError("refusing to checkpoint non-finite weights (NaN/inf on some rank)")
         final, tmp = self._step_dirs(step)
@@ -129,8 +138,14 @@ class DistributedCheckpointer(CheckpointManager):
         """Collective: check every file on every rank, agree, then load (model and optimizer in new buffers).
 
         ``CheckpointManager.load`` calls it, so ``fallback=True`` works the same way (every rank sees the
-        same files, so every rank takes the same older checkpoint).
+        same files, so every rank takes the same older checkpoint). A rank that never arrives: ``WaitTimeout``.
         """
+        with named_collective(f"DCP load of {folder.name}"):
+            return self._load_collective(folder, model, optimizer, scheduler, restore_rng)
+
+    def _load_collective(
+        self, folder: Path, model: nn.Module, optimizer: Any, scheduler: Any, restore_rng: bool
+    ) -> dict[str, Any]:
         try:
             checked, error = self._check_folder(folder, model, optimizer, scheduler, restore_rng), None
         except CheckpointLoadError as exc:
