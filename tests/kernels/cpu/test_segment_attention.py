@@ -129,19 +129,3 @@ def test_trainer_steps_equal_with_and_without_block_attention():
         trainer.close()
     for name, value in weights[1].items():
         torch.testing.assert_close(weights[0][name], value, atol=1e-5, rtol=1e-4, msg=name)
-
-
-def test_the_backward_through_the_blocks_runs_no_index_add():
-    """index_select's backward (index_add_ -> scatter_add_) stalls on a busy core with two threads (80-250 ms
-    per call on 2,550 rows, 0.2 ms with one thread); the blocks' gathers scatter by their planned rounds."""
-    from tests.kernels.cpu.test_row_gather import OpNames
-
-    model = build("qwen2", seed=3)
-    (mb,) = plan_micro_batches(model, grpo_items(seed=1), micro_token_budget=4096, max_seq_len=64)
-    assert mb.block_attention
-    with micro_batch_kernels(model, mb, onednn=False):
-        loss, _, _ = micro_batch_loss(model, make_grpo(group_size=4).loss, mb, pad_token_id=0, device=CPU)
-        with OpNames() as ops:
-            loss.backward()
-    assert "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" in ops.names  # the blocks ran
-    assert not [n for n in ops.names if "index_add" in n or "scatter" in n]

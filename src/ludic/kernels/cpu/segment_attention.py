@@ -4,9 +4,8 @@ With a 4D mask, SDPA computes every query against every key of its row, then mas
 tails of 129 tokens after a 35-token prompt runs 1,067^2 pairs where 169k are attended. Here each
 bucket of blocks gathers its queries and keys from the packed positions, runs one SDPA call
 (``is_causal`` for lone sequences and prompts, a small boolean mask for tails), and the outputs are
-gathered back into packed order. The gathers' backward (a shared prompt's keys collect the gradients
-of every tail that read them) runs the scatter planned with the blocks (``row_gather.py``), not
-``index_add_``, whose two-thread CPU kernel stalls when a core is busy. The result equals the dense
+gathered back into packed order; autograd carries the gradients through the gathers (a shared
+prompt's keys collect the gradients of every tail that read them). The result equals the dense
 mask's to float rounding, and so do the gradients (tests).
 
 A transformers attention function, registered as ``SEGMENT_ATTENTION``. ``segment_attention(model)``
@@ -26,8 +25,6 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-from ludic.kernels.cpu.row_gather import RowGather, gather_rows
 
 
 class Bucket(Protocol):
@@ -57,12 +54,6 @@ class Blocks(Protocol):
     def buckets(self) -> Sequence[Bucket]: ...
     @property
     def output_index(self) -> Tensor: ...
-    @property
-    def query_gather(self) -> RowGather | None: ...
-    @property
-    def key_gather(self) -> RowGather | None: ...
-    @property
-    def output_gather(self) -> RowGather | None: ...
 
 
 SEGMENT_ATTENTION = "ludic_segments"
@@ -96,26 +87,21 @@ def segment_attention_forward(
     q = query.transpose(1, 2).reshape(R * L, H, D)  # [N, H, D]: packed positions first
     k = key.transpose(1, 2).reshape(R * L, kv_heads, D)
     v = value.transpose(1, 2).reshape(R * L, kv_heads, D)
-    gathers = (blocks.query_gather, blocks.key_gather, blocks.output_gather)
-    if any(g is None for g in gathers):
-        raise ValueError("attention blocks carry no gather plans; build them with build_attention_blocks")
-    q_gather, k_gather, out_gather = gathers  # type: ignore[misc]
-    sizes = [(b.query_index.shape, b.key_index.shape[1]) for b in blocks.buckets]
-    qs = gather_rows(q, q_gather).split([b * nq for (b, nq), _ in sizes])  # every bucket's query slots
-    ks = gather_rows(k, k_gather).split([b * nk for (b, _), nk in sizes])
-    vs = gather_rows(v, k_gather).split([b * nk for (b, _), nk in sizes])
     outputs = []
-    for bucket, ((b, nq), nk), qf, kf, vf in zip(blocks.buckets, sizes, qs, ks, vs, strict=True):
-        qb = qf.view(b, nq, H, D).transpose(1, 2)  # [b, H, Nq, D]
-        kb = kf.view(b, nk, kv_heads, D).transpose(1, 2)  # [b, Hkv, Nk, D]
-        vb = vf.view(b, nk, kv_heads, D).transpose(1, 2)
+    for bucket in blocks.buckets:  # index_select: its backward is an index_add, not a sorting index_put
+        b, nq = bucket.query_index.shape
+        nk = bucket.key_index.shape[1]
+        keys = bucket.key_index.view(-1)
+        qb = q.index_select(0, bucket.query_index.view(-1)).view(b, nq, H, D).transpose(1, 2)  # [b, H, Nq, D]
+        kb = k.index_select(0, keys).view(b, nk, kv_heads, D).transpose(1, 2)  # [b, Hkv, Nk, D]
+        vb = v.index_select(0, keys).view(b, nk, kv_heads, D).transpose(1, 2)
         ob = F.scaled_dot_product_attention(
             qb, kb, vb, attn_mask=bucket.mask, dropout_p=dropout, is_causal=bucket.mask is None,
             scale=scaling, enable_gqa=kv_heads != H,
         )  # fmt: skip
-        outputs.append(ob.transpose(1, 2).reshape(b * nq, H, D))  # every slot; padding ones are never read
+        outputs.append(ob.transpose(1, 2).reshape(-1, H, D).index_select(0, bucket.valid_slots))  # real slots
     outputs.append(q.new_zeros(1, H, D))  # what row padding reads
-    out = gather_rows(torch.cat(outputs), out_gather)  # [N, H, D] in packed order
+    out = torch.cat(outputs).index_select(0, blocks.output_index)  # [N, H, D] in packed order
     return out.view(R, L, H, D), None
 
 

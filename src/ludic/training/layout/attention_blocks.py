@@ -21,8 +21,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ludic.kernels.cpu.row_gather import RowGather, plan_row_gather
-
 BUCKET_SLACK = 0.75
 """A block joins the open bucket while its query and key lengths are at least this fraction of the
 bucket's largest (padding then stays under ~1/3 of a bucket's pairs)."""
@@ -46,15 +44,13 @@ class AttentionBucket:
     ``query_index`` [b, Nq] and ``key_index`` [b, Nk]: flat packed positions of each block's query and
     key slots (padding slots repeat a real position and are masked or discarded); ``mask`` [b, 1, Nq, Nk]
     (True: attend) or None for causal blocks without a prefix (``Nk == Nq``, ``is_causal``);
-    ``valid_slots``: which of the ``b * Nq`` query slots are real. ``live_keys`` [b, Nk] (numpy): which
-    key slots some real query attends to (the others get no gradient).
+    ``valid_slots``: which of the ``b * Nq`` query slots are real.
     """
 
     query_index: Tensor
     key_index: Tensor
     mask: Tensor | None
     valid_slots: Tensor
-    live_keys: np.ndarray | None = None
 
 
 @dataclass
@@ -62,20 +58,13 @@ class AttentionBlocks:
     """Every bucket of a micro-batch, and where each packed position's output comes from.
 
     ``output_index`` [R * L]: each position's row in the buckets' real outputs laid end to end; row
-    padding points one past them (a zero row). The gathers the kernel runs, with their planned
-    backward (``kernels/cpu/row_gather.py``): ``query_gather`` and ``key_gather`` take every bucket's
-    query / key slots, bucket after bucket, from the packed positions; ``output_gather`` takes each
-    packed position's output from every bucket's query slots laid end to end (a zero row after them
-    for row padding).
+    padding points one past them (a zero row).
     """
 
     buckets: list[AttentionBucket]
     output_index: Tensor
     rows: int
     row_length: int
-    query_gather: RowGather | None = None
-    key_gather: RowGather | None = None
-    output_gather: RowGather | None = None
 
     @property
     def pairs(self) -> int:
@@ -89,15 +78,10 @@ class AttentionBlocks:
                 b.key_index.to(device),
                 None if b.mask is None else b.mask.to(device),
                 b.valid_slots.to(device),
-                b.live_keys,
             )
             for b in self.buckets
         ]
-        gathers = (self.query_gather, self.key_gather, self.output_gather)
-        return AttentionBlocks(
-            moved, self.output_index.to(device), self.rows, self.row_length,
-            *(None if g is None else g.to(device) for g in gathers),
-        )  # fmt: skip
+        return AttentionBlocks(moved, self.output_index.to(device), self.rows, self.row_length)
 
 
 def block_pairs(n: int, prefix: int = 0) -> int:
@@ -111,28 +95,13 @@ def build_attention_blocks(blocks: list[Block], rows: int, row_length: int) -> A
         raise ValueError("build_attention_blocks got no blocks")
     buckets: list[AttentionBucket] = []
     output_index = np.full(rows * row_length, sum(b.n for b in blocks), dtype=np.int64)
-    slot_of = np.full(rows * row_length, -1, dtype=np.int64)  # each position's query slot, over all buckets
-    done = slots = 0
+    done = 0
     for group in _group([b for b in blocks if b.n > 0]):
         bucket, positions = _bucket(group)
         output_index[positions] = np.arange(done, done + len(positions))
-        slot_of[positions] = slots + bucket.valid_slots.numpy()
         done += len(positions)
-        slots += bucket.query_index.numel()
         buckets.append(bucket)
-    real = slot_of >= 0
-    return AttentionBlocks(
-        buckets, torch.from_numpy(output_index), rows, row_length,
-        query_gather=plan_row_gather(
-            np.concatenate([b.query_index.numpy().reshape(-1) for b in buckets]),
-            np.concatenate([np.isin(np.arange(b.query_index.numel()), b.valid_slots.numpy()) for b in buckets]),
-        ),
-        key_gather=plan_row_gather(
-            np.concatenate([b.key_index.numpy().reshape(-1) for b in buckets]),
-            np.concatenate([np.asarray(b.live_keys).reshape(-1) for b in buckets]),
-        ),
-        output_gather=plan_row_gather(np.where(real, slot_of, slots), real),  # padding reads the zero row
-    )  # fmt: skip
+    return AttentionBlocks(buckets, torch.from_numpy(output_index), rows, row_length)
 
 
 def _group(blocks: list[Block]) -> list[list[Block]]:
@@ -168,7 +137,7 @@ def _bucket(group: list[Block]) -> tuple[AttentionBucket, np.ndarray]:
     positions = query_index.reshape(-1)[valid_slots]
     if group[0].prefix == 0:
         bucket = AttentionBucket(
-            torch.from_numpy(query_index), torch.from_numpy(query_index), None, torch.from_numpy(valid_slots), real
+            torch.from_numpy(query_index), torch.from_numpy(query_index), None, torch.from_numpy(valid_slots)
         )
         return bucket, positions
     prefix_starts = np.array([b.prefix_start for b in group], dtype=np.int64)
@@ -186,6 +155,5 @@ def _bucket(group: list[Block]) -> tuple[AttentionBucket, np.ndarray]:
     bucket = AttentionBucket(
         torch.from_numpy(query_index), torch.from_numpy(key_index),
         torch.from_numpy(np.ascontiguousarray(mask)), torch.from_numpy(valid_slots),
-        np.concatenate([in_prefix, real], axis=1),
     )  # fmt: skip
     return bucket, positions
