@@ -12,14 +12,13 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from ludic.cli.pipeline_mode import ACTOR_SEED_STRIDE
 from ludic.testing.run_config import tiny_run_toml
-from ludic.testing.server_process import start_server, stop_server
+from ludic.testing.server_process import start_servers, stop_server
 from ludic.testing.tiny_model import tiny_model_path
 from ludic.training.pipeline import PipelineBatchSource
 from ludic.training.pipeline.codec import decode_entry
@@ -31,10 +30,7 @@ VOCAB = 259  # the tiny model's byte-level vocabulary
 
 
 def _servers(n: int) -> tuple[list, list[str]]:
-    model = tiny_model_path()  # built here: transformers' lazy imports are not thread-safe
-    with ThreadPoolExecutor(n) as pool:
-        started = list(pool.map(lambda _: start_server(model, "--api-key", KEY), range(n)))
-    return [p for p, _ in started], [u for _, u in started]
+    return start_servers(tiny_model_path(), n, "--api-key", KEY)  # the model built here, once
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,7 +16,7 @@ from ludic.inference.multi_server import MultiServerClient, ServerDownError
 from ludic.inference.request import ChatCompletionRequest
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
 from ludic.registry.builtins import single_agent_protocol, xml_move_harness
-from ludic.testing.server_process import start_server, stop_server
+from ludic.testing.server_process import start_servers, stop_server
 from ludic.testing.tiny_model import tiny_model_path
 from ludic.training import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest
 from ludic.training.batching.rollout_engine import EpisodeFailuresError
@@ -28,11 +27,7 @@ TURNS = 3  # the tiny model never writes <move>: every turn is a parse error, so
 
 
 def _servers(n: int) -> tuple[list, list[str]]:
-    """``n`` real servers started side by side (each takes seconds to load)."""
-    model = tiny_model_path()
-    with ThreadPoolExecutor(n) as pool:
-        started = list(pool.map(lambda _: start_server(model, "--api-key", KEY), range(n)))
-    return [p for p, _ in started], [u for _, u in started]
+    return start_servers(tiny_model_path(), n, "--api-key", KEY)  # the model built here, once
 
 
 @pytest.fixture(scope="module")

@@ -62,3 +62,12 @@ def running_server(model_dir: str | Path, args: Sequence[str] = (), port: int | 
         yield url
     finally:
         stop_server(proc)
+
+
+def start_servers(model_dir: str | Path, n: int, *args: str) -> tuple[list[subprocess.Popen], list[str]]:
+    """``n`` servers of ``model_dir`` started side by side (each takes seconds to load): processes, URLs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n) as pool:
+        started = list(pool.map(lambda _: start_server(model_dir, *args), range(n)))
+    return [p for p, _ in started], [u for _, u in started]
