@@ -2,7 +2,7 @@
 
 Both ranks save step 1. Then rank 1 stops itself (SIGSTOP: a host that lost power answers nothing) right
 before the ``save`` of step 2 (or the ``load`` of step 1); rank 0 must fail with ``WaitTimeout`` and writes
-what it caught to ``OUT/rank0.json``, then lets rank 1 go on (SIGCONT) so that both exit."""
+what it caught to ``rank0.json`` in the output folder, then lets rank 1 go on (SIGCONT) so that both exit."""
 
 from __future__ import annotations
 
