@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
+import mmap
 
 from ludic.training.parallel.step import DataParallelGroup
 
@@ -11,9 +11,14 @@ def test_cpu_perf_stats_carry_the_resident_memory_now_and_it_follows_an_allocati
     group = DataParallelGroup(active=False)
     tokens = {"real_tokens": 1.0, "computed_tokens": 1.0, "distinct_tokens": 1.0, "num_micro_batches": 1.0}
     before = group.perf_stats(tokens, 1.0)
-    block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+    # An anonymous mapping, every page written: malloc could serve a numpy array from heap pages that are
+    # already resident in a long test process (CI's failure), so RSS would not move.
+    size = 64 * 2**20
+    block = mmap.mmap(-1, size)
+    for offset in range(0, size, mmap.PAGESIZE):
+        block[offset] = 1
     during = group.perf_stats(tokens, 1.0)
-    del block
+    block.close()
     after = group.perf_stats(tokens, 1.0)
     assert 0 < before["perf/cpu_rss_mb"] <= during["perf/cpu_rss_peak_mb"]
     assert during["perf/cpu_rss_mb"] - before["perf/cpu_rss_mb"] > 60  # the 64 MiB shows up now ...
