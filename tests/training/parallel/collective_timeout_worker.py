@@ -2,7 +2,10 @@
 
 ``barrier``: rank 1 sleeps past the group's 2 s timeout; rank 0's barrier must fail with ``WaitTimeout``.
 ``broadcast``: rank 0's batch source stalls; rank 1, waiting in ``Rank0BatchSource``'s broadcast, must fail
-naming rank 0. The failing rank writes what it caught to ``OUT/rank<R>.json``."""
+naming rank 0. The failing rank writes what it caught to ``OUT/rank<R>.json``.
+``peer_killed`` (one torchrun per rank, as on two hosts): both ranks loop over a step's collectives (rank 0's
+batch broadcast, the loss all-reduce) until the test SIGKILLs rank 1 (its pid in ``OUT/pid1``, written once
+both ranks are in the loop); rank 0 prints the traceback and exits 1, as ``ludic train`` under torchrun does."""
 
 from __future__ import annotations
 
@@ -13,12 +16,15 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from ludic.timeouts import WaitTimeout
 from ludic.training.parallel.batch import Rank0BatchSource
 from ludic.training.parallel.collective_timeout import named_collective
 from ludic.training.parallel.fsdp import init_distributed
+from ludic.training.parallel.step import DataParallelGroup
+from ludic.training.types import SAWBatch, SAWItem
 
 BOUND_S = 2.0
 STALL_S = 8.0
@@ -30,8 +36,36 @@ class StalledSource:
         raise StopAsyncIteration
 
 
+class CountingSource:
+    """One one-item batch per call, after a short wait (rank 0 reading its stream)."""
+
+    async def next_batch(self) -> SAWBatch:
+        await asyncio.sleep(0.02)
+        item = SAWItem(input_ids=[1, 2, 3], attention_mask=[1, 1, 1], action_mask=[0, 1, 1], weight=1.0, meta={})
+        return SAWBatch(items=[item], meta={})
+
+
+def steps_until_killed(rank: int, out: Path) -> None:
+    import traceback
+
+    source, group = Rank0BatchSource(CountingSource), DataParallelGroup(active=True)
+    try:
+        for step in range(100_000):
+            asyncio.run(source.next_batch())
+            group.sum(torch.ones(8))
+            if step == 20:
+                (out / f"pid{rank}").write_text(str(os.getpid()))
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    os._exit(0)
+
+
 def main(mode: str, out: Path) -> None:
-    rank, _ = init_distributed("gloo", timeout_s=BOUND_S)
+    rank, _ = init_distributed("gloo", timeout_s=60.0 if mode == "peer_killed" else BOUND_S)
+    if mode == "peer_killed":
+        steps_until_killed(rank, out)
     started = time.monotonic()
     try:
         if mode == "barrier":

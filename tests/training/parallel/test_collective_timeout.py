@@ -1,19 +1,31 @@
 """A collective whose peer rank never arrives fails within ``[timeouts].collective_s`` (``init_distributed``'s
 timeout), with ``WaitTimeout`` naming the collective, this rank, the rank waited on where it is known and the
-time waited. Before, gloo's error named neither the collective nor any rank."""
+time waited; a collective whose peer process died (its kernel closed the connection) fails at once with
+``PeerLost`` naming the collective, this rank and the rank lost, and saying to resume from the last checkpoint.
+Before, gloo's errors named neither the collective nor any rank."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from ludic.training.parallel.collective_timeout import is_collective_timeout
+from ludic.timeouts import WaitTimeout
+from ludic.training.parallel.collective_timeout import (
+    PeerLost,
+    is_collective_timeout,
+    is_peer_loss,
+    named_collective,
+)
 
 WORKER = Path(__file__).with_name("collective_timeout_worker.py")
 BOUND_S = 2.0
@@ -54,3 +66,83 @@ def test_only_timeouts_are_recognised() -> None:
     assert is_collective_timeout(RuntimeError("Application timeout caused pair closure"))
     assert not is_collective_timeout(RuntimeError("Connection reset by peer"))
     assert not is_collective_timeout(ValueError("timed out"))
+
+
+# gloo's own messages, as seen on this machine (torch 2.13) when the peer rank was SIGKILLed mid-run
+GLOO_RESET = ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:2953: Connection "
+              "reset by peer. This is typically caused by a remote worker hanging or bugs in the application.")
+GLOO_CLOSED = ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+               "[10.213.0.5]:730. This is typically caused by a remote worker crashing.")
+
+
+def test_a_dead_peer_is_told_from_a_timeout_and_from_other_errors() -> None:
+    for text in (GLOO_RESET, GLOO_CLOSED, "Write error [10.0.0.3]:1: Broken pipe",
+                 "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5"):  # fmt: skip
+        assert is_peer_loss(RuntimeError(text)) and not is_collective_timeout(RuntimeError(text)), text
+    assert not is_peer_loss(RuntimeError("Application timeout caused pair closure"))  # a timeout's
+    assert not is_peer_loss(RuntimeError("CUDA out of memory")) and not is_peer_loss(OSError(GLOO_RESET))
+
+
+def test_a_dead_peer_raises_peer_lost_naming_the_outermost_collective_the_peer_and_what_to_do() -> None:
+    outer, inner = named_collective("DCP save of step 4"), named_collective("all-reduce (min)", peer_rank=3)
+    with pytest.raises(PeerLost) as caught, outer, inner:
+        raise RuntimeError(GLOO_CLOSED)
+    err = caught.value
+    assert err.operation == "torch.distributed DCP save of step 4 on rank 0"
+    assert err.peer == "rank 3 at 10.213.0.5"
+    assert "resume from the last checkpoint" in str(err) and "Connection closed by peer" in err.detail
+    assert isinstance(err, RuntimeError) and isinstance(err.__cause__, RuntimeError)  # torch's error chained
+    again = pickle.loads(pickle.dumps(err))
+    assert (again.peer, again.operation, str(again)) == (err.peer, err.operation, str(err))
+    with pytest.raises(PeerLost) as caught, named_collective("barrier"):  # no rank known: gloo's address
+        raise RuntimeError(GLOO_RESET)
+    assert caught.value.peer == "the rank(s) at 127.0.0.1 (gloo names the address, not the rank)"
+    with pytest.raises(WaitTimeout) as timed, named_collective("barrier"):  # NCCL's "[Rank 0]": the reporter
+        raise RuntimeError("[Rank 0] Watchdog caught collective operation timeout")
+    assert timed.value.peer == "the other ranks of ? (torch does not say which)"
+    with pytest.raises(RuntimeError) as other, named_collective("barrier"):
+        raise RuntimeError("shape mismatch")
+    assert type(other.value) is RuntimeError and str(other.value) == "shape mismatch"  # passed through as it was
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_peer_rank_killed_mid_run_stops_the_other_at_once_with_peer_lost_naming_it(tmp_path) -> None:
+    """Two torchruns (one rank each, as on two hosts) over gloo on loopback; rank 1 is SIGKILLed mid-step.
+    On the code before PeerLost, rank 0 died of gloo's unnamed "RuntimeError: [...pair.cc:537] Read error
+    [127.0.0.1]:NNN: Connection reset by peer" (or "Connection closed by peer"), naming no collective or rank."""
+    port = _free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
+               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER),
+               "peer_killed", str(tmp_path)]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pid1").exists():
+            assert time.monotonic() < deadline and procs[0].poll() is None, "the ranks never reached step 20"
+            time.sleep(0.1)
+        os.kill(int((tmp_path / "pid1").read_text()), signal.SIGKILL)
+        killed = time.monotonic()
+        code = procs[0].wait(timeout=60)
+        stopped_after = time.monotonic() - killed
+        output = procs[0].stdout.read()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    assert code != 0, output[-3000:]
+    assert stopped_after < 15, (stopped_after, output[-3000:])  # at once, not after the group's 60 s timeout
+    named = re.search(r"PeerLost: torch\.distributed (.+?) on rank 0: lost rank 1 at 127\.0\.0\.1 after", output)
+    assert named, output[-3000:]
+    assert named.group(1) in ("broadcast of the step's batch", "all-reduce of the step's loss (sum)"), named.group(1)
+    assert "resume from the last checkpoint" in output

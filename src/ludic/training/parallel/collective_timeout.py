@@ -1,16 +1,27 @@
-"""A collective that ran past the process group's timeout, named: which collective, on which rank, which peer.
+"""A collective that failed, named: which collective, on which rank, which peer, and what to do now.
 
-torch.distributed bounds every collective by the timeout given to ``init_process_group``
-(``[timeouts].collective_s``, ``fsdp.init_distributed``); past it gloo raises a ``RuntimeError`` that names
-neither the collective nor the rank ("Timed out waiting 2000ms for recv operation to complete"), and each
-later collective on the broken group fails at once ("Application timeout caused pair closure").
-:func:`named_collective` turns those into ``ludic.timeouts.WaitTimeout`` with the collective, this rank, the
-rank waited on where it is known (a broadcast's source; a rank torch's message names) and the time waited.
+torch.distributed's backends fail a collective with a ``RuntimeError`` that names neither the collective nor
+the rank. Two failures matter on the training path:
+
+- past the process group's timeout (``[timeouts].collective_s``, ``fsdp.init_distributed``) gloo raises
+  "Timed out waiting 2000ms for recv operation to complete", then "Application timeout caused pair closure"
+  on each later collective: :func:`named_collective` raises ``ludic.timeouts.WaitTimeout``;
+- a peer process that died while its host lives on (SIGKILL, OOM kill, a crash) has its sockets closed by
+  its kernel, so gloo raises at once "Connection closed by peer [ADDR]:PORT" or "Read error [ADDR]:PORT:
+  Connection reset by peer" (NCCL: "remote process exited or there was a network error"):
+  :func:`named_collective` raises :class:`PeerLost`, which also says what to do (resume from the last
+  checkpoint on the hosts that remain). A host that loses power sends no reset: that is the timeout above.
+
+Both carry the collective (the outermost ``named_collective`` around it: the purpose, e.g. "DCP save of step
+4", rather than the primitive inside it), this rank, the peer where it is known (a broadcast's source; the
+other rank of two; a rank torch's message names; else the address gloo names) and the time spent in it, with
+torch's error chained.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import re
 import time
 from collections.abc import Iterator
@@ -20,8 +31,41 @@ import torch.distributed as dist
 from ludic.timeouts import WaitTimeout
 
 _TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+_PEER_GONE = re.compile(
+    r"connection (?:closed|reset) by peer|broken pipe|connection refused|remote process exited|ncclRemoteError",
+    re.IGNORECASE,
+)
 _RANK = re.compile(r"\brank[ =:]*(\d+)", re.IGNORECASE)
+_ADDRESS = re.compile(r"\[([0-9A-Za-z.:%-]+)\]:\d+")  # gloo's "[10.0.0.2]:41234"
 _bound_s: float | None = None  # the default group's timeout, as init_distributed set it
+_open: contextvars.ContextVar[tuple[tuple[str, int | None], ...]] = contextvars.ContextVar(
+    "ludic_named_collectives", default=()
+)
+RESUME_HINT = (
+    "the run cannot go on with a rank missing: stop every rank (torchrun does once this one exits) and "
+    "resume from the last checkpoint, on the hosts that remain with a smaller --nnodes if that host is gone "
+    "(docs/cluster.md, 'Resuming on fewer hosts')"
+)
+
+
+class PeerLost(RuntimeError):
+    """A collective's peer rank went away mid-run: ``peer`` (who), ``operation`` (which collective, on which
+    rank), ``waited_s`` (time spent in it), ``detail`` (torch's own message). A ``RuntimeError``, as torch's
+    error it replaces, so handlers written for that still catch it."""
+
+    def __init__(self, *, peer: str, operation: str, waited_s: float, detail: str = "") -> None:
+        self.peer, self.operation, self.waited_s, self.detail = peer, operation, waited_s, detail
+        message = (
+            f"{operation}: lost {peer} after {waited_s:.1f} s (its connection closed: the process died); "
+        )
+        super().__init__(message + RESUME_HINT + (f"; {detail}" if detail else ""))
+
+    def __reduce__(self):  # picklable with its keywords, as WaitTimeout
+        return _rebuild, (self.peer, self.operation, self.waited_s, self.detail)
+
+
+def _rebuild(peer: str, operation: str, waited_s: float, detail: str) -> PeerLost:
+    return PeerLost(peer=peer, operation=operation, waited_s=waited_s, detail=detail)
 
 
 def set_collective_bound(seconds: float) -> None:
@@ -35,26 +79,66 @@ def is_collective_timeout(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and bool(_TIMED_OUT.search(str(exc)))
 
 
+def is_peer_loss(exc: BaseException) -> bool:
+    """A backend error that says a peer's connection closed or reset (its process died), not a timeout."""
+    return (
+        isinstance(exc, RuntimeError) and not isinstance(exc, PeerLost) and not is_collective_timeout(exc)
+        and bool(_PEER_GONE.search(str(exc)))
+    )  # fmt: skip
+
+
+def _named_rank(text: str, me: int) -> str | None:
+    """A rank torch's message names, other than this one (NCCL's "[Rank 0] ..." is the rank reporting)."""
+    return next((m.group(1) for m in _RANK.finditer(text) if int(m.group(1)) != me), None)
+
+
+def _lost_peer(exc: BaseException, peer_rank: int | None, me: int, world: int | None) -> str:
+    text = str(exc)
+    address = _ADDRESS.search(text)
+    at = f" at {address.group(1)}" if address is not None else ""
+    named = _named_rank(text, me)
+    if peer_rank is not None:
+        return f"rank {peer_rank}{at}"
+    if named is not None:
+        return f"rank {named}{at}"
+    if world == 2:
+        return f"rank {1 - me}{at}"
+    if address is not None:
+        return f"the rank(s) at {address.group(1)} (gloo names the address, not the rank)"
+    return f"the other ranks of {world if world is not None else '?'} (torch does not say which)"
+
+
 @contextlib.contextmanager
 def named_collective(operation: str, *, peer_rank: int | None = None) -> Iterator[None]:
-    """Run a collective; its timeout raises ``WaitTimeout`` naming ``operation``, this rank and the peer
-    (``peer_rank``, e.g. a broadcast's source; else a rank torch's message names; else the other ranks)."""
+    """Run a collective; its timeout raises ``WaitTimeout``, its peer's death :class:`PeerLost`, each naming
+    the outermost open ``operation``, this rank and the peer (the innermost ``peer_rank`` given, e.g. a
+    broadcast's source; else see the module docstring). Nested uses name the failure once, from the inside."""
+    frames = _open.get()
+    token = _open.set((*frames, (operation, peer_rank)))
     started = time.monotonic()
     try:
         yield
     except RuntimeError as exc:
-        if not is_collective_timeout(exc):
-            raise
-        named = _RANK.search(str(exc))
-        if peer_rank is not None:
-            peer = f"rank {peer_rank}"
-        elif named is not None:
-            peer = f"rank {named.group(1)}"
-        else:
-            world = dist.get_world_size() if dist.is_initialized() else "?"
-            peer = f"the other ranks of {world} (torch does not say which)"
+        lost = is_peer_loss(exc)
+        if isinstance(exc, PeerLost) or not (lost or is_collective_timeout(exc)):
+            raise  # not the backend's, or already named by an inner named_collective
+        stack = (*frames, (operation, peer_rank))
+        known = [r for _, r in stack if r is not None]
         me = dist.get_rank() if dist.is_initialized() else 0
-        raise WaitTimeout(
-            peer=peer, operation=f"torch.distributed {operation} on rank {me}", waited_s=time.monotonic() - started,
-            bound_s=_bound_s, detail=f"torch: {exc}",
-        ) from exc  # fmt: skip
+        world = dist.get_world_size() if dist.is_initialized() else None
+        what = f"torch.distributed {stack[0][0]} on rank {me}"
+        waited = time.monotonic() - started
+        if lost:
+            peer = _lost_peer(exc, known[-1] if known else None, me, world)
+            raise PeerLost(peer=peer, operation=what, waited_s=waited, detail=f"torch: {exc}") from exc
+        named = _named_rank(str(exc), me)
+        if known:
+            peer = f"rank {known[-1]}"
+        elif named is not None:
+            peer = f"rank {named}"
+        else:
+            peer = f"the other ranks of {world if world is not None else '?'} (torch does not say which)"
+        raise WaitTimeout(peer=peer, operation=what, waited_s=waited, bound_s=_bound_s,
+                          detail=f"torch: {exc}") from exc  # fmt: skip
+    finally:
+        _open.reset(token)

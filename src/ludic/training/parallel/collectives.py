@@ -1,7 +1,9 @@
 """Small collectives over the default process group that carry JSON, never pickles.
 
 ``torch.distributed``'s ``*_object`` collectives pickle; these send UTF-8 JSON as ``uint8`` tensors,
-so a rank only ever decodes plain data. Tensors live on the backend's device (CUDA for NCCL).
+so a rank only ever decodes plain data. Tensors live on the backend's device (CUDA for NCCL). Each runs in
+``collective_timeout.named_collective`` (``what``: its name; a caller's own ``named_collective`` around it
+names it instead), so a timeout or a dead peer fails it with the collective and the peer named.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from ludic.training.parallel.collective_timeout import named_collective
 
 
 def comm_device() -> torch.device:
@@ -32,8 +36,13 @@ def _decode(t: torch.Tensor) -> Any:
     return json.loads(bytes(t.cpu().tolist()).decode("utf-8"))
 
 
-def broadcast_json(obj: Any = None, *, src: int = 0) -> Any:
+def broadcast_json(obj: Any = None, *, src: int = 0, what: str = "broadcast of JSON") -> Any:
     """Rank ``src`` sends ``obj`` (JSON-serialisable); every rank returns it."""
+    with named_collective(f"{what} from rank {src}", peer_rank=src if dist.get_rank() != src else None):
+        return _broadcast_json(obj, src)
+
+
+def _broadcast_json(obj: Any, src: int) -> Any:
     device = comm_device()
     if dist.get_rank() == src:
         payload = _encode(obj).to(device)
@@ -47,8 +56,13 @@ def broadcast_json(obj: Any = None, *, src: int = 0) -> Any:
     return obj if dist.get_rank() == src else _decode(payload)
 
 
-def all_gather_json(obj: Any) -> list[Any]:
+def all_gather_json(obj: Any, *, what: str = "all-gather of JSON") -> list[Any]:
     """Every rank contributes ``obj``; every rank returns the list of all of them, by rank."""
+    with named_collective(what):
+        return _all_gather_json(obj)
+
+
+def _all_gather_json(obj: Any) -> list[Any]:
     device = comm_device()
     payload = _encode(obj).to(device)
     world = dist.get_world_size()
@@ -62,11 +76,12 @@ def all_gather_json(obj: Any) -> list[Any]:
     return [_decode(c[: int(s.item())]) for c, s in zip(chunks, sizes)]
 
 
-def all_reduce_tensor(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+def all_reduce_tensor(t: torch.Tensor, op: str = "sum", *, what: str = "all-reduce") -> torch.Tensor:
     """A reduced copy of ``t`` (``op`` in sum/max/min), on ``t``'s original device."""
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
     if op not in ops:
         raise ValueError(f"all_reduce_tensor op must be one of {sorted(ops)}, got {op!r}")
     out = t.detach().to(comm_device(), copy=True)
-    dist.all_reduce(out, op=ops[op])
+    with named_collective(f"{what} ({op})"):
+        dist.all_reduce(out, op=ops[op])
     return out.to(t.device)

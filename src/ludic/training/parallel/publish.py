@@ -23,6 +23,7 @@ from torch import nn
 
 from ludic.training._lora import ParamFilter, publishable_state_dict
 from ludic.training.checkpoint._model_io import is_peft_model
+from ludic.training.parallel.collective_timeout import named_collective
 from ludic.training.parallel.fsdp import is_fsdp_model
 
 _PEFT_PREFIX = "base_model.model."
@@ -115,15 +116,16 @@ def gather_publishable(
     main = dist.get_rank() == 0
     lora = _lora_modules(model) if is_peft_model(model) else {}
     out: dict[str, torch.Tensor] = {}
-    for chunk in iter_full_layers(model):
-        if not main:
-            del chunk  # gathered only to take part in the collective
-            continue
-        merged = _merge_lora(chunk, lora) if lora else chunk
-        for key, tensor in merged.items():
-            if ".modules_to_save." in key or (param_filter is not None and not param_filter(key, tensor)):
+    with named_collective("all-gather of the full weights (a publish or an export)"):
+        for chunk in iter_full_layers(model):
+            if not main:
+                del chunk  # gathered only to take part in the collective
                 continue
-            out[key] = tensor.to("cpu", copy=tensor.device.type != "cpu")
+            merged = _merge_lora(chunk, lora) if lora else chunk
+            for key, tensor in merged.items():
+                if ".modules_to_save." in key or (param_filter is not None and not param_filter(key, tensor)):
+                    continue
+                out[key] = tensor.to("cpu", copy=tensor.device.type != "cpu")
     return out
 
 

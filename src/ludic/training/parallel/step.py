@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ludic.training.layout.micro_batching import truncate_item
+from ludic.training.parallel.collective_timeout import named_collective
 from ludic.training.parallel.collectives import all_gather_json, all_reduce_tensor, comm_device
 from ludic.training.parallel.fsdp import is_fsdp_model
 from ludic.training.stats import StatWeight, aggregate_stats, stat_weight
@@ -109,7 +110,7 @@ class DataParallelGroup:
         share = balanced_share(items, self.rank, self.world_size)
         mbs = pack(share) if share else []
         count = torch.tensor([len(mbs)], dtype=torch.long)
-        target = int(all_reduce_tensor(count, "max").item())
+        target = int(all_reduce_tensor(count, "max", what="all-reduce of each rank's micro-batch count").item())
         filler = mbs[0] if mbs else pack([items[0]])[0]
         while len(mbs) < target:
             repeat = copy.copy(filler)  # a distinct object, so share_of can tell it from the real one
@@ -123,10 +124,14 @@ class DataParallelGroup:
 
     @contextlib.contextmanager
     def grad_sync(self, model: nn.Module, *, last: bool) -> Iterator[None]:
-        """Reduce-scatter gradients only in the backward of the last micro-batch."""
-        if self.active:
-            model.set_requires_gradient_sync(last)  # type: ignore[operator]
-        yield
+        """Reduce-scatter gradients only in the backward of the last micro-batch; FSDP's collectives inside
+        (all-gathers, the reduce-scatter) fail named (``collective_timeout.named_collective``)."""
+        if not self.active:
+            yield
+            return
+        model.set_requires_gradient_sync(last)  # type: ignore[operator]
+        with named_collective("FSDP all-gather / reduce-scatter in a micro-batch's forward-backward"):
+            yield
 
     def total_norm(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """The global L2 norm of all gradients, over every shard on every rank."""
@@ -134,10 +139,13 @@ class DataParallelGroup:
             return torch.zeros(())
         norm = torch.nn.utils.get_total_norm(grads)
         full = getattr(norm, "full_tensor", None)
-        return full() if callable(full) else norm
+        if not callable(full):
+            return norm
+        with named_collective("all-reduce of the gradient norm"):
+            return full()
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
-        return all_reduce_tensor(t, "sum") if self.active else t
+        return all_reduce_tensor(t, "sum", what="all-reduce of the step's loss") if self.active else t
 
     # ---- stats ------------------------------------------------------------------------------
     def aggregate(self, micro_stats: Sequence[Mapping[str, Any]], weights: Sequence[StatWeight]) -> dict[str, float]:
@@ -150,13 +158,13 @@ class DataParallelGroup:
         for stats, w in zip(micro_stats, weights):
             for k in stats:
                 totals[k] = totals.get(k, 0.0) + stat_weight(w, k)
-        keys = sorted({k for ks in all_gather_json(sorted(local)) for k in ks})
+        keys = sorted({k for ks in all_gather_json(sorted(local), what="all-gather of the stats' names") for k in ks})
         packed = torch.tensor(
             [local.get(k, 0.0) * totals.get(k, 0.0) if k in local else 0.0 for k in keys]
             + [totals.get(k, 0.0) if k in local else 0.0 for k in keys],
             dtype=torch.float64,
         )
-        summed = all_reduce_tensor(packed, "sum").tolist()
+        summed = all_reduce_tensor(packed, "sum", what="all-reduce of the step's stats").tolist()
         n = len(keys)
         return {k: (summed[i] / summed[n + i] if summed[n + i] else math.nan) for i, k in enumerate(keys)}
 
@@ -178,7 +186,7 @@ class DataParallelGroup:
         local["tokens_per_second"] = token_stats["real_tokens"] / max(seconds, 1e-9)
         if not self.active:
             return {f"perf/{k}": float(v) for k, v in local.items()}
-        per_rank = all_gather_json({k: float(v) for k, v in local.items()})
+        per_rank = all_gather_json({k: float(v) for k, v in local.items()}, what="all-gather of each rank's perf stats")
         out: dict[str, float] = {}
         for r, stats in enumerate(per_rank):
             out.update({f"perf/rank{r}/{k}": v for k, v in stats.items()})
@@ -195,4 +203,5 @@ class DataParallelGroup:
 
     def barrier(self) -> None:
         if self.active:
-            dist.barrier(device_ids=[comm_device().index] if comm_device().type == "cuda" else None)
+            with named_collective("barrier of the trainer ranks"):
+                dist.barrier(device_ids=[comm_device().index] if comm_device().type == "cuda" else None)
