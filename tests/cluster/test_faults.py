@@ -1,6 +1,7 @@
 """Faults of a multi-host run in simulated hosts, one test each, each asserting the promise docs/cluster.md
 makes for it: a trainer<->server link cut during publishes, a slow lossy link, an actor host killed
-mid-episode, a server killed mid-generation, an actor host joining mid-run. Every role runs its documented
+mid-episode, a server killed mid-generation, an actor host joining mid-run, a trainer host losing power or
+its rank killed, then the resume on fewer hosts. Every role runs its documented
 command (``ludic serve``, ``ludic actor``, ``torchrun ... ludic train``) in a host of its own."""
 
 from __future__ import annotations
@@ -177,10 +178,11 @@ def test_an_actor_host_joining_mid_run_contributes(cluster) -> None:
     assert re.search(r"actor 1 task \d+: pushed batch", run.log("actor-actor1")), run.logs()
 
 
-def lose_a_trainer_host(run: SimulatedCluster, steps: int, bound: float, *extra: str,
-                        at_version: int = 2) -> tuple[object, list, float]:  # fmt: skip
+def lose_a_trainer_host(run: SimulatedCluster, steps: int, bound: float, *extra: str, at_version: int = 2,
+                        power_loss: bool = True) -> tuple[object, list, float]:  # fmt: skip
     """Two trainer hosts (``extra``: more arguments of their command); trainer1 loses power once the server serves
-    ``at_version``: (config, trainers, seconds until trainer0's torchrun exited)."""
+    ``at_version`` (``power_loss=False``: its processes are SIGKILLed, its link stays up, so its kernel closes
+    their connections): (config, trainers, seconds until trainer0's torchrun exited)."""
     config = run.write_config(steps=steps, server_hosts=["server0"], redis_host="redis",
                               trainer_hosts=["trainer0", "trainer1"],
                               tables=TABLES + f"[timeouts]\ncollective_s = {bound}\n")  # fmt: skip
@@ -190,7 +192,8 @@ def lose_a_trainer_host(run: SimulatedCluster, steps: int, bound: float, *extra:
     run.wait_server("actor0", server)
     run.start_actor("actor0", config, 0)
     served_version_at_least(run, "actor0", server, at_version, timeout=240)
-    run.net.link_down("trainer1")  # a power loss: its peers get no reset, their packets just vanish
+    if power_loss:
+        run.net.link_down("trainer1")  # a power loss: its peers get no reset, their packets just vanish
     run.net.kill_host("trainer1")
     died = time.monotonic()
     assert run.wait(trainers[:1], timeout=bound + 90) != [0], run.logs()
@@ -205,6 +208,20 @@ def test_a_trainer_host_losing_power_stops_the_other_rank_within_the_collective_
     assert bound - 1 <= stopped_after <= bound + 15, run.log("trainer-trainer0")[-4000:]
     log = run.log("trainer-trainer0")
     assert re.search(r"Timed out waiting 20000ms|WaitTimeout", log), log[-4000:]
+
+
+@pytest.mark.slow
+def test_a_trainer_rank_killed_on_a_live_link_stops_the_other_at_once_with_peer_lost_naming_it(cluster) -> None:
+    """Before ``PeerLost``, rank 0 died of gloo's unnamed "RuntimeError: [...pair.cc:553] Connection closed by
+    peer [10.213.S.N]:P" (or "Read error ...: Connection reset by peer"), naming no collective and no rank."""
+    run = cluster(["redis", "server0", "actor0", "trainer0", "trainer1"])
+    bound = 300.0  # far above what the test allows: the stop must come from the closed connection, not a timeout
+    _, _, stopped_after = lose_a_trainer_host(run, steps=8, bound=bound, power_loss=False)
+    log = run.log("trainer-trainer0")
+    assert stopped_after <= 30, (stopped_after, log[-4000:])
+    named = re.search(r"PeerLost: torch\.distributed (.+?) on rank 0: lost rank 1 at 10\.213\.\d+\.\d+ after", log)
+    assert named, log[-4000:]  # the collective, this rank and the one lost, with its host's address
+    assert "resume from the last checkpoint" in log, log[-4000:]
 
 
 @pytest.mark.slow
