@@ -222,7 +222,7 @@ def test_a_malformed_call_stays_plain_content(tool_url: str) -> None:
 
 
 NAMED = {"type": "function", "function": {"name": "calculator"}}
-FORCED_TEXT = {"required": "<tool_call>", "named": '<tool_call>{"name": "calculator", "arguments": '}
+FORCED_TEXT = {"required": "<tool_call>", "named": '<tool_call>{"name": "calculator", "arguments":'}
 
 
 def spelled(ids: list[int]) -> str:
@@ -286,7 +286,7 @@ def test_a_forced_reply_that_is_no_call_comes_back_as_content_saying_why(tool_ur
     choice = client.chat.completions.create(model="tiny", messages=QUESTION, tools=[CALCULATOR], tool_choice=NAMED,
                                             temperature=0, max_tokens=3).choices[0]  # fmt: skip
     assert choice.message.tool_calls is None and choice.finish_reason == "length"
-    assert choice.message.content == FORCED_TEXT["named"] + '{"e'  # the cut continuation, after the forced opening
+    assert choice.message.content == FORCED_TEXT["named"] + ' {"'  # the cut continuation (3 byte tokens), after the forced opening
     assert "does not read as a tool call" in choice.model_extra["tool_choice_unmet"]
 
 

@@ -40,6 +40,26 @@ def test_a_named_functions_forced_opening_reads_back_as_that_call(parser, templa
     assert ("\n" in prefix) == (template is QWEN_LIKE)  # Hermes follows the template's newline after <tool_call>
 
 
+@pytest.mark.parametrize(
+    ("parser", "call"),
+    [
+        (HermesToolParser(), '<tool_call>{"name": "calc", "arguments": {"x": 1}}</tool_call>'),
+        (Llama3JsonToolParser(), '{"name": "calc", "parameters": {"x": 1}}'),
+        (MistralToolParser(), '[TOOL_CALLS][{"name": "calc", "arguments": {"x": 1}}]'),
+    ],
+)
+def test_a_named_functions_forced_opening_ends_where_a_bpe_tokenizer_splits_the_call(parser, call) -> None:
+    """A byte-level BPE (GPT-2 / Qwen / SmolLM / Llama-3 style) never merges across pre-tokens, and writes
+    ``' {"'`` as one. An opening ending in that space made the model continue from a lone space token it never
+    learnt to follow (SmolLM2-135M then wrote ``1, "type": ...``, not the arguments object)."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    prefix = prefill_text(parser, ToolMode(True, True, forced="calc", allowed=frozenset({"calc"})), CHATML_TEMPLATE)
+    assert call.startswith(prefix)
+    boundaries = {end for _, (_, end) in ByteLevel(add_prefix_space=False).pre_tokenize_str(call)}
+    assert len(prefix) in boundaries, f"{prefix!r} ends inside a pre-token of {call!r}"
+
+
 def test_required_lets_the_model_name_the_function_and_an_unmet_forcing_is_plain_content() -> None:
     parser, mode = HermesToolParser(), ToolMode(True, True, forced="", allowed=frozenset({"calc", "clock"}))
     prefix = prefill_text(parser, mode, CHATML_TEMPLATE)

@@ -42,8 +42,9 @@ class HermesToolParser:
 
     def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
         """``<tool_call>`` (+ a newline where the template writes one, as Qwen's do) and, for a named
-        function, the call object up to its arguments."""
+        function, the call object up to ``"arguments":``, no space after: BPE tokenizers write `` {"`` as one
+        token, which a prefill ending in a space would split into two the model never learnt to write."""
         newline = "\n" if chat_template and (OPEN + "\n" in chat_template or OPEN + "\\n" in chat_template) else ""
         if function is None:
             return OPEN + newline
-        return OPEN + newline + '{"name": ' + json.dumps(function, ensure_ascii=False) + ', "arguments": '
+        return OPEN + newline + '{"name": ' + json.dumps(function, ensure_ascii=False) + ', "arguments":'

@@ -52,4 +52,4 @@ class Llama3JsonToolParser:
     def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
         if function is None:
             return '{"name": "'
-        return '{"name": ' + json.dumps(function, ensure_ascii=False) + ', "parameters": '
+        return '{"name": ' + json.dumps(function, ensure_ascii=False) + ', "parameters":'

@@ -33,10 +33,11 @@ class MistralToolParser:
         return marker_start(text, MARKER)
 
     def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
-        """``[TOOL_CALLS]`` (the model picks the call and its spelling); a named function in the array form."""
+        """``[TOOL_CALLS]`` (the model picks the call and its spelling); a named function in the array form,
+        up to ``"arguments":`` (no space after: see ``HermesToolParser.forced_prefix``)."""
         if function is None:
             return MARKER
-        return MARKER + '[{"name": ' + json.dumps(function, ensure_ascii=False) + ', "arguments": '
+        return MARKER + '[{"name": ' + json.dumps(function, ensure_ascii=False) + ', "arguments":'
 
 
 def _array_calls(tail: str) -> list[ParsedToolCall]:
