@@ -13,7 +13,11 @@ import random
 from typing import Any
 
 from ludic.envs import SingleAgentEnv
-from ludic.training.batching.sft_data import sft_item
+from ludic.inference.sequence_ids import LastCall, extend_prompt_ids
+from ludic.inference.template_ids import chat_template_ids
+from ludic.inference.tool_parsers import HermesToolParser
+from ludic.training.batching.saw_builder import prompt_completion_item
+from ludic.training.batching.sft_data import end_of_turn_id, sft_item
 from ludic.training.types import SAWItem
 from ludic.types import StepOutcome
 
@@ -88,19 +92,34 @@ async def without_tool(client: Any, task: Any) -> str:
 
 
 def demonstrations(tokenizer: Any, seeds: range, *, digits: int, tool: bool) -> list[SAWItem]:
-    """What each agent should say on the training seeds: SFT items whose prompt ids are the ones its calls send.
+    """What each agent should say on the training seeds: SFT items whose ids are the ones its calls send.
 
-    With the tool, two items a question: the call (its forced opening included: SFT may train it), and the
-    answer once the tool's result follows the call as the server renders it (the call as written)."""
+    With the tool, two items a question, built as Ludic's server builds them: the call, whose forced opening
+    is prompt (the server prefills it, tokenised on its own; RL never trains it either) and whose arguments are
+    trained; and the answer, whose prompt is the call's ids verbatim followed by the tool's result (the splice
+    the server makes when the agent sends the call back with its ids)."""
     items = []
+    opening = HermesToolParser().forced_prefix(FORCE_ADD["function"]["name"], tokenizer.chat_template)
+    opening_ids = tokenizer.encode(opening, add_special_tokens=False)
+    eot = end_of_turn_id(tokenizer)
     for seed in seeds:
         a, b = operands(seed, digits)
         ask = [{"role": "user", "content": question(a, b)}]
         if not tool:
             items.append(sft_item(tokenizer, ask, str(a + b)))
             continue
-        called = [*ask, {"role": "assistant", "content": call_text(a, b)},
+        call = call_text(a, b)
+        asked = chat_template_ids(tokenizer, ask, tools=[ADD])
+        reply = [*opening_ids, *tokenizer.encode(call[len(opening) :], add_special_tokens=False), eot]
+        items.append(prompt_completion_item([*asked, *opening_ids], reply[len(opening_ids) :], weight=1.0,
+                                            meta={"prompt_length": len(asked) + len(opening_ids),
+                                                  "completion_length": len(reply) - len(opening_ids)}))  # fmt: skip
+        called = [*ask, {"role": "assistant", "content": call},
                   {"role": "tool", "tool_call_id": "call_0", "content": str(add(a, b))}]  # fmt: skip
-        items.append(sft_item(tokenizer, ask, call_text(a, b), tools=[ADD]))
-        items.append(sft_item(tokenizer, called, str(a + b), tools=[ADD]))
+        then, why = extend_prompt_ids(tokenizer, LastCall(ask, asked, reply, call), called, [ADD])
+        if then is None:
+            raise ValueError(f"the chat template does not extend the call's ids with the tool's result: {why}")
+        answer = [*tokenizer.encode(str(a + b), add_special_tokens=False), eot]
+        items.append(prompt_completion_item(then, answer, weight=1.0,
+                                            meta={"prompt_length": len(then), "completion_length": len(answer)}))  # fmt: skip
     return items

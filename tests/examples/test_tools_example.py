@@ -45,17 +45,21 @@ def test_demonstrations_teach_the_continuation_of_the_forced_call_on_the_agents_
     assert len(tool_items) == 6 and len(plain_items) == 3
     a, b = operands(0, 3)
     call, answer = tool_items[0], tool_items[1]
-    n = call.meta["prompt_length"]
-    prompt, reply = tokenizer.decode(call.input_ids[:n]), tokenizer.decode(call.input_ids[n:])
-    assert prompt.endswith(f"What is {a} + {b}?<|im_end|>\n<|im_start|>assistant\n") and '"name": "add"' in prompt
-    assert reply == call_text(a, b) + "<|im_end|>"
     forced = prefill_text(HermesToolParser(), ToolMode(True, True, forced=FORCE_ADD["function"]["name"],
                                                        allowed=frozenset({"add"})), CHATML_TEMPLATE)  # fmt: skip
-    assert call_text(a, b).startswith(forced)  # the server prefills this much; the model learns the rest
+    assert call_text(a, b).startswith(forced)
+    n = call.meta["prompt_length"]
+    prompt, reply = tokenizer.decode(call.input_ids[:n]), tokenizer.decode(call.input_ids[n:])
+    assert '"name": "add"' in prompt  # the tools block, as the agent's tools=[ADD] renders it
+    # the server prefills the forced opening: prompt, as in RL; the model learns the rest of the call
+    assert prompt.endswith(f"What is {a} + {b}?<|im_end|>\n<|im_start|>assistant\n{forced}")
+    assert reply == call_text(a, b)[len(forced) :] + "<|im_end|>"
+    assert call.action_mask == [0] * n + [1] * (len(call.input_ids) - n)
     m = answer.meta["prompt_length"]
-    assert tokenizer.decode(answer.input_ids[:m]).endswith(
-        f"{call_text(a, b)}<|im_end|>\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n"
-    )  # the answer's prompt: the call as written, then the tool's result
+    assert answer.input_ids[: len(call.input_ids)] == call.input_ids  # the call's ids verbatim, as the splice keeps them
+    assert tokenizer.decode(answer.input_ids[len(call.input_ids) : m]) == (
+        f"\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n"
+    )  # then the tool's result
     assert tokenizer.decode(answer.input_ids[m:]) == f"{a + b}<|im_end|>"
     plain = plain_items[0]
     assert "add" not in tokenizer.decode(plain.input_ids)  # the baseline's prompt has no tools block
