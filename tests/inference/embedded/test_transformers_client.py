@@ -278,3 +278,23 @@ async def test_decoding_thread_is_chosen_by_device_unless_set() -> None:
     on_cpu._decode_region = spy  # type: ignore[method-assign]
     await on_cpu.complete(_req(max_tokens=2))
     assert seen == [threading.current_thread().name]  # decoded on the event loop's own thread
+
+
+async def test_prefill_computes_only_each_prompts_last_logits():
+    """The prefill's output layer sees one position per distinct prompt, not every prompt position: the full
+    ``[prompts, width, vocab]`` logits were 0.9 GB at SmolLM2's vocabulary for a 64-prompt eval batch."""
+    engine = TransformersChatClient(tiny_model_path())
+    seen: list[tuple[int, ...]] = []
+    handle = engine.model.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(tuple(inp[0].shape)))
+    try:
+        prompts = ["a much longer first prompt", "b"]
+        results = await asyncio.gather(*(engine.complete(_req(p, temperature=0.0, max_tokens=3)) for p in prompts))
+    finally:
+        handle.remove()
+    hidden = engine.model.config.hidden_size
+    assert seen[0] == (2, 1, hidden)  # the prefill: both prompts, their last position only
+    for (response, _), prompt in zip(results, prompts, strict=True):  # greedy tokens still the full forward's
+        ids = torch.tensor([response.prompt_token_ids])
+        with torch.no_grad():
+            first = int(engine.model(ids).logits[0, -1].argmax())
+        assert response.completion_token_ids[0] == first, prompt

@@ -13,6 +13,7 @@ either path.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable, Generator
 
@@ -67,6 +68,8 @@ class BatchGenerator:
         self.pad_id = pad_id
         self.device = device
         self.forward_calls = 0
+        # the prefill needs only each prompt's last logits: [prompts, width, vocab] was 0.9 GB for 64 prompts
+        self.last_logits_only = "logits_to_keep" in inspect.signature(model.forward).parameters
         kernels, lean = select(device, cpu_kernels), lean and lean_unsupported(model) is None
         self.lean = LeanDecoder(model, exact=exact, packed=kernels.packed_linear) if lean and kernels.lean_decoder else None
         self.share_prefix = share_prefix and not exact and kernels.shared_prefix_cache  # one K/V per prompt
@@ -294,7 +297,8 @@ class BatchGenerator:
             mask[i, width - len(prompt) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
+        keep = {"logits_to_keep": 1} if self.last_logits_only else {}
+        logits, cache = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions, **keep)
         index = torch.tensor(row_to_unique, device=self.device)
         return logits[index], cache, mask[index], positions[index], index
 
