@@ -70,18 +70,25 @@ async def run_agent(name: str, args: argparse.Namespace, model, tokenizer, url: 
     evaluator = Evaluator(engine=engine, requests=[held_out_episode(EVAL_SEED + i) for i in range(args.eval_episodes)],
                           max_steps=2, concurrency=args.eval_episodes)  # fmt: skip
 
-    async def held_out() -> float:
-        return (await evaluator.evaluate())["eval/avg_total_reward"]
+    report: dict[str, float] = {"eval_seconds": 0.0}
 
-    report = {"initial": await held_out()}
+    async def held_out() -> float:
+        started = time.perf_counter()
+        reward = (await evaluator.evaluate())["eval/avg_total_reward"]
+        report["eval_seconds"] += time.perf_counter() - started
+        return reward
+
+    report["initial"] = await held_out()
     items = demonstrations(tokenizer, range(SFT_SEED, SFT_SEED + args.sft_examples), digits=args.digits,
                            tool=name == "tool")  # fmt: skip
     sft_cfg = TrainerConfig(lr=args.sft_lr, max_seq_len=512, micro_token_budget=16384)
     started = time.perf_counter()
     await sft_trainer(model, items, batch_size=args.sft_batch, seed=args.seed, cfg=sft_cfg).train(args.sft_steps)
     report["sft_seconds"] = time.perf_counter() - started
+    started = time.perf_counter()
     served = await client.get_policy_version()  # a fresh server serves 0: the warm start goes up at 0
     publisher.publish(model.state_dict(), version=served)
+    report["publish_seconds"] = time.perf_counter() - started
     report["after_sft"] = await held_out()
 
     episode = seeded_episode("sums", "agent", env_kwargs={"digits": args.digits}, sampling=TRAIN)

@@ -81,3 +81,21 @@ def test_both_agents_run_every_phase_through_ludics_server(tmp_path: Path) -> No
         assert row["step"] == 1 and "train/avg_total_reward" in row
         assert f"[{agent}] held-out reward: initial" in proc.stdout
     assert "held-out reward with the calculator" in proc.stdout
+
+
+def test_on_smollm2s_bpe_tokenizer_the_demonstrated_call_is_the_calls_own_tokenisation() -> None:
+    """SmolLM2's tokenizer writes `` {"`` as one token: the server's forced opening (prompt) and the trained rest
+    must split the call where the tokenizer does, or SFT teaches ids the model never samples after the opening."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_tokenizer")
+    call, answer = demonstrations(tokenizer, range(1), digits=3, tool=True)
+    a, b = operands(0, 3)
+    whole = tokenizer.encode(call_text(a, b), add_special_tokens=False)
+    forced = prefill_text(HermesToolParser(), ToolMode(True, True, forced="add", allowed=frozenset({"add"})),
+                          tokenizer.chat_template)  # fmt: skip
+    ids, n, eot = call.input_ids, call.meta["prompt_length"], tokenizer.eos_token_id
+    assert ids[-len(whole) - 1 :] == [*whole, eot]  # the call as the tokenizer spells it, then the end of the turn
+    opening = tokenizer.encode(forced, add_special_tokens=False)
+    assert ids[n - len(opening) : n] == opening == whole[: len(opening)]  # the server's prefill: prompt
+    assert answer.input_ids[: len(ids)] == ids
