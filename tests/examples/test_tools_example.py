@@ -99,3 +99,27 @@ def test_on_smollm2s_bpe_tokenizer_the_demonstrated_call_is_the_calls_own_tokeni
     opening = tokenizer.encode(forced, add_special_tokens=False)
     assert ids[n - len(opening) : n] == opening == whole[: len(opening)]  # the server's prefill: prompt
     assert answer.input_ids[: len(ids)] == ids
+
+
+@pytest.mark.slow
+def test_on_smollm2_the_tool_agent_ends_above_the_agent_without_it(tmp_path: Path) -> None:
+    """A short form of the documented SmolLM2 run. The tool agent scores only when its call's arguments parse as a
+    ``tool_calls`` entry (else it answers ""), ``add`` runs, and the model copies the result; the model cannot add
+    three-digit numbers in its head, so the agent without the tool stays below."""
+    pytest.importorskip("openai")
+    from ludic.models.cache import is_prepared
+    from ludic.models.pull import prepared_path
+
+    model = prepared_path("smollm2-135m-instruct")
+    if not is_prepared(model):
+        pytest.fail(f"{model} is missing: bash scripts/setup.sh pulls it (ludic models pull smollm2-135m-instruct)")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["--model", str(model), "--output-dir", str(tmp_path), "--eval-episodes", "8", "--sft-steps", "5",
+            "--sft-batch", "8", "--sft-lr", "1e-4", "--lr", "2e-5", "--steps", "1", "--prompts", "2",
+            "--group-size", "2"]  # fmt: skip
+    proc = subprocess.run([sys.executable, str(EXAMPLE / "train_tools.py"), *args], env=env, capture_output=True,
+                          text=True, timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "summary.json").read_text())
+    assert report["tool"]["after_sft"] >= 0.75 and report["tool"]["end"] >= 0.75, report
+    assert report["tool"]["end"] >= report["no_tool"]["end"] + 0.5, report
