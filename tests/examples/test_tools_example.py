@@ -1,10 +1,10 @@
 """examples/tools/: a calculator-using agent against the same model without the tool.
 
-Fast: the task's reward and the demonstrations (their prompts are what the agent's calls send, and the call
-they teach continues the opening Ludic's server prefills for ``tool_choice``). Slow: a short run of
-``train_tools.py`` (both agents through Ludic's server, a real subprocess) runs every phase of both agents and
-reports them. It does not check that the tool agent ends above the baseline: on the tiny model neither learns
-(see the example's docstring)."""
+Fast: the task's reward and the demonstrations (their ids are what the agent's calls send, on the tiny
+tokenizer and on SmolLM2's BPE one, and the call they teach continues the opening Ludic's server prefills for
+``tool_choice``). Slow: a short run of ``train_tools.py`` on the tiny model (both agents through Ludic's server,
+a real subprocess) runs every phase of both agents and reports them (neither learns the sums on that model);
+a short SmolLM2 run checks that the tool agent ends above the agent without the tool."""
 
 from __future__ import annotations
 
