@@ -282,7 +282,7 @@ async def test_decoding_thread_is_chosen_by_device_unless_set() -> None:
 
 async def test_prefill_computes_only_each_prompts_last_logits():
     """The prefill's output layer sees one position per distinct prompt, not every prompt position: the full
-    ``[prompts, width, vocab]`` logits were 0.9 GB at SmolLM2's vocabulary for a 64-prompt eval batch."""
+    ``[prompts, width, vocab]`` logits are 0.9 GB for 64 prompts of 70 tokens at SmolLM2's vocabulary."""
     engine = TransformersChatClient(tiny_model_path())
     seen: list[tuple[int, ...]] = []
     handle = engine.model.lm_head.register_forward_hook(lambda mod, inp, out: seen.append(tuple(inp[0].shape)))
