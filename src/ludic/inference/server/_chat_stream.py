@@ -4,22 +4,26 @@ The engine tells the handler each token as it is sampled (``complete_ids(on_toke
 decoding thread and handed to the event loop through a queue), so the first content arrives after the
 first decoding step, not after the whole reply. What the chunks carry is what the OpenAI SDK's stream
 accumulators expect: a role chunk (with the prompt's ``prompt_token_ids``, as vLLM's
-``return_token_ids`` streams), content deltas, then at the end each tool call as
-``index``/``id``/``type``/name with empty ``arguments`` followed by its ``arguments``, a last chunk with
-``finish_reason`` and the reply's ``token_ids`` (and log-probs when asked), a usage chunk when
-``stream_options.include_usage`` asks, and ``data: [DONE]``.
+``return_token_ids`` streams), content deltas, tool-call deltas, a last chunk with ``finish_reason`` and
+the reply's ``token_ids`` (and log-probs when asked), a usage chunk when ``stream_options.include_usage``
+asks, and ``data: [DONE]``.
 
 What is sent as content while decoding (``ContentStream``): text that is surely not part of a stop
 string (the longest one's length less one is held back, and a stop string found cuts there) nor of a
 tool call (the parser's ``call_start``: Hermes text before ``<tool_call>``, or before what may be its
 first characters; with tools, trailing whitespace is held too, since a reply with calls has its content
-stripped). A half-decoded UTF-8 character waits for its other bytes. Once a call may have begun,
-nothing more is streamed until the reply is whole and read: calls are sent whole (a call is only known
-to be well formed, and so a call rather than text, once it is closed), then any content the read reply
-has beyond what was streamed. A reply that held no call after all (an unclosed block) has its held text
-sent as content at the end. So the accumulated content equals the non-streamed ``message.content``,
-except that whitespace before a reply's first call is kept where the non-streamed message strips it.
-An error after the stream began is sent as a ``data: {"error": ...}`` event before ``[DONE]``.
+stripped). A half-decoded UTF-8 character waits for its other bytes. Content after a call's start is
+held until the reply is whole and read, then sent (a later malformed call makes the whole reply plain
+content, which streamed text could not take back). So the accumulated content equals the non-streamed
+``message.content``, except that whitespace before a reply's first call is kept where the non-streamed
+message strips it.
+
+Tool calls stream as vLLM streams them (``tool_parsers/streaming.py``): once a call's name is whole a
+delta carries ``index``, ``id``, ``type`` and the name with ``arguments ""``, then each decoding step
+that makes more of its arguments sure sends the next fragment; at the end the rest of each parsed
+call, so a call's fragments add up to exactly its non-streamed ``arguments``. A parser without
+``partial_calls`` (a user's own) has each call sent whole at the end. An error after the stream began
+is sent as a ``data: {"error": ...}`` event before ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from aiohttp import web
 
 from ludic.inference.tool_parsers import ParsedReply, ToolParser
 from ludic.inference.tool_parsers.forcing import call_start
+from ludic.inference.tool_parsers.streaming import CallStream, ToolCallDelta, call_stream
 from ludic.types import ChatResponse
 
 Finish = Callable[[ChatResponse, dict[str, Any]], tuple[dict[str, Any], ParsedReply]]
@@ -52,10 +57,16 @@ class ContentStream:
     parser: ToolParser | None = None  # None: the reply is never read for calls
     ids: list[int] = field(default_factory=list)
     sent: str = ""
+    calls: CallStream | None = field(init=False, default=None)  # the parser's partial_calls, if it has them
+    text: str = field(init=False, default="")  # the reply so far, up to where a stop string may still cut
 
     def push(self, position: int, token: int) -> None:
         del self.ids[position:]  # a position seen before: the row was decoded again from there
         self.ids.append(token)
+
+    def __post_init__(self) -> None:
+        self.calls = call_stream(self.parser) if self.parser is not None else None
+        self.text = self.prefix
 
     def delta(self) -> str:
         """The content that may be sent now beyond what was sent ("" when none)."""
@@ -64,6 +75,7 @@ class ContentStream:
         for stop in self.stops:
             at = text.find(stop)
             safe = min(safe, len(text) if at == -1 else at)
+        self.text = text[: max(safe, 0)]  # what stop strings cannot cut any more: calls are read from it
         if self.parser is not None:
             safe = min(safe, call_start(self.parser, text))
             safe = len(text[:safe].rstrip())
@@ -72,6 +84,10 @@ class ContentStream:
             return ""
         out, self.sent = candidate[len(self.sent) :], candidate
         return out
+
+    def call_deltas(self) -> list[ToolCallDelta]:
+        """The tool-call deltas the reply so far adds (after ``delta``; none for a parser without ``partial_calls``)."""
+        return self.calls.update(self.text) if self.calls is not None else []
 
     def rest(self, content: str | None) -> str:
         """What of the read reply's ``content`` was not streamed yet."""
@@ -125,6 +141,8 @@ async def stream_chat(
                     content.push(*item)
             if delta := content.delta():
                 await _send(response, chunk({"content": delta}))
+            for call in content.call_deltas():
+                await _send(response, chunk({"tool_calls": [call.as_openai()]}))
             if not done:
                 item = await queue.get()
                 done = item is None
@@ -135,7 +153,8 @@ async def stream_chat(
         except Exception as exc:  # after the headers went out: an error event, then the end
             await _send(response, {"error": {"message": f"{type(exc).__name__}: {exc}"[:1000], "code": 500}})
             return await _end(response)
-        for out in final_chunks(envelope, parsed, content.rest(parsed.content), chunk, include_usage, head):
+        calls = content.calls.finish(parsed.tool_calls) if content.calls is not None else whole_calls(parsed)
+        for out in final_chunks(envelope, calls, content.rest(parsed.content), chunk, include_usage, head):
             await _send(response, out)
         return await _end(response)
     finally:
@@ -143,15 +162,20 @@ async def stream_chat(
             task.cancel()
 
 
-def final_chunks(envelope: dict[str, Any], parsed: ParsedReply, rest: str, chunk: Callable[..., dict[str, Any]],
+def whole_calls(parsed: ParsedReply) -> list[ToolCallDelta]:
+    """Each call sent whole at the end (a parser without ``partial_calls``): named, then all its arguments."""
+    out = []
+    for i, call in enumerate(parsed.tool_calls):
+        out += [ToolCallDelta(i, "", call.id, call.name), ToolCallDelta(i, call.arguments)]
+    return out
+
+
+def final_chunks(envelope: dict[str, Any], calls: list[ToolCallDelta], rest: str, chunk: Callable[..., dict[str, Any]],
                  include_usage: bool, head: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
-    """The chunks once the reply is whole: content not yet sent, the calls, the finish, usage."""
+    """The chunks once the reply is whole: content not yet sent, what is left of the calls, the finish, usage."""
     choice = envelope["choices"][0]
     out = [chunk({"content": rest})] if rest else []
-    for i, call in enumerate(parsed.tool_calls):
-        named = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
-        out.append(chunk({"tool_calls": [named]}))
-        out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]}))
+    out += [chunk({"tool_calls": [call.as_openai()]}) for call in calls]
     last = {k: choice[k] for k in ("token_ids", "weight_versions", "logprobs", "text", "forced_token_ids",
                                    "tool_choice_unmet") if k in choice}  # fmt: skip
     out.append(chunk({}, choice["finish_reason"], **last))

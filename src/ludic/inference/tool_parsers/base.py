@@ -14,6 +14,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ludic.inference.tool_parsers.partial_json import strict_loads
+
 
 @dataclass(frozen=True)
 class ParsedToolCall:
@@ -69,7 +71,7 @@ def call_from_object(obj: Any, args_keys: tuple[str, ...] = ("arguments",), *, m
         raise ValueError(f"not a tool call object: {str(obj)[:80]!r}")
     args: Any = next((obj[k] for k in args_keys if k in obj), {})
     if isinstance(args, str):
-        args = json.loads(args)  # some models emit the arguments as a JSON string
+        args = strict_loads(args)  # some models emit the arguments as a JSON string
     if not isinstance(args, dict):
         raise ValueError(f"tool call arguments must be an object, got {type(args).__name__}")
     text = json.dumps(args, ensure_ascii=False)

@@ -11,6 +11,8 @@ import json
 
 from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, finish, plain
 from ludic.inference.tool_parsers.forcing import marker_start
+from ludic.inference.tool_parsers.partial_json import Malformed, skip_ws, strict_loads
+from ludic.inference.tool_parsers.streaming import PartialCall, read_call_object
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -30,7 +32,7 @@ class HermesToolParser:
                 return plain(text)
             outside.append(text[pos:start])
             try:
-                calls.append(call_from_object(json.loads(text[start + len(OPEN) : end])))
+                calls.append(call_from_object(strict_loads(text[start + len(OPEN) : end])))
             except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; deep nesting
                 return plain(text)
             pos = end + len(CLOSE)
@@ -39,6 +41,24 @@ class HermesToolParser:
 
     def call_start(self, text: str) -> int:
         return marker_start(text, OPEN)
+
+    def partial_calls(self, text: str) -> list[PartialCall]:
+        """The blocks begun so far, up to the first that cannot be a call (see ``streaming``)."""
+        calls: list[PartialCall] = []
+        pos = 0
+        while (start := text.find(OPEN, pos)) != -1:
+            try:
+                call, end = read_call_object(text, start + len(OPEN))
+            except Malformed:
+                break
+            calls.append(call)
+            if end is None:
+                break
+            after = skip_ws(text, end)
+            if not CLOSE.startswith(text[after : after + len(CLOSE)]):
+                break  # text after the object inside the block: the reply will be plain content
+            pos = after
+        return calls
 
     def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
         """``<tool_call>`` (+ a newline where the template writes one, as Qwen's do) and, for a named

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 
 from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, plain
+from ludic.inference.tool_parsers.partial_json import STRICT_DECODER, Malformed, skip_ws
+from ludic.inference.tool_parsers.streaming import PartialCall, read_call_object
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -23,7 +25,7 @@ class Llama3JsonToolParser:
             body = body[len(PYTHON_TAG) :].lstrip()
         if not body.startswith("{"):
             return plain(text)
-        decoder = json.JSONDecoder()
+        decoder = STRICT_DECODER
         calls: list[ParsedToolCall] = []
         pos = 0
         try:
@@ -48,6 +50,27 @@ class Llama3JsonToolParser:
         if not body or body.startswith("{") or body.startswith(PYTHON_TAG) or PYTHON_TAG.startswith(body):
             return 0
         return len(text)
+
+    def partial_calls(self, text: str) -> list[PartialCall]:
+        """The call objects begun so far, while the reply can still be all calls (see ``streaming``)."""
+        body = text.lstrip()
+        if body.startswith(PYTHON_TAG):
+            body = body[len(PYTHON_TAG) :]
+        calls: list[PartialCall] = []
+        pos = skip_ws(body, 0)
+        while pos < len(body):
+            try:
+                call, end = read_call_object(body, pos, ("parameters", "arguments"))
+            except Malformed:
+                break
+            calls.append(call)
+            if end is None:
+                break
+            pos = skip_ws(body, end)
+            if pos < len(body) and body[pos] != ";":
+                break
+            pos = skip_ws(body, pos + 1)
+        return calls
 
     def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
         if function is None:

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import json
 
-from ludic.inference.tool_parsers.base import ParsedReply, ParsedToolCall, call_from_object, finish, plain
+from ludic.inference.tool_parsers.base import (
+    ParsedReply,
+    ParsedToolCall,
+    call_from_object,
+    finish,
+    mistral_call_id,
+    plain,
+)
 from ludic.inference.tool_parsers.forcing import marker_start
+from ludic.inference.tool_parsers.partial_json import STRICT_DECODER, Malformed, canonical_prefix, skip_ws
+from ludic.inference.tool_parsers.streaming import PartialCall, read_call_object
 
 MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
 
@@ -32,6 +41,19 @@ class MistralToolParser:
     def call_start(self, text: str) -> int:
         return marker_start(text, MARKER)
 
+    new_call_id = staticmethod(mistral_call_id)
+
+    def partial_calls(self, text: str) -> list[PartialCall]:
+        """The calls begun after ``[TOOL_CALLS]`` so far, in either spelling (see ``streaming``)."""
+        _, marker, tail = text.partition(MARKER)
+        start = skip_ws(tail, 0)
+        if not marker or start == len(tail):
+            return []
+        try:
+            return _partial_array(tail, start + 1) if tail[start] == "[" else _partial_args(tail)
+        except Malformed:
+            return []
+
     def forced_prefix(self, function: str | None, chat_template: str | None) -> str:
         """``[TOOL_CALLS]`` (the model picks the call and its spelling); a named function in the array form,
         up to ``"arguments":`` (no space after: see ``HermesToolParser.forced_prefix``)."""
@@ -41,7 +63,7 @@ class MistralToolParser:
 
 
 def _array_calls(tail: str) -> list[ParsedToolCall]:
-    decoder = json.JSONDecoder()
+    decoder = STRICT_DECODER
     body = tail.strip()
     items, end = decoder.raw_decode(body)
     if body[end:].strip() or not isinstance(items, list) or not items:
@@ -50,7 +72,7 @@ def _array_calls(tail: str) -> list[ParsedToolCall]:
 
 
 def _args_calls(tail: str) -> list[ParsedToolCall]:
-    decoder = json.JSONDecoder()
+    decoder = STRICT_DECODER
     calls = []
     for part in tail.split(MARKER):
         name, args, raw = part.partition(ARGS)
@@ -61,4 +83,30 @@ def _args_calls(tail: str) -> list[ParsedToolCall]:
         if raw[end:].strip():
             raise ValueError("text after a call's arguments")
         calls.append(call_from_object({"name": name.strip(), "arguments": obj}, mistral_id=True))
+    return calls
+
+
+def _partial_array(tail: str, pos: int) -> list[PartialCall]:
+    calls: list[PartialCall] = []
+    while True:
+        try:
+            call, end = read_call_object(tail, pos)
+        except Malformed:
+            return calls
+        calls.append(call)
+        pos = skip_ws(tail, end) if end is not None else len(tail)
+        if pos >= len(tail) or tail[pos] != ",":
+            return calls
+        pos += 1
+
+
+def _partial_args(tail: str) -> list[PartialCall]:
+    calls: list[PartialCall] = []
+    for part in tail.split(MARKER):
+        name, args, raw = part.partition(ARGS)
+        if not args or not name.strip():
+            break
+        raw = raw.lstrip()
+        arguments, _ = canonical_prefix(raw) if raw.startswith("{") else ("", False)
+        calls.append(PartialCall(name.strip(), arguments))
     return calls
