@@ -332,3 +332,48 @@ def test_a_users_parser_named_on_the_command_line_reads_the_replies(
 def test_an_unknown_tool_parser_stops_the_server_naming_the_choices(tool_model: Path) -> None:
     with pytest.raises(RuntimeError, match=r"--tool-parser: unknown tool parser 'qwen9'.*hermes.*llama3_json"):
         start_server(tool_model, "--tool-parser", "qwen9")
+
+
+def streamed_chunks(url: str, **fields: Any) -> list[dict[str, Any]]:
+    body = {"model": "tiny", "messages": QUESTION, "tools": [CALCULATOR], "temperature": 0, "max_tokens": 120,
+            "stream": True, **fields}  # fmt: skip
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=60) as response:
+        lines = [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required", "named"])
+def test_a_streamed_calls_arguments_arrive_fragment_by_fragment_while_decoding(tool_url: str, tool_choice: str) -> None:
+    choice = NAMED if tool_choice == "named" else tool_choice
+    chunks = streamed_chunks(tool_url, tool_choice=choice)
+    whole = httpx.post(tool_url + "/chat/completions", timeout=60, json={"model": "tiny", "messages": QUESTION,
+                       "tools": [CALCULATOR], "temperature": 0, "max_tokens": 120, "tool_choice": choice}).json()  # fmt: skip
+    [expected] = whole["choices"][0]["message"]["tool_calls"]
+    deltas = [(at, d) for at, c in enumerate(chunks) if c["choices"] for d in c["choices"][0]["delta"].get("tool_calls", [])]
+    (named_at, named), *rest = deltas
+    assert named_at < rest[0][0]
+    assert named == {"index": 0, "id": named["id"], "type": "function",
+                     "function": {"name": "calculator", "arguments": ""}}  # fmt: skip
+    assert all(set(d) == {"index", "function"} and d["index"] == 0 for _, d in rest)
+    fragments = [d["function"]["arguments"] for _, d in rest]
+    # the old server sent the arguments whole, in one chunk, once the reply had ended
+    assert len(fragments) >= 2, f"the arguments came in {len(fragments)} chunk(s): {fragments}"
+    assert "".join(fragments) == expected["function"]["arguments"]  # exactly the non-streamed call's text
+    assert rest[0][0] < len(chunks) - 2  # the first fragment was sent while the reply was still being decoded
+    last = chunks[-1]["choices"][0]
+    assert last["finish_reason"] == "tool_calls"
+    assert last["token_ids"] == whole["choices"][0]["token_ids"]  # the trained sequence does not depend on streaming
+    assert not any(c["choices"][0]["delta"].get("content") for c in chunks if c["choices"])
+
+
+def test_the_sdks_stream_helper_rebuilds_the_non_streamed_call(tool_url: str) -> None:
+    client = openai.OpenAI(base_url=tool_url, api_key="-", max_retries=0)
+    kwargs = {"model": "tiny", "messages": QUESTION, "tools": [CALCULATOR], "temperature": 0, "max_tokens": 120}
+    with client.chat.completions.stream(**kwargs) as stream:
+        fragments = [event.arguments_delta for event in stream if event.type == "tool_calls.function.arguments.delta"]
+        final = stream.get_final_completion().choices[0]
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    [streamed_call], [call] = final.message.tool_calls, whole.message.tool_calls
+    assert (streamed_call.function.name, streamed_call.function.arguments) == (call.function.name, call.function.arguments)
+    assert len(fragments) >= 2 and final.finish_reason == whole.finish_reason == "tool_calls"
