@@ -371,7 +371,7 @@ def test_the_sdks_stream_helper_rebuilds_the_non_streamed_call(tool_url: str) ->
     client = openai.OpenAI(base_url=tool_url, api_key="-", max_retries=0)
     kwargs = {"model": "tiny", "messages": QUESTION, "tools": [CALCULATOR], "temperature": 0, "max_tokens": 120}
     with client.chat.completions.stream(**kwargs) as stream:
-        fragments = [event.arguments_delta for event in stream if event.type == "tool_calls.function.arguments.delta"]
+        fragments = [event.arguments_delta for event in stream if event.type == "tool_calls.function.arguments.delta" and event.arguments_delta]
         final = stream.get_final_completion().choices[0]
     whole = client.chat.completions.create(**kwargs).choices[0]
     [streamed_call], [call] = final.message.tool_calls, whole.message.tool_calls
