@@ -377,3 +377,14 @@ def test_the_sdks_stream_helper_rebuilds_the_non_streamed_call(tool_url: str) ->
     [streamed_call], [call] = final.message.tool_calls, whole.message.tool_calls
     assert (streamed_call.function.name, streamed_call.function.arguments) == (call.function.name, call.function.arguments)
     assert len(fragments) >= 2 and final.finish_reason == whole.finish_reason == "tool_calls"
+
+
+def test_a_call_that_proves_malformed_after_it_began_streaming_ends_as_content(tool_url: str) -> None:
+    chunks = streamed_chunks(tool_url, messages=BROKEN_QUESTION)
+    deltas = [d for c in chunks if c["choices"] for d in c["choices"][0]["delta"].get("tool_calls", [])]
+    # its name and first fragments went out while it was still well formed; streamed text cannot be taken back
+    assert deltas[0]["function"] == {"name": "calculator", "arguments": ""}
+    assert "".join(d["function"]["arguments"] for d in deltas) == '{"expression": '
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    last = chunks[-1]["choices"][0]
+    assert (content, last["finish_reason"]) == (BROKEN_TEXT, "stop")  # as the non-streamed reply: plain content

@@ -11,6 +11,7 @@ from ludic.inference.tool_parsers.registry import (
     resolve_tool_parser,
     tool_parser_names,
 )
+from ludic.inference.tool_parsers.streaming import PartialCall, read_call_object
 
 __all__ = [
     "HermesToolParser",
@@ -18,9 +19,11 @@ __all__ = [
     "MistralToolParser",
     "ParsedReply",
     "ParsedToolCall",
+    "PartialCall",
     "ToolParser",
     "detect_tool_parser",
     "get_tool_parser",
+    "read_call_object",
     "register_tool_parser",
     "resolve_tool_parser",
     "tool_parser_names",

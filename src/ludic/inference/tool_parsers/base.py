@@ -47,7 +47,9 @@ class ParsedReply:
 
 @runtime_checkable
 class ToolParser(Protocol):
-    """The seam: a parser for one tool-call format (see ``inference/tool_parsers/registry.py`` to add one)."""
+    """The seam: a parser for one tool-call format (see ``inference/tool_parsers/registry.py`` to add one).
+
+    Optional methods: ``call_start``/``forced_prefix`` (``forcing.py``), ``partial_calls`` (``streaming.py``)."""
 
     name: str
 

@@ -3,8 +3,8 @@
 Ludic's engine has no grammar engine, so ``tool_choice="required"`` or a named function is honoured by
 *prefilling*: the reply starts with the format's opening of a call (Hermes ``<tool_call>{"name": "calc",
 "arguments": `` for ``calc``) and the model writes the rest, which the parser then reads as for any reply.
-A streamed reply sends its text as content until a call may have started (``call_start``), then holds
-the rest until the reply is whole and parsed.
+A streamed reply sends its text as content until a call may have started (``call_start``); the calls
+themselves stream through ``partial_calls`` (``streaming.py``), and the content after them waits for the end.
 
 Both are optional methods of a parser (``forced_prefix(function, chat_template)``, ``call_start(text)``);
 a parser of your own without them cannot force calls (``tool_choice`` other than auto/none is refused
