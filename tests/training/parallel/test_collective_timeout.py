@@ -46,7 +46,7 @@ def test_a_barrier_whose_peer_never_arrives_fails_within_the_bound_naming_the_co
     _run("barrier", tmp_path)
     got = json.loads((tmp_path / "rank0.json").read_text())
     assert got["operation"] == "torch.distributed barrier on rank 0"
-    assert got["peer"] == "the other ranks of 2 (torch does not say which)"  # gloo names no rank
+    assert got["peer"] == "rank 1 (the only other rank)"  # gloo names no rank; of 2 ranks it can only be rank 1
     assert got["bound_s"] == BOUND_S and BOUND_S - 0.1 <= got["waited_s"] <= BOUND_S + 1.5
     assert got["took_s"] <= BOUND_S + 1.5
     assert "Timed out" in got["message"] and "after" in got["message"]

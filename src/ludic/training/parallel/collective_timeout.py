@@ -136,6 +136,8 @@ def named_collective(operation: str, *, peer_rank: int | None = None) -> Iterato
             peer = f"rank {known[-1]}"
         elif named is not None:
             peer = f"rank {named}"
+        elif world == 2:
+            peer = f"rank {1 - me} (the only other rank)"
         else:
             peer = f"the other ranks of {world if world is not None else '?'} (torch does not say which)"
         raise WaitTimeout(peer=peer, operation=what, waited_s=waited, bound_s=_bound_s,
