@@ -86,4 +86,4 @@ def test_the_trainers_wait_for_data_is_measured_with_one_and_two_actor_hosts(clu
     the test checks it is measured, not its value)."""
     run = cluster(["redis", "server0", "trainer0", *[f"actor{i}" for i in range(actors)]])
     fraction = _wait_fraction(run, actors, steps=6)
-    print(f"{actors} actor host(s): trainer waited for data {fraction:.0%} of its step time")
+    print(f"{actors} actor host(s): trainer waited for data {fraction:.2%} of its step time")
