@@ -18,7 +18,7 @@ content, which streamed text could not take back). So the accumulated content eq
 ``message.content``, except that whitespace before a reply's first call is kept where the non-streamed
 message strips it.
 
-Tool calls stream as vLLM streams them (``tool_parsers/streaming.py``): once a call's name is whole a
+Tool calls stream as vLLM streams them (``ludic/inference/tool_parsers/streaming.py``): once a call's name is whole a
 delta carries ``index``, ``id``, ``type`` and the name with ``arguments ""``, then each decoding step
 that makes more of its arguments sure sends the next fragment; at the end the rest of each parsed
 call, so a call's fragments add up to exactly its non-streamed ``arguments``. A parser without
