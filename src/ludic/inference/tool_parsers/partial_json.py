@@ -89,19 +89,8 @@ def _container(text: str, i: int, out: list[str], close: str, *, keyed: bool) ->
         if i >= len(text):
             raise Incomplete
         if keyed:
-            if text[i] != '"':
-                raise Malformed(f"expected a key at {i}")
-            i, key = string(text, i, out)
-            if key in keys:
-                raise Malformed(f"key {key!r} appears twice in one object")
-            keys.add(key)
-            i = skip_ws(text, i)
-            if i >= len(text):
-                raise Incomplete
-            if text[i] != ":":
-                raise Malformed(f"expected ':' at {i}")
+            i, _ = key_and_colon(text, i, keys, out)
             out.append(": ")
-            i += 1
         i = skip_ws(text, value(text, i, out))
         if i >= len(text):
             raise Incomplete
@@ -112,6 +101,23 @@ def _container(text: str, i: int, out: list[str], close: str, *, keyed: bool) ->
             raise Malformed(f"expected ',' or {close!r} at {i}")
         out.append(", ")
         i += 1
+
+
+def key_and_colon(text: str, i: int, keys: set[str], out: list[str]) -> tuple[int, str]:
+    """Read an object's key at ``i`` (spelt into ``out``, added to ``keys``) and the ``:`` after it: the index
+    after the colon, and the key. A key already in ``keys`` is malformed (``json.loads`` would overwrite its value)."""
+    if text[i] != '"':
+        raise Malformed(f"expected a key at {i}")
+    i, key = string(text, i, out)
+    if key in keys:
+        raise Malformed(f"key {key!r} appears twice in one object")
+    keys.add(key)
+    i = skip_ws(text, i)
+    if i >= len(text):
+        raise Incomplete
+    if text[i] != ":":
+        raise Malformed(f"expected ':' at {i}")
+    return i + 1, key
 
 
 def string(text: str, i: int, out: list[str]) -> tuple[int, str]:

@@ -25,6 +25,7 @@ from ludic.inference.tool_parsers.partial_json import (
     Incomplete,
     Malformed,
     canonical_prefix,
+    key_and_colon,
     skip_ws,
     string,
     value,
@@ -76,18 +77,8 @@ def read_call_object(text: str, i: int, args_keys: tuple[str, ...] = ("arguments
             i = skip_ws(text, i)
             if i >= len(text):
                 raise Incomplete
-            if text[i] != '"':
-                raise Malformed("expected a key")
-            i, key = string(text, i, scratch)
-            if key in keys:
-                raise Malformed(f"key {key!r} appears twice in a call")
-            keys.add(key)
-            i = skip_ws(text, i)
-            if i >= len(text):
-                raise Incomplete
-            if text[i] != ":":
-                raise Malformed("expected ':'")
-            start = skip_ws(text, i + 1)
+            i, key = key_and_colon(text, i, keys, scratch)
+            start = skip_ws(text, i)
             if key == args_keys[0] and text[start : start + 1] == "{":
                 arguments, _ = canonical_prefix(text[start:])
             i = skip_ws(text, value(text, start, scratch))
