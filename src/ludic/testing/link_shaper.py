@@ -8,15 +8,19 @@ Why not ``tc qdisc ... netem``: the kernels these tests run on are built without
 Frames are read and written with their virtio-net header (``PACKET_VNET_HDR``), so the large segments veth
 passes around (GSO) and checksums the kernel has not filled in yet (CHECKSUM_PARTIAL) cross unchanged.
 
-Run: ``python -m ludic.testing.link_shaper HOST_SIDE NET_SIDE --delay-ms D --loss-pct L [--seed S]``:
-frames read on HOST_SIDE go out NET_SIDE after D ms, a fraction L/100 of them dropped; frames the other way
-pass at once. It prints ``ready`` once both sockets are bound, and runs until killed.
+Run: ``python -m ludic.testing.link_shaper HOST_SIDE NET_SIDE --delay-ms D --loss-pct L [--rate-kbit R]
+[--seed S]``: frames read on HOST_SIDE go out NET_SIDE after D ms, a fraction L/100 of them dropped, and with
+R, one after another at R kbit/s (a frame of B bytes holds the line 8*B/R ms, as ``tc netem rate``), so a
+write bigger than a frame crosses in pieces over a time the test sets; frames the other way pass at once. It
+prints ``ready`` once both sockets are bound, and runs until killed. A port that goes down (``ip link set
+down``: the cable pulled) loses what is sent to it and reads nothing until it is up again.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import heapq
 import random
 import select
@@ -41,9 +45,19 @@ def open_port(interface: str) -> socket.socket:
     return sock
 
 
-def forward(host_side: str, net_side: str, delay_ms: float, loss_pct: float, seed: int = 0) -> None:
-    """Forward frames both ways forever; the host-to-network way is delayed and lossy."""
+def forward(
+    host_side: str,
+    net_side: str,
+    delay_ms: float,
+    loss_pct: float,
+    seed: int = 0,
+    rate_kbit: float | None = None,
+) -> None:
+    """Forward frames both ways forever; the host-to-network way is delayed, lossy and (``rate_kbit``) narrow."""
+    if rate_kbit is not None and rate_kbit <= 0:
+        raise ValueError(f"rate_kbit={rate_kbit}: a link's rate is > 0 kbit/s (None: unlimited)")
     rng = random.Random(seed)
+    line_free = 0.0  # when the rate-limited line has sent the last frame queued on it
     host, net = open_port(host_side), open_port(net_side)
     print("ready", flush=True)
     due: list[tuple[float, int, bytes]] = []  # (send time, sequence, frame) bound for ``net``
@@ -54,7 +68,10 @@ def forward(host_side: str, net_side: str, delay_ms: float, loss_pct: float, see
         if host in readable:
             for frame in _drain(host):
                 if rng.random() * 100 >= loss_pct:
-                    heapq.heappush(due, (time.monotonic() + delay_ms / 1000, seq, frame))
+                    leaves = time.monotonic() + delay_ms / 1000
+                    if rate_kbit is not None:  # in line behind the frames before it, then its own length
+                        line_free = leaves = max(leaves, line_free) + len(frame) * 8 / (rate_kbit * 1000)
+                    heapq.heappush(due, (leaves, seq, frame))
                     seq += 1
         if net in readable:
             for frame in _drain(net):
@@ -70,6 +87,10 @@ def _drain(sock: socket.socket) -> list[bytes]:
         try:
             frames.append(sock.recv(_MAX_FRAME))
         except BlockingIOError:
+            break
+        except OSError as exc:  # the port went down (reported once): it reads again once it is up
+            if exc.errno not in (errno.ENETDOWN, errno.ENXIO):
+                raise
             break
     return frames
 
@@ -87,8 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--loss-pct", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate-kbit", type=float, default=None)
     args = parser.parse_args(argv)
-    forward(args.host_side, args.net_side, args.delay_ms, args.loss_pct, args.seed)
+    forward(args.host_side, args.net_side, args.delay_ms, args.loss_pct, args.seed, args.rate_kbit)
 
 
 if __name__ == "__main__":

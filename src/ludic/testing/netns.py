@@ -160,25 +160,34 @@ class HostNetwork:
 
     # -- links ---------------------------------------------------------------------------------------------
     def link_down(self, host: str) -> None:
-        """Cut ``host``'s cable: its bridge port goes down, packets to and from it are dropped."""
-        command(["ip", "-n", self.bridge, "link", "set", self._port(host), "down"])
+        """Cut ``host``'s cable: its bridge port goes down, packets to and from it are dropped (on a ``netem``
+        link, the relay's port too: frames it still holds are lost, not delivered late)."""
+        for port in self._cable(host):
+            command(["ip", "-n", self.bridge, "link", "set", port, "down"])
 
     def link_up(self, host: str) -> None:
         """Plug ``host``'s cable back in."""
-        command(["ip", "-n", self.bridge, "link", "set", self._port(host), "up"])
+        for port in self._cable(host):
+            command(["ip", "-n", self.bridge, "link", "set", port, "up"])
 
-    def netem(self, host: str, delay_ms: float = 0.0, loss_pct: float = 0.0) -> None:
-        """Slow or lossy link: every frame ``host`` sends waits ``delay_ms`` and is dropped with ``loss_pct``%.
+    def _cable(self, host: str) -> list[str]:
+        port = self._port(host)
+        return [port, "q" + port[1:]] if host in self._shapers else [port]
+
+    def netem(
+        self, host: str, delay_ms: float = 0.0, loss_pct: float = 0.0, rate_kbit: float | None = None
+    ) -> None:
+        """Slow or lossy link: every frame ``host`` sends waits ``delay_ms`` and is dropped with ``loss_pct``%;
+        with ``rate_kbit``, the frames leave one after another at that rate (a narrow link).
 
         Only ``host``'s outgoing frames, so a round trip between it and any peer gains ``delay_ms`` (not
         twice). A second call replaces the first. ``tc netem``'s job, done by ``ludic.testing.link_shaper``
         (these kernels lack sch_netem): the host's bridge port leaves the bridge and a user-space relay
         carries its frames to a new port in its place.
         """
-        if delay_ms < 0 or not 0 <= loss_pct <= 100:
-            raise ValueError(
-                f"netem delay_ms={delay_ms} loss_pct={loss_pct}: need delay >= 0, 0 <= loss <= 100"
-            )
+        if delay_ms < 0 or not 0 <= loss_pct <= 100 or (rate_kbit is not None and rate_kbit <= 0):
+            raise ValueError(f"netem delay_ms={delay_ms} loss_pct={loss_pct} rate_kbit={rate_kbit}: need "
+                             "delay >= 0, 0 <= loss <= 100, rate > 0 (or None)")  # fmt: skip
         self.clear_netem(host)
         br, port = ["ip", "-n", self.bridge], self._port(host)
         relay, relay_peer = "q" + port[1:], "r" + port[1:]
@@ -186,7 +195,7 @@ class HostNetwork:
         command([*br, "link", "set", relay_peer, "master", "br0", "up"])
         command([*br, "link", "set", relay, "up"])
         argv = [sys.executable, link_shaper.__file__, port, relay, "--delay-ms", str(delay_ms),
-                "--loss-pct", str(loss_pct)]  # fmt: skip
+                "--loss-pct", str(loss_pct), *(["--rate-kbit", str(rate_kbit)] if rate_kbit else [])]  # fmt: skip
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.bridge, *argv],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
