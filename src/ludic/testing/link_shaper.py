@@ -12,8 +12,9 @@ Run: ``python -m ludic.testing.link_shaper HOST_SIDE NET_SIDE --delay-ms D --los
 [--seed S]``: frames read on HOST_SIDE go out NET_SIDE after D ms, a fraction L/100 of them dropped, and with
 R, one after another at R kbit/s (a frame of B bytes holds the line 8*B/R ms, as ``tc netem rate``), so a
 write bigger than a frame crosses in pieces over a time the test sets; frames the other way pass at once. It
-prints ``ready`` once both sockets are bound, and runs until killed. A port that goes down (``ip link set
-down``: the cable pulled) loses what is sent to it and reads nothing until it is up again.
+prints ``ready`` once both sockets are bound, and runs until killed. When HOST_SIDE goes down (``ip link set
+down``: the cable pulled) the frames still held are dropped; a port that is down reads nothing and loses what
+is sent to it, until it is up again.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ def forward(
         wait = max(0.0, due[0][0] - time.monotonic()) if due else 1.0
         readable, _, _ = select.select([host, net], [], [], wait)
         if host in readable:
-            for frame in _drain(host):
+            frames, went_down = _drain(host)
+            if went_down:  # the cable was pulled: what is still on the wire is lost with it
+                due.clear()
+            for frame in frames:
                 if rng.random() * 100 >= loss_pct:
                     leaves = time.monotonic() + delay_ms / 1000
                     if rate_kbit is not None:  # in line behind the frames before it, then its own length
@@ -74,14 +78,15 @@ def forward(
                     heapq.heappush(due, (leaves, seq, frame))
                     seq += 1
         if net in readable:
-            for frame in _drain(net):
+            for frame in _drain(net)[0]:
                 _send(host, frame)
         now = time.monotonic()
         while due and due[0][0] <= now:
             _send(net, heapq.heappop(due)[2])
 
 
-def _drain(sock: socket.socket) -> list[bytes]:
+def _drain(sock: socket.socket) -> tuple[list[bytes], bool]:
+    """The frames waiting on ``sock``, and whether its port reported going down."""
     frames = []
     while len(frames) < 256:
         try:
@@ -91,8 +96,8 @@ def _drain(sock: socket.socket) -> list[bytes]:
         except OSError as exc:  # the port went down (reported once): it reads again once it is up
             if exc.errno not in (errno.ENETDOWN, errno.ENXIO):
                 raise
-            break
-    return frames
+            return frames, True
+    return frames, False
 
 
 def _send(sock: socket.socket, frame: bytes) -> None:
