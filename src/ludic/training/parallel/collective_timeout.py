@@ -92,17 +92,17 @@ def _named_rank(text: str, me: int) -> str | None:
     return next((m.group(1) for m in _RANK.finditer(text) if int(m.group(1)) != me), None)
 
 
-def _lost_peer(exc: BaseException, peer_rank: int | None, me: int, world: int | None) -> str:
+def _peer(exc: BaseException, peer_rank: int | None, me: int, world: int | None) -> str:
+    """Who a failed collective was waiting on or lost, from the most to the least certain: the rank given,
+    a rank torch's message names, the other rank of two, the address gloo names, else all the others."""
     text = str(exc)
     address = _ADDRESS.search(text)
     at = f" at {address.group(1)}" if address is not None else ""
-    named = _named_rank(text, me)
-    if peer_rank is not None:
-        return f"rank {peer_rank}{at}"
-    if named is not None:
-        return f"rank {named}{at}"
+    rank = peer_rank if peer_rank is not None else _named_rank(text, me)
+    if rank is not None:
+        return f"rank {rank}{at}"
     if world == 2:
-        return f"rank {1 - me}{at}"
+        return f"rank {1 - me}{at or ' (the only other rank)'}"
     if address is not None:
         return f"the rank(s) at {address.group(1)} (gloo names the address, not the rank)"
     return f"the other ranks of {world if world is not None else '?'} (torch does not say which)"
@@ -128,18 +128,9 @@ def named_collective(operation: str, *, peer_rank: int | None = None) -> Iterato
         world = dist.get_world_size() if dist.is_initialized() else None
         what = f"torch.distributed {stack[0][0]} on rank {me}"
         waited = time.monotonic() - started
+        peer = _peer(exc, known[-1] if known else None, me, world)
         if lost:
-            peer = _lost_peer(exc, known[-1] if known else None, me, world)
             raise PeerLost(peer=peer, operation=what, waited_s=waited, detail=f"torch: {exc}") from exc
-        named = _named_rank(str(exc), me)
-        if known:
-            peer = f"rank {known[-1]}"
-        elif named is not None:
-            peer = f"rank {named}"
-        elif world == 2:
-            peer = f"rank {1 - me} (the only other rank)"
-        else:
-            peer = f"the other ranks of {world if world is not None else '?'} (torch does not say which)"
         raise WaitTimeout(peer=peer, operation=what, waited_s=waited, bound_s=_bound_s,
                           detail=f"torch: {exc}") from exc  # fmt: skip
     finally:
