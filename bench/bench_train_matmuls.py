@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from curve_models import SIZES as CURVE_SIZES
 from curve_models import qwen2_config
 
-from ludic.kernels.cpu.onednn_linear import _inner_product, onednn_available, weight_and_bias_grads
+from ludic.kernels.cpu.onednn_linear import inner_product, onednn_available, weight_and_bias_grads
 from ludic.training import Trainer, TrainerConfig, make_grpo
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWBatch, SAWItem
 
@@ -40,8 +40,8 @@ def timed(fn: Callable[[], object]) -> float:
 def products(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> dict[str, tuple[Callable, Callable]]:
     """The three products of one linear layer's training step: (MKL, oneDNN) for each."""
     return {
-        "forward": (lambda: F.linear(x, w), lambda: _inner_product(x, w)),
-        "grad input": (lambda: dy.mm(w), lambda: _inner_product(dy, w.t().contiguous())),
+        "forward": (lambda: F.linear(x, w), lambda: inner_product(x, w)),
+        "grad input": (lambda: dy.mm(w), lambda: inner_product(dy, w.t().contiguous())),
         "grad weight": (lambda: dy.t().mm(x), lambda: weight_and_bias_grads(dy, x, w, False)),
     }
 

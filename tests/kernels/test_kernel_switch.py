@@ -24,7 +24,7 @@ from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
 from ludic.training.trainer import Trainer
 
-ALL_ON = KernelChoice(True, True, True, True, True)
+ALL_ON = KernelChoice(True, True, True, True, True, True)
 
 
 @pytest.fixture
@@ -74,7 +74,8 @@ def test_a_missing_op_turns_off_only_its_kernels_and_is_logged_once(without, cap
     with caplog.at_level(logging.WARNING, logger="ludic.kernels.private_ops"):
         first, second = select("cpu"), select("cpu")
     assert first == second == KernelChoice(
-        onednn_linear=False, segment_attention=True, lean_decoder=True, packed_linear=True, shared_prefix_cache=True
+        onednn_linear=False, segment_attention=True, lean_decoder=True, packed_linear=True, shared_prefix_cache=True,
+        recompute_layers=True,
     )
     assert [r.getMessage().count("mkldnn_linear_backward_weights") for r in caplog.records] == [1]
     assert not onednn.onednn_available()  # a direct caller of the kernel falls back too

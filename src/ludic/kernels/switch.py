@@ -47,6 +47,8 @@ class KernelChoice:
     lean_decoder: the embedded engine decodes through ``cpu/lean_decoder.py``; off, through the model's forward.
     packed_linear: the lean decoder's matmuls on oneDNN's packed weights; off, ``F.linear``.
     shared_prefix_cache: rows sharing a prompt read its K/V once (``cpu/shared_prefix_cache.py``).
+    recompute_layers: training's gated MLPs and RMSNorms keep less for the backward and recompute their
+        elementwise parts there (``cpu/recompute.py``); off, autograd keeps what the layers' own ops save.
     """
 
     onednn_linear: bool = False
@@ -54,6 +56,7 @@ class KernelChoice:
     lean_decoder: bool = False
     packed_linear: bool = False
     shared_prefix_cache: bool = False
+    recompute_layers: bool = False
 
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -62,6 +65,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "lean_decoder": (),
     "packed_linear": (LINEAR_POINTWISE, REORDER_LINEAR_WEIGHT),
     "shared_prefix_cache": (FLASH_ATTENTION_CPU,),
+    "recompute_layers": (),
 }
 """The private ops each kernel calls (``private_ops``); the others are plain PyTorch ops."""
 

@@ -65,7 +65,7 @@ def test_onednn_linears_never_take_tensors_off_the_cpu(monkeypatch):
     monkeypatch.setattr(onednn_linear.OneDNNLinear, "apply", refuse)
     layer = torch.nn.Linear(64, 64, device="meta")
     x = torch.empty(4096, 64, device="meta")  # enough rows that the CPU would take oneDNN
-    assert not onednn_linear._runs_on_onednn(x, layer.weight, layer.bias)
+    assert not onednn_linear.runs_on_onednn(x, layer.weight, layer.bias)
     with onednn_linear.onednn_linears(layer):
         assert layer(x).shape == (4096, 64)
 

@@ -38,7 +38,9 @@ def loss_and_grads(model, items, budget_bytes):
 def test_the_estimate_follows_the_config():
     model = build("qwen2")
     c = model.config
-    assert activation_bytes_per_token(model) == c.num_hidden_layers * (4 * c.intermediate_size + 10 * c.hidden_size) * 4
+    plain = c.num_hidden_layers * (4 * c.intermediate_size + 10 * c.hidden_size) * 4
+    assert activation_bytes_per_token(model, "off") == plain
+    assert activation_bytes_per_token(model) == c.num_hidden_layers * (2 * c.intermediate_size + 8 * c.hidden_size) * 4
     assert activation_token_cap(model, None) is None
     assert activation_token_cap(model, 100 * activation_bytes_per_token(model)) == 100
 

@@ -51,7 +51,7 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and works(LINEAR_POINTWISE) and works(LINEAR_BACKWARD_WEIGHTS)
 
 
-def _inner_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def inner_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` for a 2-D contiguous ``x`` [rows, in] and a plain ``weight`` [out, in]."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
@@ -70,7 +70,7 @@ class OneDNNLinear(torch.autograd.Function):
         x2 = _rows(x)
         ctx.save_for_backward(x2, weight)
         ctx.x_shape, ctx.has_bias = x.shape, bias is not None
-        out = _inner_product(x2, weight, bias)  # [rows, out]
+        out = inner_product(x2, weight, bias)  # [rows, out]
         return out.view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
@@ -78,16 +78,26 @@ class OneDNNLinear(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         x2, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
-        dy = _rows(grad_out)  # [rows, out]
-        grad_x = grad_w = grad_b = None
-        if need_x:  # dx = dy @ W = dy @ (W^T)^T
-            grad_x = _inner_product(dy, weight.t().contiguous()).view(ctx.x_shape)
-        if need_w and _weight_grad_pays(*x2.shape, dy.shape[1]):
-            grad_w, grad_b = weight_and_bias_grads(dy, x2, weight, need_b and ctx.has_bias)
-        else:
-            grad_w = dy.t().mm(x2) if need_w else None
-            grad_b = dy.sum(0) if need_b and ctx.has_bias else None
-        return grad_x, grad_w, grad_b
+        grad_x, grad_w, grad_b = linear_grads(
+            _rows(grad_out), x2, weight, need_x=need_x, need_w=need_w, need_b=need_b and ctx.has_bias
+        )
+        return None if grad_x is None else grad_x.view(ctx.x_shape), grad_w, grad_b
+
+
+def linear_grads(
+    dy: Tensor, x: Tensor, weight: Tensor, *, need_x: bool, need_w: bool, need_b: bool, onednn: bool = True
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """(dx, dW, db) of ``y = x W^T + b`` for 2-D contiguous ``dy`` [rows, out] and ``x`` [rows, in]; each
+    None where not needed. ``onednn``: on oneDNN where it pays (see the module docstring), else MKL."""
+    grad_x = grad_w = grad_b = None
+    if need_x:  # dx = dy @ W = dy @ (W^T)^T
+        grad_x = inner_product(dy, weight.t().contiguous()) if onednn else dy.mm(weight)
+    if need_w and onednn and _weight_grad_pays(*x.shape, dy.shape[1]):
+        grad_w, grad_b = weight_and_bias_grads(dy, x, weight, need_b)
+    else:
+        grad_w = dy.t().mm(x) if need_w else None
+        grad_b = dy.sum(0) if need_b else None
+    return grad_x, grad_w, grad_b
 
 
 def _weight_grad_pays(rows: int, in_features: int, out_features: int) -> bool:
@@ -108,7 +118,7 @@ def weight_and_bias_grads(dy: Tensor, x: Tensor, weight: Tensor, with_bias: bool
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
-def _runs_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+def runs_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     return (
         type(x) in _PLAIN
         and type(weight) in _PLAIN
@@ -126,7 +136,7 @@ def _runs_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
 def _onednn_forward(layer: nn.Linear) -> Callable[[Tensor], Tensor]:
     def forward(x: Tensor) -> Tensor:
         weight, bias = layer.weight, layer.bias
-        if _runs_on_onednn(x, weight, bias):
+        if runs_on_onednn(x, weight, bias):
             return OneDNNLinear.apply(x, weight, bias)
         return F.linear(x, weight, bias)
 

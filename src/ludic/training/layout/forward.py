@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.onednn_linear import onednn_linears
+from ludic.kernels.cpu.recompute import recomputing_layers, switchable_layers
 from ludic.kernels.cpu.segment_attention import can_switch
 from ludic.training._setup import forward_logits
 from ludic.training.layout.flex_attention import block_attention as block_attention_kernel
@@ -73,25 +74,38 @@ gradients; in micro-batches of at most ~560 positions (this budget) 1.9 GB, at t
 (15.1-15.8 s against 17.5 s of one core, 1 thread; 400 positions: 5% more time, 0.23 GB less)."""
 
 
-def activation_bytes_per_token(model: nn.Module) -> int | None:
+def activation_bytes_per_token(model: nn.Module, cpu_kernels: CpuKernels | None = None) -> int | None:
     """What a decoder's forward keeps per token for its backward, from its config (None: unknown).
 
     Per layer: the MLP's gate, up, activation and product (4 x intermediate) and about ten hidden-size
     tensors (norm inputs and outputs, q/k/v, attention output, residuals); measured 11.4k floats per
-    token per layer at SmolLM2-135M, where this gives 11.9k."""
+    token per layer at SmolLM2-135M, where this gives 11.9k. Where ``cpu_kernels`` switches the model's
+    layers to ``kernels/cpu/recompute.py``, the MLP keeps gate and up only and each norm its input only:
+    2 x intermediate + 8 x hidden."""
     config = getattr(model, "config", None)
     sizes = [getattr(config, k, None) for k in ("num_hidden_layers", "hidden_size", "intermediate_size")]
     if not all(isinstance(v, int) and v > 0 for v in sizes):
         return None
     layers, hidden, intermediate = sizes
     itemsize = next(model.parameters()).element_size()
+    if recomputes_layers(model, cpu_kernels):
+        return layers * (2 * intermediate + 8 * hidden) * itemsize
     return layers * (4 * intermediate + 10 * hidden) * itemsize
 
 
-def activation_token_cap(model: nn.Module, budget_bytes: int | None) -> int | None:
+def recomputes_layers(model: nn.Module, cpu_kernels: CpuKernels | None = None) -> bool:
+    """Whether ``micro_batch_kernels`` runs ``model``'s MLPs and norms through ``kernels/cpu/recompute.py``."""
+    if not select(model_device(model), cpu_kernels).recompute_layers or is_fsdp_model(model):
+        return False
+    return any(True for _ in switchable_layers(model))
+
+
+def activation_token_cap(
+    model: nn.Module, budget_bytes: int | None, cpu_kernels: CpuKernels | None = None
+) -> int | None:
     """Tokens per micro-batch whose activations fit ``budget_bytes`` (None: no cap: no budget, an unknown
     model, or activation checkpointing on, which keeps only each layer's input)."""
-    per_token = activation_bytes_per_token(model)
+    per_token = activation_bytes_per_token(model, cpu_kernels)
     flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
     if budget_bytes is None or per_token is None or getattr(model, flag, False):
         return None
@@ -132,7 +146,7 @@ def plan_micro_batches(
     ``cuda_packed_max_ratio``: on CUDA pack only at most this fraction of the padded positions
     (``CUDA_PACKED_MAX_RATIO``); None: pack whenever the cost estimate says so, as on the CPU.
     """
-    cap = activation_token_cap(model, activation_budget_bytes)
+    cap = activation_token_cap(model, activation_budget_bytes, cpu_kernels)
     if cap is not None and items and cap < micro_token_budget:
         longest = min(max_seq_len, max(num_tokens(it) for it in items))  # every sequence still fits whole
         micro_token_budget = max(cap, longest)
@@ -161,12 +175,17 @@ def micro_batch_kernels(
     model: nn.Module, mb: MicroBatch, *, onednn: bool = True, cpu_kernels: CpuKernels | None = None
 ) -> Iterator[None]:
     """The kernels ``mb``'s forward and backward run with: oneDNN linears (``onednn``, fp32 on the CPU,
-    where ``cpu_kernels`` allows them and the model is not FSDP2-sharded) and, for block-attention
-    micro-batches, the model switched to its device's block kernel (``flex_attention.block_attention``).
+    where ``cpu_kernels`` allows them and the model is not FSDP2-sharded), gated MLPs and RMSNorms that
+    recompute their elementwise parts in the backward (``kernels/cpu/recompute.py``; likewise) and, for
+    block-attention micro-batches, the model switched to its device's block kernel (``flex_attention.block_attention``).
     Wrap both the forward and the backward (activation checkpointing recomputes the forward inside the
     backward)."""
     onednn = onednn and select(model_device(model), cpu_kernels).onednn_linear and not is_fsdp_model(model)
-    with onednn_linears(model, onednn), block_attention_kernel(model, enabled=mb.block_attention):
+    with (
+        onednn_linears(model, onednn),
+        recomputing_layers(model, recomputes_layers(model, cpu_kernels), onednn=onednn),
+        block_attention_kernel(model, enabled=mb.block_attention),
+    ):
         yield
 
 
