@@ -10,4 +10,6 @@ bash scripts/setup.sh
 # Spin-waiting OpenMP threads suit a dedicated machine; on a busy one Ludic drops to fewer intra-op
 # threads by itself (the cores other processes take, ludic/kernels/cpu/threads.py).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-ACTIVE}" TOKENIZERS_PARALLELISM=false
+source scripts/allocator.sh
+ludic_preload_allocator
 exec .venv/bin/ludic train examples/configs/smollm2_arithmetic.toml --fresh "$@"
