@@ -31,13 +31,13 @@ if ! .venv/bin/python -c "from ludic.envs.code_exec import find_bwrap; import sy
 fi
 # The main job's allocator (scripts/allocator.sh): jemalloc returns freed memory that glibc's malloc keeps.
 # No wheel ships it; the Debian package where we may install it, else the main job runs on glibc.
-if ! ldconfig -p 2>/dev/null | grep -q "libjemalloc.so.2 "; then
+if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true; } | grep "libjemalloc.so.2 " >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "[setup] installing the Debian package libjemalloc2 (the main job's allocator)"
         { apt-get update -qq && apt-get install -y -qq --no-install-recommends libjemalloc2; } \
             || echo "[setup] WARNING: could not install libjemalloc2; the main job uses glibc's malloc" >&2
     else
-        echo "[setup] note: no libjemalloc2; the main job uses glibc's malloc (about 0.2 GB more at its peak)" >&2
+        echo "[setup] note: no libjemalloc2; the main job uses glibc's malloc (about 0.3 GB more at its peak)" >&2
     fi
 fi
 # The real model of the main job (and of the tests that use it): SmolLM2-135M-Instruct, fetched from its

@@ -35,6 +35,14 @@ def test_the_main_job_runs_on_jemalloc_when_the_system_has_it() -> None:
     assert source({"MALLOC_CONF": "narenas:1"}, then='echo "$MALLOC_CONF"').stdout.strip() == "narenas:1"  # a user's kept
 
 
+@pytest.mark.skipif(library("libjemalloc.so.2") is None or not Path("/sbin/ldconfig").exists(), reason="no jemalloc")
+def test_found_without_sbin_on_the_path_and_under_the_quickstarts_strict_mode() -> None:
+    """A user's PATH often lacks /sbin (where ldconfig lives); the quickstart runs under ``set -euo pipefail``."""
+    script = f"set -euo pipefail; source {SCRIPT}; ludic_preload_allocator; echo \"$LD_PRELOAD\""
+    done = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip().endswith("libjemalloc.so.2"), done.stderr
+
+
 def test_glibc_on_request_and_a_set_preload_is_left_alone() -> None:
     assert source({"LUDIC_ALLOCATOR": "glibc"}).stdout.strip() == "LD_PRELOAD="
     assert source({"LD_PRELOAD": "/some/lib.so"}).stdout.strip() == "LD_PRELOAD=/some/lib.so"
