@@ -1,8 +1,8 @@
 # Sourced by scripts/quickstart.sh: run the main job on jemalloc when the system has it.
 # Why: glibc's malloc keeps freed blocks resident (generation's per-batch copies, the backward's
 # activations): the main job peaked near 3.9 GB on it, against 3.57-3.66 GB on jemalloc with freed pages
-# handed back within 2 s by a background thread (6% more time per step; without the 2 s decay 3.68-3.78 GB
-# at glibc's speed). docs/real-models.md, "Memory". scripts/setup.sh installs it (Debian's libjemalloc2).
+# handed back within 2 s by a background thread (0-8% more time per step than jemalloc's default, which
+# peaked at 3.68-3.78 GB and was faster than glibc). docs/real-models.md, "Memory". scripts/setup.sh installs it (Debian's libjemalloc2).
 # LUDIC_ALLOCATOR=jemalloc (default) | tcmalloc | glibc; an LD_PRELOAD or MALLOC_CONF already set is kept.
 ludic_preload_allocator() {
     local lib path listing
