@@ -56,7 +56,7 @@ def inner_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-def _rows(t: Tensor) -> Tensor:
+def as_rows(t: Tensor) -> Tensor:
     """``t`` as a contiguous 2-D [rows, features] tensor."""
     flat = t.reshape(-1, t.shape[-1])
     return flat if flat.is_contiguous() else flat.contiguous()
@@ -67,7 +67,7 @@ class OneDNNLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # type: ignore[override]
-        x2 = _rows(x)
+        x2 = as_rows(x)
         ctx.save_for_backward(x2, weight)
         ctx.x_shape, ctx.has_bias = x.shape, bias is not None
         out = inner_product(x2, weight, bias)  # [rows, out]
@@ -79,19 +79,22 @@ class OneDNNLinear(torch.autograd.Function):
         x2, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         grad_x, grad_w, grad_b = linear_grads(
-            _rows(grad_out), x2, weight, need_x=need_x, need_w=need_w, need_b=need_b and ctx.has_bias
+            as_rows(grad_out), x2, weight, need_x=need_x, need_w=need_w, need_b=need_b and ctx.has_bias
         )
         return None if grad_x is None else grad_x.view(ctx.x_shape), grad_w, grad_b
 
 
 def linear_grads(
-    dy: Tensor, x: Tensor, weight: Tensor, *, need_x: bool, need_w: bool, need_b: bool, onednn: bool = True
+    dy: Tensor, x: Tensor | None, weight: Tensor, *, need_x: bool, need_w: bool, need_b: bool, onednn: bool = True
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """(dx, dW, db) of ``y = x W^T + b`` for 2-D contiguous ``dy`` [rows, out] and ``x`` [rows, in]; each
-    None where not needed. ``onednn``: on oneDNN where it pays (see the module docstring), else MKL."""
+    """(dx, dW, db) of ``y = x W^T + b`` for 2-D contiguous ``dy`` [rows, out] and ``x`` [rows, in] (read only
+    for dW: None when ``need_w`` is False); each None where not needed. ``onednn``: on oneDNN where it pays
+    (see the module docstring), else MKL."""
     grad_x = grad_w = grad_b = None
     if need_x:  # dx = dy @ W = dy @ (W^T)^T
         grad_x = inner_product(dy, weight.t().contiguous()) if onednn else dy.mm(weight)
+    if need_w and x is None:
+        raise ValueError("linear_grads needs the layer's input x for the weight gradient")
     if need_w and onednn and _weight_grad_pays(*x.shape, dy.shape[1]):
         grad_w, grad_b = weight_and_bias_grads(dy, x, weight, need_b)
     else:

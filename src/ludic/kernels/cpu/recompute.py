@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ludic.kernels.cpu.onednn_linear import MIN_ROWS, inner_product, linear_grads, onednn_available
+from ludic.kernels.cpu.onednn_linear import MIN_ROWS, as_rows, inner_product, linear_grads, onednn_available
 
 GATED_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
 """MLP classes whose forward is ``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
@@ -52,7 +52,7 @@ class GatedMLPDown(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx: Any, gate: Tensor, up: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool
     ) -> Tensor:
-        g2, u2 = _rows(gate), _rows(up)
+        g2, u2 = as_rows(gate), as_rows(up)
         product = F.silu(g2) * u2  # [rows, intermediate]
         use_onednn = onednn and product.shape[0] >= MIN_ROWS
         out = inner_product(product, weight, bias) if use_onednn else F.linear(product, weight, bias)
@@ -68,7 +68,7 @@ class GatedMLPDown(torch.autograd.Function):
         s = torch.sigmoid(g)
         a = g * s  # silu(g)
         dp, grad_w, grad_b = linear_grads(
-            _rows(grad_out), a * u if need_w else g, weight,
+            as_rows(grad_out), a * u if need_w else None, weight,
             need_x=need_g or need_u, need_w=need_w, need_b=need_b and ctx.has_bias, onednn=ctx.onednn,
         )  # fmt: skip
         grad_g = grad_u = None
@@ -100,11 +100,6 @@ class RMSNormKeepInput(torch.autograd.Function):
             dn = grad_out * weight
             grad_x = dn.sub_(n.mul_((dn * n).mean(-1, keepdim=True))).mul_(r)
         return grad_x, grad_w, None
-
-
-def _rows(t: Tensor) -> Tensor:
-    flat = t.reshape(-1, t.shape[-1])
-    return flat if flat.is_contiguous() else flat.contiguous()
 
 
 def _fp32_cpu(*tensors: Tensor | None) -> bool:

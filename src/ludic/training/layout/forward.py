@@ -180,10 +180,11 @@ def micro_batch_kernels(
     block-attention micro-batches, the model switched to its device's block kernel (``flex_attention.block_attention``).
     Wrap both the forward and the backward (activation checkpointing recomputes the forward inside the
     backward)."""
-    onednn = onednn and select(model_device(model), cpu_kernels).onednn_linear and not is_fsdp_model(model)
+    choice, fsdp = select(model_device(model), cpu_kernels), is_fsdp_model(model)
+    onednn = onednn and choice.onednn_linear and not fsdp
     with (
         onednn_linears(model, onednn),
-        recomputing_layers(model, recomputes_layers(model, cpu_kernels), onednn=onednn),
+        recomputing_layers(model, choice.recompute_layers and not fsdp, onednn=onednn),
         block_attention_kernel(model, enabled=mb.block_attention),
     ):
         yield
