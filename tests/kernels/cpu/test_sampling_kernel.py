@@ -89,3 +89,24 @@ def test_a_rows_draw_does_not_depend_on_the_other_rows_of_the_batch():
     alone, _ = sample_with_logprobs(logits[:1], torch.tensor([[1.0, 1.0]]), u[:1])
     mixed, _ = sample_with_logprobs(logits, torch.tensor([[1.0, 1.0], [1.0, 0.5]]), u)
     assert int(mixed[0]) == int(alone[0])
+
+
+def test_the_temperature_one_and_no_greedy_shortcuts_draw_bit_for_bit_as_the_full_path():
+    """A batch all at temperature 1 skips the division and, with no greedy row, the argmax pass: its
+    rows get the same tokens and the same log-prob bits as in a batch that runs both passes."""
+    from ludic.kernels.cpu.sampling_kernel import sample_with_logprobs
+
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(32, 1000, generator=gen) * 3
+    uniforms = torch.rand(32, generator=gen)
+    short_tokens, short_logps = sample_with_logprobs(logits, torch.tensor([[1.0, 1.0]]).expand(32, -1), uniforms)
+    extra = torch.randn(2, 1000, generator=gen)  # a greedy row and a tempered row force both passes
+    full_params = torch.tensor([[1.0, 1.0]] * 32 + [[0.0, 1.0], [0.7, 1.0]])
+    full_tokens, full_logps = sample_with_logprobs(torch.cat([logits, extra]), full_params, torch.cat([uniforms, uniforms[:2]]))
+    assert torch.equal(short_tokens, full_tokens[:32])
+    assert torch.equal(short_logps, full_logps[:32])
+    assert int(full_tokens[32]) == int(extra[0].argmax())
+    for row in range(0, 32, 7):
+        token, logp = reference_draw(logits[row], 1.0, 1.0, float(uniforms[row]))
+        assert int(short_tokens[row]) == token
+        assert float(short_logps[row]) == pytest.approx(logp, abs=1e-5)

@@ -25,12 +25,16 @@ def sample_with_logprobs(
     """
     temperature, top_p = params[:, 0], params[:, 1]
     greedy = temperature == 0
-    scaled = logits.float() / torch.where(greedy, 1.0, temperature)[:, None]
+    divisor = torch.where(greedy, 1.0, temperature)
+    # x / 1 == x exactly: a batch sampled at temperature 1 (GRPO's usual) skips a pass over [B, V]
+    scaled = logits.float() if bool((divisor == 1).all()) else logits.float() / divisor[:, None]
     log_probs = torch.log_softmax(scaled, dim=-1)  # [B, V]
     probs = log_probs.exp()
     whole = top_p >= 1.0  # rows without a nucleus draw in vocabulary order, whatever else is in the batch
     if bool(whole.all()):  # no nucleus to cut: skip the vocabulary sort
-        tokens = torch.where(greedy, torch.argmax(logits, dim=-1), _vocab_order_pick(probs, uniforms))
+        tokens = _vocab_order_pick(probs, uniforms)
+        if bool(greedy.any()):  # the argmax pass only when some row is greedy
+            tokens = torch.where(greedy, torch.argmax(logits, dim=-1), tokens)
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > top_p[:, None]
