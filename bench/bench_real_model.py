@@ -18,7 +18,9 @@ rounds interleave Ludic and TRL. Prints medians and ratios of:
 (d) under contention: the bench starts one busy process per core and runs both sides again; slowdown =
     contended / quiet median step, side by side;
 (e) memory: Ludic's peak RSS against issue 35's bound for full fine-tuning in fp32, (weights + gradients +
-    Adam's two moments + the engine's copy of the weights) + 1 GiB = 5 x 4 bytes x params + 1 GiB.
+    Adam's two moments + the engine's copy of the weights) + 1 GiB = 5 x 4 bytes x params + 1 GiB;
+(f) with ``--reward-steps N``: each side trains N steps, then Ludic's evaluator scores the untrained model and
+    both trained ones, greedy, on every held-out question of the run's env (the issue's "at equal reward").
 The first step of each run (warm-up) is left out when a run has more than one.
 Needs the bench extra (trl, datasets) and reasoning-gym: ``pip install -e '.[bench,reasoning-gym]'``.
 """
@@ -98,11 +100,9 @@ def kept(values: list[float]) -> list[float]:
 
 
 # ---- workers (one process each) --------------------------------------------------------------------
-def ludic_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict[str, Any]:
-    from ludic.cli.run_config import build_train_run
-    from ludic.quickstart.run_config import to_run_config
-
-    data = {
+def ludic_config(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict[str, Any]:
+    """The run both ``ludic_worker`` trains and ``eval_worker`` evaluates (the same env and held-out split)."""
+    return {
         "steps": steps, "seed": 0, "model": {"path": model},
         "env": {"name": "reasoning_gym", "kwargs": {**TASK, "size": 1000, "eval_size": 100, "seed": 0}},
         "harness": {"name": "plain"}, "algorithm": {"name": "grpo"},
@@ -111,8 +111,24 @@ def ludic_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> di
         "eval": {"every_n_steps": 0}, "trainer": {"lr": LR, "max_seq_len": 512},
         "logging": {"output_dir": str(out), "rich": False, "plot": False},
     }  # fmt: skip
-    run = build_train_run(to_run_config(data))
+
+
+def save_final(model: Any, source: str, out: Path) -> None:
+    """The trained weights and the source's tokenizer, as a folder ``eval_worker`` loads."""
+    from transformers import AutoTokenizer
+
+    model.save_pretrained(out / "final")
+    AutoTokenizer.from_pretrained(source).save_pretrained(out / "final")
+
+
+def ludic_worker(model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False) -> dict[str, Any]:
+    from ludic.cli.run_config import build_train_run
+    from ludic.quickstart.run_config import to_run_config
+
+    run = build_train_run(to_run_config(ludic_config(model, steps, knobs, out)))
     stats = asyncio.run(_steps(run, steps))  # one event loop for the run (the engine's tasks live on it)
+    if save:
+        save_final(run.trainer.model, model, out)
     params = sum(p.numel() for p in run.trainer.model.parameters())
     rows = kept(stats)
     return {
@@ -129,7 +145,7 @@ async def _steps(run: Any, steps: int) -> list[dict[str, float]]:
     return [await run.trainer.train_step() for _ in range(steps)]
 
 
-def trl_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict[str, Any]:
+def trl_worker(model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False) -> dict[str, Any]:
     import reasoning_gym
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -166,7 +182,25 @@ def trl_worker(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict
                           train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(model),
                           callbacks=[StepTimes()])  # fmt: skip
     trainer.train()
+    if save:
+        save_final(trainer.model, model, out)
     return {"step_seconds": kept(times), "rss_mb": rss_mb()}
+
+
+def eval_worker(model: str, knobs: dict[str, int], folders: list[str], out: Path) -> dict[str, Any]:
+    """Held-out greedy reward of each model folder: Ludic's evaluator on the training run's env, every
+    held-out question once (reasoning-gym's own ``score_answer``), the same for every folder."""
+    from ludic.cli.run_config import eval_from_config
+    from ludic.envs.reasoning_gym_env import _splits
+    from ludic.quickstart.run_config import to_run_config
+
+    held_out = len(_splits(TASK["dataset"], json.dumps(TASK["config"]), 1000, 100, 0)[2])
+    rewards = {}
+    for folder in folders:
+        data = ludic_config(folder, 0, knobs, out / Path(folder).parent.name)
+        data["eval"] = {"num_episodes": held_out, "concurrency": held_out, "sampling": {"max_tokens": knobs["tokens"]}}
+        rewards[folder] = eval_from_config(to_run_config(data))["eval/avg_total_reward"]
+    return {"held_out_reward": rewards, "held_out_questions": held_out}
 
 
 def engine_worker(model: str, knobs: dict[str, int], rounds: int) -> dict[str, Any]:
@@ -193,10 +227,10 @@ def engine_worker(model: str, knobs: dict[str, int], rounds: int) -> dict[str, A
 
 
 # ---- the driver ------------------------------------------------------------------------------------
-def run_worker(kind: str, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+def run_worker(kind: str, args: argparse.Namespace, tag: str, extra: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) / tag
     cmd = [sys.executable, __file__, args.model, "--worker", kind, "--steps", str(args.steps), "--out", str(out),
-           "--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])  # fmt: skip
+           "--rounds", str(args.rounds)] + (["--quick"] if args.quick else []) + (extra or [])  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
         raise RuntimeError(f"{kind} worker failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -227,6 +261,20 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 p.kill()
                 p.wait()
     return results
+
+
+def drive_reward(args: argparse.Namespace) -> dict[str, Any]:
+    """Each side trains ``--reward-steps`` steps (one run each), then one process evaluates the
+    untrained model and both trained ones on the same held-out questions."""
+    steps = ["--steps", str(args.reward_steps), "--save"]
+    folders = [args.model]
+    for side in sides(args):
+        run_worker(side, args, f"reward_{side}", steps)
+        folders.append(str(Path(args.out) / f"reward_{side}" / "final"))
+    result = run_worker("eval", args, "reward_eval", ["--folders", *folders])
+    names = ["before", *sides(args)]
+    rewards = dict(zip(names, (result["held_out_reward"][f] for f in folders), strict=True))
+    return {"steps": args.reward_steps, "held_out_questions": result["held_out_questions"], **rewards}
 
 
 def median_step(runs: list[dict[str, Any]]) -> float:
@@ -273,7 +321,11 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-contention", action="store_true")
     parser.add_argument("--out", default="runs/bench_real_model")
-    parser.add_argument("--worker", choices=["ludic", "trl", "engine"], help=argparse.SUPPRESS)
+    parser.add_argument("--reward-steps", type=int, default=0,
+                        help="also train each side this many steps and compare held-out greedy reward (0: skip)")
+    parser.add_argument("--worker", choices=["ludic", "trl", "engine", "eval"], help=argparse.SUPPRESS)
+    parser.add_argument("--save", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--folders", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.model = args.model or default_model()
     if not Path(args.model).is_dir():
@@ -282,14 +334,18 @@ def main() -> None:
     if args.worker:
         out = Path(args.out)
         if args.worker == "ludic":
-            result = ludic_worker(args.model, args.steps, knobs, out)
+            result = ludic_worker(args.model, args.steps, knobs, out, args.save)
         elif args.worker == "trl":
-            result = trl_worker(args.model, args.steps, knobs, out)
+            result = trl_worker(args.model, args.steps, knobs, out, args.save)
+        elif args.worker == "eval":
+            result = eval_worker(args.model, knobs, args.folders, out)
         else:
             result = engine_worker(args.model, knobs, args.rounds)
         print(json.dumps(result))
         return
     summary = report(drive(args), args)
+    if args.reward_steps > 0:
+        summary["held_out_reward_after_equal_steps"] = drive_reward(args)
     print(f"model {args.model}; knobs {knobs}; lr {LR}; {args.rounds} rounds x {args.steps} steps; "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")  # fmt: skip
     print(json.dumps(summary, indent=2))

@@ -24,18 +24,24 @@ def test_the_smallest_form_runs_on_a_tiny_model_and_reports_every_figure(tmp_pat
     model = build_tiny_model(tmp_path / "model")
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(BENCH), str(model), "--steps", "1", "--quick", "--rounds", "1", "--out", str(out)]
+    cmd = [sys.executable, str(BENCH), str(model), "--steps", "1", "--quick", "--rounds", "1", "--out", str(out),
+           "--reward-steps", "1"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     for key in ("ludic_step_s", "trl_step_s", "speedup_vs_trl", "matmul_gflops", "step_over_floor",
                 "ludic_contention_slowdown", "trl_contention_slowdown", "ludic_peak_rss_mb", "trl_peak_rss_mb",
-                "memory_bound_mb", "rss_over_bound"):  # fmt: skip
+                "memory_bound_mb", "rss_over_bound", "decode_matmul_gflops", "step_over_floor_at_decode_rate"):  # fmt: skip
         assert summary[key] > 0, key
     split = summary["ludic_time_split_s"]
     parts = sum(v for k, v in split.items() if k != "time/step_seconds")
     assert split["time/generate_seconds"] > 0 and parts == pytest.approx(split["time/step_seconds"], rel=0.1)
     assert summary["engine_vs_generate"]["ratio"] > 0 and summary["floor_s"]["total"] > 0
+    reward = summary["held_out_reward_after_equal_steps"]  # each side trained once more, then scored alike
+    assert reward["steps"] == 1 and reward["held_out_questions"] > 0
+    assert all(0.0 <= reward[side] <= 1.0 for side in ("before", "ludic", "trl"))
+    for side in ("ludic", "trl"):  # the trained folders the evaluator loaded are each side's own weights
+        assert (out / f"reward_{side}" / "final" / "model.safetensors").is_file()
 
 
 def test_a_missing_model_folder_is_named(tmp_path: Path) -> None:
@@ -56,8 +62,12 @@ def test_the_memory_bound_and_its_ratio_are_issue_35s_arithmetic() -> None:
     run = {"step_seconds": [10.0, 12.0], "split": {"time/step_seconds": 11.0}, "trained_tokens": 1900.0,
            "generated_tokens": 2048.0, "params": params, "rss_mb": 4000.0}  # fmt: skip
     results = {"quiet": {"ludic": [run, {**run, "rss_mb": 6000.0}]}, "busy": {"ludic": []},
-               "engine": {"gflops": 300.0, "engine_tok_s": 1.0, "generate_tok_s": 1.0, "ratio": 1.0}}  # fmt: skip
+               "engine": {"gflops": 300.0, "decode_gflops": 150.0, "engine_tok_s": 1.0, "generate_tok_s": 1.0,
+                          "ratio": 1.0}}  # fmt: skip
     summary = report(results, Namespace())
     assert summary["ludic_peak_rss_mb"] == 6000.0  # the largest peak of the runs
     assert summary["rss_over_bound"] == pytest.approx(6000.0 / memory_bound_mb(params))
     assert summary["floor_s"]["train"] == pytest.approx(6 * params * 1900 / 300e9)
+    # the floor again with generation at the decoding batch's own matmul rate
+    assert summary["floor_at_decode_rate_s"]["generate"] == pytest.approx(2 * params * 2048 / 150e9)
+    assert summary["step_over_floor_at_decode_rate"] == pytest.approx(11.0 / (6 * params * 1900 / 300e9 + 2 * params * 2048 / 150e9))
