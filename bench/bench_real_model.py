@@ -100,10 +100,10 @@ def kept(values: list[float]) -> list[float]:
 
 
 # ---- workers (one process each) --------------------------------------------------------------------
-def ludic_config(model: str, steps: int, knobs: dict[str, int], out: Path) -> dict[str, Any]:
+def ludic_config(model: str, steps: int, knobs: dict[str, int], out: Path, seed: int = 0) -> dict[str, Any]:
     """The run both ``ludic_worker`` trains and ``eval_worker`` evaluates (the same env and held-out split)."""
     return {
-        "steps": steps, "seed": 0, "model": {"path": model},
+        "steps": steps, "seed": seed, "model": {"path": model},
         "env": {"name": "reasoning_gym", "kwargs": {**TASK, "size": 1000, "eval_size": 100, "seed": 0}},
         "harness": {"name": "plain"}, "algorithm": {"name": "grpo"},
         "rollout": {"prompts_per_step": knobs["prompts"], "group_size": knobs["group"], "concurrency": 64,
@@ -121,11 +121,13 @@ def save_final(model: Any, source: str, out: Path) -> None:
     AutoTokenizer.from_pretrained(source).save_pretrained(out / "final")
 
 
-def ludic_worker(model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False) -> dict[str, Any]:
+def ludic_worker(
+    model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False, seed: int = 0
+) -> dict[str, Any]:
     from ludic.cli.run_config import build_train_run
     from ludic.quickstart.run_config import to_run_config
 
-    run = build_train_run(to_run_config(ludic_config(model, steps, knobs, out)))
+    run = build_train_run(to_run_config(ludic_config(model, steps, knobs, out, seed)))
     stats = asyncio.run(_steps(run, steps))  # one event loop for the run (the engine's tasks live on it)
     if save:
         save_final(run.trainer.model, model, out)
@@ -145,7 +147,9 @@ async def _steps(run: Any, steps: int) -> list[dict[str, float]]:
     return [await run.trainer.train_step() for _ in range(steps)]
 
 
-def trl_worker(model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False) -> dict[str, Any]:
+def trl_worker(
+    model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False, seed: int = 0
+) -> dict[str, Any]:
     import reasoning_gym
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -171,7 +175,7 @@ def trl_worker(model: str, steps: int, knobs: dict[str, int], out: Path, save: b
             times.append(time.perf_counter() - self.t0)
 
     args = GRPOConfig(
-        output_dir=str(out / "trl"), use_cpu=True, report_to="none", max_steps=steps, seed=0, learning_rate=LR,
+        output_dir=str(out / "trl"), use_cpu=True, report_to="none", max_steps=steps, seed=seed, learning_rate=LR,
         lr_scheduler_type="constant", beta=0.0, weight_decay=0.0, num_generations=knobs["group"],
         per_device_train_batch_size=knobs["group"] * knobs["prompts"], max_completion_length=knobs["tokens"],
         temperature=1.0, logging_steps=1, save_strategy="no", shuffle_dataset=False, max_grad_norm=1.0,
@@ -230,7 +234,7 @@ def engine_worker(model: str, knobs: dict[str, int], rounds: int) -> dict[str, A
 def run_worker(kind: str, args: argparse.Namespace, tag: str, extra: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) / tag
     cmd = [sys.executable, __file__, args.model, "--worker", kind, "--steps", str(args.steps), "--out", str(out),
-           "--rounds", str(args.rounds)] + (["--quick"] if args.quick else []) + (extra or [])  # fmt: skip
+           "--rounds", str(args.rounds), "--seed", str(args.seed)] + (["--quick"] if args.quick else []) + (extra or [])  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
         raise RuntimeError(f"{kind} worker failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -321,6 +325,7 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-contention", action="store_true")
     parser.add_argument("--out", default="runs/bench_real_model")
+    parser.add_argument("--seed", type=int, default=0, help="the runs' seed (sampling, prompt order); not the data set's")
     parser.add_argument("--reward-steps", type=int, default=0,
                         help="also train each side this many steps and compare held-out greedy reward (0: skip)")
     parser.add_argument("--worker", choices=["ludic", "trl", "engine", "eval"], help=argparse.SUPPRESS)
@@ -334,9 +339,9 @@ def main() -> None:
     if args.worker:
         out = Path(args.out)
         if args.worker == "ludic":
-            result = ludic_worker(args.model, args.steps, knobs, out, args.save)
+            result = ludic_worker(args.model, args.steps, knobs, out, args.save, args.seed)
         elif args.worker == "trl":
-            result = trl_worker(args.model, args.steps, knobs, out, args.save)
+            result = trl_worker(args.model, args.steps, knobs, out, args.save, args.seed)
         elif args.worker == "eval":
             result = eval_worker(args.model, knobs, args.folders, out)
         else:
