@@ -198,7 +198,8 @@ def eval_worker(model: str, knobs: dict[str, int], folders: list[str], out: Path
     from ludic.envs.reasoning_gym_env import _splits
     from ludic.quickstart.run_config import to_run_config
 
-    held_out = len(_splits(TASK["dataset"], json.dumps(TASK["config"]), 1000, 100, 0)[2])
+    env = ludic_config(model, 0, knobs, out)["env"]["kwargs"]  # the training runs' split, rebuilt
+    held_out = len(_splits(env["dataset"], json.dumps(env["config"]), env["size"], env["eval_size"], env["seed"])[2])
     rewards = {}
     for folder in folders:
         data = ludic_config(folder, 0, knobs, out / Path(folder).parent.name)
