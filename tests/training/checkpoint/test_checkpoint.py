@@ -81,8 +81,12 @@ def test_leftover_temp_folder_is_ignored_and_cleaned_on_next_save(tmp_path: Path
     assert manager.list_checkpoints() == []
     with pytest.raises(FileNotFoundError, match=r"latest\.json does not exist"):
         manager.load(tiny_model(0, layers=1))
+    users = tmp_path / ".tmp-notes"  # a user's own folder with a similar name stays
+    users.mkdir()
+    (users / "keep.txt").write_text("mine")
     manager.save(tiny_model(0, layers=1), step=1)
     assert not stale.exists()
+    assert (users / "keep.txt").read_text() == "mine"
 
 
 def test_pruning_keeps_the_newest_max_to_keep(tmp_path: Path) -> None:

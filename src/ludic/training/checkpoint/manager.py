@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -61,6 +62,8 @@ _log = logging.getLogger(__name__)
 _write_json_atomic = write_json_atomic  # kept for callers that imported the private name
 __all__ = ["CheckpointLoadError", "CheckpointManager"]
 
+
+_OWN_TMP = re.compile(r"\.tmp-(old-)?step_\d+-[0-9a-f]{8}")  # the temp names this manager writes
 
 class CheckpointManager:
     """Writes, prunes and restores checkpoints under ``cfg.output_dir``."""
@@ -139,8 +142,10 @@ class CheckpointManager:
             shutil.rmtree(trash, ignore_errors=True)
 
     def _remove_stale_tmp(self) -> None:
+        """Remove temp folders an interrupted save left: only names ``_step_dirs``/``_publish_dir`` write, so
+        a user's own ``.tmp-notes`` in a checkpoint folder they chose is never touched."""
         for p in self.output_dir.glob(".tmp-*"):
-            if p.is_dir():
+            if p.is_dir() and not p.is_symlink() and _OWN_TMP.fullmatch(p.name):
                 shutil.rmtree(p, ignore_errors=True)
 
     def _prune(self, keep_also: Path) -> None:
