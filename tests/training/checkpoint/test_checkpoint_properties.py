@@ -137,7 +137,7 @@ def set_path(obj: Any, path: tuple, value: Any, delete: bool) -> None:
         if delete and isinstance(obj, dict):
             obj.pop(path[-1], None)
         else:
-            obj[path[-1]] = value
+            obj[path[-1]] = json.loads(json.dumps(value))  # a copy: one drawn list set at two paths is no cycle
 
 
 def group_well_formed(group: Any) -> bool:
