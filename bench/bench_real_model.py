@@ -70,24 +70,26 @@ def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
 
 
 def decode_matmul_gflops(model: Any, rows: int, repeats: int = 5) -> float:
-    """The rate of one decoding step's matmuls at ``rows`` rows: every linear layer of ``model`` (and its
-    output layer) once, in order, through oneDNN's packed inner product as the engine runs them, each
-    weight read from memory as in a real step (the 538 MB of weights do not stay in cache)."""
+    """The rate of one decoding step's matmuls at ``rows`` rows: the embedded engine's own weights for a
+    batch (``LeanDecoder.bind``: q/k/v and gate/up fused, oneDNN's packed layout) through its own matmul,
+    every layer once in order and then the output layer, so each weight is read from memory as in a real
+    step (the 538 MB of weights do not stay in cache)."""
     import torch
 
-    from ludic.kernels.cpu.lean_decoder import _pack, _packed_linear
+    from ludic.kernels.cpu.lean_decoder import LeanDecoder
 
-    weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    packed = [_pack(w, None, rows)[0] for w in weights]
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    decoder = LeanDecoder(model)
+    _, layers, (_, _, head_w, head_b), _ = decoder.bind(rows)
+    projs = [p for w in layers for p in (*w.qkv, w.o_proj, *w.gate_up, w.down)] + [(head_w, head_b)]
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w, _ in projs}
     times = []
     with torch.inference_mode():
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
-            for w, p in zip(weights, packed, strict=True):
-                _packed_linear(inputs[w.shape[1]], p, None)
+            for w, b in projs:
+                decoder.linear(inputs[w.shape[1]], w, b)
             times.append(time.perf_counter() - t0)
-    return 2 * rows * sum(w.numel() for w in weights) / statistics.median(times[1:]) / 1e9
+    return 2 * rows * sum(w.numel() for w, _ in projs) / statistics.median(times[1:]) / 1e9
 
 
 def memory_bound_mb(params: int, bytes_per_param: int = 4) -> float:

@@ -65,6 +65,7 @@ __all__ = ["CheckpointLoadError", "CheckpointManager"]
 
 _OWN_TMP = re.compile(r"\.tmp-(old-)?step_\d+-[0-9a-f]{8}")  # the temp names this manager writes
 
+
 class CheckpointManager:
     """Writes, prunes and restores checkpoints under ``cfg.output_dir``."""
 
