@@ -197,11 +197,13 @@ def eval_worker(model: str, knobs: dict[str, int], folders: list[str], out: Path
     """Held-out greedy reward of each model folder: Ludic's evaluator on the training run's env, every
     held-out question once (reasoning-gym's own ``score_answer``), the same for every folder."""
     from ludic.cli.run_config import eval_from_config
-    from ludic.envs.reasoning_gym_env import _splits
+    from ludic.envs.reasoning_gym_env import reasoning_gym_rows
     from ludic.quickstart.run_config import to_run_config
 
     env = ludic_config(model, 0, knobs, out)["env"]["kwargs"]  # the training runs' split, rebuilt
-    held_out = len(_splits(env["dataset"], json.dumps(env["config"]), env["size"], env["eval_size"], env["seed"])[2])
+    _, _, held = reasoning_gym_rows(env["dataset"], config=env["config"], size=env["size"], eval_size=env["eval_size"],
+                                    seed=env["seed"])
+    held_out = len(held)
     rewards = {}
     for folder in folders:
         data = ludic_config(folder, 0, knobs, out / Path(folder).parent.name)

@@ -9,7 +9,7 @@ what cannot be recomputed for free:
     gated MLP     y = (silu(g) * u) W^T + b,   g = gate(x), u = up(x)
                   keeps g, u (2 x intermediate);  in the backward, with s = sigmoid(g), a = g * s,
                   p = a * u:   dW = dy^T p,  db = sum_rows dy,  dp = dy W,
-                               du = dp * a,  dg = dp * u * s * (1 + g * (1 - s))
+                               du = dp * a,  dg = dp * u * s * (1 + g * (1 - s))  (aten's silu_backward)
     RMSNorm       y = w * x * r,   r = 1 / sqrt(mean(x^2) + eps)
                   keeps x and r (one per row);  with n = x * r:
                                dw = sum_rows dy * n,  dn = dy * w,  dx = r * (dn - n * mean(dn * n))
@@ -65,8 +65,7 @@ class GatedMLPDown(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         g, u, weight = ctx.saved_tensors
         need_g, need_u, need_w, need_b, _ = ctx.needs_input_grad
-        s = torch.sigmoid(g)
-        a = g * s  # silu(g)
+        a = F.silu(g)
         dp, grad_w, grad_b = linear_grads(
             as_rows(grad_out), a * u if need_w else None, weight,
             need_x=need_g or need_u, need_w=need_w, need_b=need_b and ctx.has_bias, onednn=ctx.onednn,
@@ -74,8 +73,8 @@ class GatedMLPDown(torch.autograd.Function):
         grad_g = grad_u = None
         if dp is not None:
             grad_u = (dp * a).view(ctx.shape) if need_u else None
-            if need_g:  # d silu(g) / dg = s * (1 + g * (1 - s)), built in place in s
-                grad_g = s.mul_(g.mul(s.neg().add_(1)).add_(1)).mul_(dp).mul_(u).view(ctx.shape)
+            if need_g:  # (dp * u) * s * (1 + g * (1 - s)) in one pass: aten's own SiLU backward kernel
+                grad_g = torch.ops.aten.silu_backward(dp.mul_(u), g).view(ctx.shape)
         return grad_g, grad_u, grad_w, grad_b, None
 
 
