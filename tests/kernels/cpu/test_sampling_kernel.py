@@ -110,3 +110,60 @@ def test_the_temperature_one_and_no_greedy_shortcuts_draw_bit_for_bit_as_the_ful
         token, logp = reference_draw(logits[row], 1.0, 1.0, float(uniforms[row]))
         assert int(short_tokens[row]) == token
         assert float(short_logps[row]) == pytest.approx(logp, abs=1e-5)
+
+
+SETTINGS = [(1.0, 1.0), (0.7, 1.0), (1.0, 0.6), (0.0, 1.0), (1.3, 0.9), (1.0, 1.0)]
+
+
+def test_a_plan_made_on_the_host_draws_as_the_plan_read_from_the_params():
+    from ludic.kernels.cpu.sampling_kernel import SamplingPlan, sample_with_logprobs
+
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(48, 500, generator=gen) * 3
+    settings = [SETTINGS[i % len(SETTINGS)] for i in range(48)]
+    params, uniforms = torch.tensor(settings), torch.rand(48, generator=gen)
+    plan = SamplingPlan.of(settings)
+    assert plan == SamplingPlan.of_params(params) == SamplingPlan(divide=True, any_greedy=True, nucleus=True)
+    assert SamplingPlan.of([(1.0, 1.0), (0.0, 1.0)]) == SamplingPlan(divide=False, any_greedy=True, nucleus=False)
+    with_plan = sample_with_logprobs(logits, params, uniforms, plan)
+    without = sample_with_logprobs(logits, params, uniforms)
+    assert torch.equal(with_plan[0], without[0]) and torch.equal(with_plan[1], without[1])
+
+
+@pytest.mark.parametrize("kept", [(1.0, 1.0), (0.7, 1.0), (0.0, 1.0), (1.3, 0.9)])
+def test_a_batchs_plan_holds_for_the_rows_left_when_the_others_finish(kept):
+    """The engine makes the plan once per batch; as rows finish, the live ones may need fewer passes
+    than the plan runs. Their tokens stay those of a plan made for them alone, their log-probs to rounding."""
+    from ludic.kernels.cpu.sampling_kernel import SamplingPlan, sample_with_logprobs
+
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(16, 2000, generator=gen) * 2
+    uniforms = torch.rand(16, generator=gen)
+    batch_plan = SamplingPlan.of(SETTINGS)
+    live = torch.tensor([kept]).expand(16, -1)
+    tokens, logps = sample_with_logprobs(logits, live, uniforms, batch_plan)
+    own_tokens, own_logps = sample_with_logprobs(logits, live, uniforms, SamplingPlan.of([kept]))
+    assert torch.equal(tokens, own_tokens)
+    torch.testing.assert_close(logps, own_logps, rtol=0, atol=1e-6)
+    if kept[0] == 0.0:
+        assert torch.equal(tokens, logits.argmax(-1))
+
+
+def test_with_a_plan_the_draw_reads_nothing_back_from_the_params(monkeypatch):
+    """On a GPU, reading a tensor's truth value waits for the device: the decoding loop passes the plan
+    it made on the host, so a step's draw never does."""
+    from ludic.kernels.cpu.sampling_kernel import SamplingPlan, sample_with_logprobs
+
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(2))
+    params, uniforms = torch.tensor(SETTINGS), torch.full((6,), 0.4)
+    expected = sample_with_logprobs(logits, params, uniforms)
+
+    def no_reads(self):
+        raise AssertionError("a tensor's truth value was read")
+
+    monkeypatch.setattr(torch.Tensor, "__bool__", no_reads)
+    got = sample_with_logprobs(logits, params, uniforms, SamplingPlan.of(SETTINGS))
+    with pytest.raises(AssertionError, match="truth value"):
+        sample_with_logprobs(logits, params, uniforms)  # without a plan it reads them
+    monkeypatch.undo()
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])

@@ -25,7 +25,7 @@ from ludic.inference.embedded._stop_strings import StopMatcher
 from ludic.inference.sampling import SamplingConfig
 from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
-from ludic.kernels.cpu.sampling_kernel import sample_tokens, sample_with_logprobs
+from ludic.kernels.cpu.sampling_kernel import SamplingPlan, sample_tokens, sample_with_logprobs
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
 
 # the KV cache's name in forward() and outputs: "cache" once transformers deprecated "past_key_values" (it warns)
@@ -132,17 +132,18 @@ class BatchGenerator:
     def _run(self, rows: list[RowRequest], uniforms: torch.Tensor, weights: list, offset: int) -> Steps:
         """One prefill and the decoding after it; yields ``offset`` + the tokens generated, and returns
         early (live rows unfinished) when True is sent."""
-        params = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows], device=self.device)
+        settings = [(r.sampling.temperature, r.sampling.top_p) for r in rows]
+        params, plan = torch.tensor(settings, device=self.device), SamplingPlan.of(settings)  # plan: no device reads
         logits, cache, mask, positions, index = self._prefill(rows)
         steps = max(r.sampling.max_tokens for r in rows)
         if self.lean is not None and self.lean.fits(mask.shape[1] + steps):
             if weights[0] is None:
                 weights[0] = self.lean.bind(len(rows))
-            return (yield from self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, params,
+            return (yield from self._decode_lean(rows, logits, cache, mask, positions, index, uniforms, (params, plan),
                                                  weights, offset))  # fmt: skip
         if index.numel() > cache.layers[0].keys.shape[0]:  # fan the distinct prompts' KV out to rows
             cache.batch_select_indices(index)
-        return (yield from self._decode_hf(rows, logits, cache, mask, positions, uniforms, params, offset))
+        return (yield from self._decode_hf(rows, logits, cache, mask, positions, uniforms, (params, plan), offset))
 
     def _uniforms(self, rows: list[RowRequest]) -> torch.Tensor:
         """[rows, longest max_tokens]: row i's draws come from its own generator (seeded or random)."""
@@ -154,8 +155,10 @@ class BatchGenerator:
             out[i, :n] = torch.rand(n, generator=torch.Generator().manual_seed(seed))
         return out.to(self.device)
 
-    def _decode_lean(self, rows, logits, dyn_cache, mask, positions, index, uniforms, params, weights, offset) -> Steps:
-        """Decode on a preallocated cache; finished rows leave the batch (and the cache) at once."""
+    def _decode_lean(self, rows, logits, dyn_cache, mask, positions, index, uniforms, sampling, weights, offset) -> Steps:
+        """Decode on a preallocated cache; finished rows leave the batch (and the cache) at once.
+        ``sampling``: the rows' ``[B, 2]`` (temperature, top_p) and their ``SamplingPlan``."""
+        params, plan = sampling
         width, steps = mask.shape[1], uniforms.shape[1]
         cache = self._decode_cache(dyn_cache, index, mask, steps)
         del dyn_cache
@@ -170,7 +173,7 @@ class BatchGenerator:
         record: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         streaming = [r for r in rows if r.on_token is not None]
         for step in range(steps):
-            tokens, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
+            tokens, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step], plan)
             record.append((alive, tokens, logps))
             if streaming:  # rows of a run advance together: each live row's token is at offset + step
                 emit_step(rows, alive_list, tokens.tolist(), offset + step)
@@ -241,15 +244,16 @@ class BatchGenerator:
                 res.finish_reason = "length"
         return results
 
-    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, params, offset) -> Steps:
+    def _decode_hf(self, rows, logits, cache, mask, positions, uniforms, sampling, offset) -> Steps:
         """Decode through the model's own forward (architectures ``LeanDecoder`` does not cover)."""
+        params, plan = sampling
         results = [RowResult() for _ in rows]
         stops = self._stop_matcher(rows)
         alive = list(range(len(rows)))  # original row index of each batch row
         next_pos = positions[:, -1:] + 1
         step = 0
         while alive:
-            sampled, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step])
+            sampled, logps = sample_with_logprobs(logits, params[alive], uniforms[alive, step], plan)
             step += 1
             tokens, keep = [], []
             for b, (i, tok, logp) in enumerate(zip(alive, sampled.tolist(), logps.tolist(), strict=True)):

@@ -2,7 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingPlan:
+    """Which passes a batch's draw needs, decided once on the host from its rows' (temperature, top_p).
+
+    Without one, ``sample_with_logprobs`` reads the answers back from ``params`` at every call: on a GPU
+    that is a device-to-host wait per decoding step. A plan made for a batch holds for any subset of its
+    rows (the live rows of a later step): a pass it asks for that the subset does not need changes nothing
+    (the division by 1, the argmax of no greedy row), and the nucleus path gives a row without a nucleus
+    the short path's token (its log-prob to fp32 rounding), as it does in any batch mixing both."""
+
+    divide: bool  # some row has a temperature other than 0 (greedy) and 1
+    any_greedy: bool  # some row has temperature 0
+    nucleus: bool  # some row has top_p < 1
+
+    @classmethod
+    def of(cls, settings: Iterable[tuple[float, float]]) -> SamplingPlan:
+        """The plan for rows of ``(temperature, top_p)``."""
+        rows = [(float(t), float(p)) for t, p in settings]
+        return cls(
+            divide=any(t not in (0.0, 1.0) for t, _ in rows),
+            any_greedy=any(t == 0.0 for t, _ in rows),
+            nucleus=any(p < 1.0 for _, p in rows),
+        )
+
+    @classmethod
+    def of_params(cls, params: torch.Tensor) -> SamplingPlan:
+        """The plan read from ``params [B, 2]`` (a device read when they live on one)."""
+        temperature, top_p = params[:, 0], params[:, 1]
+        greedy = temperature == 0
+        return cls(
+            divide=bool(((temperature != 1) & ~greedy).any()),
+            any_greedy=bool(greedy.any()),
+            nucleus=bool((top_p < 1.0).any()),
+        )
 
 
 def sample_tokens(logits: torch.Tensor, params: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -11,7 +50,7 @@ def sample_tokens(logits: torch.Tensor, params: torch.Tensor, uniforms: torch.Te
 
 
 def sample_with_logprobs(
-    logits: torch.Tensor, params: torch.Tensor, uniforms: torch.Tensor
+    logits: torch.Tensor, params: torch.Tensor, uniforms: torch.Tensor, plan: SamplingPlan | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Vectorised per-row sampling by inverse CDF; returns (token ids [B], their log-probs [B]).
 
@@ -22,18 +61,19 @@ def sample_with_logprobs(
     The log-probs are those of the distribution actually sampled from (vLLM's
     ``processed_logprobs``): log softmax(logits / T), renormalised over the nucleus when top_p < 1.
     Greedy rows report temperature-1 log-probs. The trainer divides its logits by the same T.
+    ``plan``: the batch's ``SamplingPlan`` (read from ``params`` when None).
     """
+    plan = SamplingPlan.of_params(params) if plan is None else plan
     temperature, top_p = params[:, 0], params[:, 1]
     greedy = temperature == 0
-    divisor = torch.where(greedy, 1.0, temperature)
     # x / 1 == x exactly: a batch sampled at temperature 1 (GRPO's usual) skips a pass over [B, V]
-    scaled = logits.float() if bool((divisor == 1).all()) else logits.float() / divisor[:, None]
+    scaled = logits.float() / torch.where(greedy, 1.0, temperature)[:, None] if plan.divide else logits.float()
     log_probs = torch.log_softmax(scaled, dim=-1)  # [B, V]
     probs = log_probs.exp()
     whole = top_p >= 1.0  # rows without a nucleus draw in vocabulary order, whatever else is in the batch
-    if bool(whole.all()):  # no nucleus to cut: skip the vocabulary sort
+    if not plan.nucleus:  # no nucleus to cut: skip the vocabulary sort
         tokens = _vocab_order_pick(probs, uniforms)
-        if bool(greedy.any()):  # the argmax pass only when some row is greedy
+        if plan.any_greedy:  # the argmax pass only when some row is greedy
             tokens = torch.where(greedy, torch.argmax(logits, dim=-1), tokens)
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
