@@ -125,6 +125,8 @@ def test_a_plan_made_on_the_host_draws_as_the_plan_read_from_the_params():
     plan = SamplingPlan.of(settings)
     assert plan == SamplingPlan.of_params(params) == SamplingPlan(divide=True, any_greedy=True, nucleus=True)
     assert SamplingPlan.of([(1.0, 1.0), (0.0, 1.0)]) == SamplingPlan(divide=False, any_greedy=True, nucleus=False)
+    # read as the fp32 params are: 1e-50 is 0 there (greedy), 1 - 1e-12 is 1 (no nucleus)
+    assert SamplingPlan.of([(1e-50, 1 - 1e-12)]) == SamplingPlan(divide=False, any_greedy=True, nucleus=False)
     with_plan = sample_with_logprobs(logits, params, uniforms, plan)
     without = sample_with_logprobs(logits, params, uniforms)
     assert torch.equal(with_plan[0], without[0]) and torch.equal(with_plan[1], without[1])
@@ -157,12 +159,13 @@ def test_with_a_plan_the_draw_reads_nothing_back_from_the_params(monkeypatch):
     logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(2))
     params, uniforms = torch.tensor(SETTINGS), torch.full((6,), 0.4)
     expected = sample_with_logprobs(logits, params, uniforms)
+    plan = SamplingPlan.of(SETTINGS)  # on the host, from the requests' settings
 
     def no_reads(self):
         raise AssertionError("a tensor's truth value was read")
 
     monkeypatch.setattr(torch.Tensor, "__bool__", no_reads)
-    got = sample_with_logprobs(logits, params, uniforms, SamplingPlan.of(SETTINGS))
+    got = sample_with_logprobs(logits, params, uniforms, plan)
     with pytest.raises(AssertionError, match="truth value"):
         sample_with_logprobs(logits, params, uniforms)  # without a plan it reads them
     monkeypatch.undo()

@@ -24,17 +24,13 @@ class SamplingPlan:
 
     @classmethod
     def of(cls, settings: Iterable[tuple[float, float]]) -> SamplingPlan:
-        """The plan for rows of ``(temperature, top_p)``."""
-        rows = [(float(t), float(p)) for t, p in settings]
-        return cls(
-            divide=any(t not in (0.0, 1.0) for t, _ in rows),
-            any_greedy=any(t == 0.0 for t, _ in rows),
-            nucleus=any(p < 1.0 for _, p in rows),
-        )
+        """The plan for rows of ``(temperature, top_p)``, read as the fp32 params the draw gets (a
+        temperature that rounds to 0 there is greedy here too)."""
+        return cls.of_params(torch.tensor([[float(t), float(p)] for t, p in settings], dtype=torch.float32))
 
     @classmethod
     def of_params(cls, params: torch.Tensor) -> SamplingPlan:
-        """The plan read from ``params [B, 2]`` (a device read when they live on one)."""
+        """The plan read from ``params [B, 2]`` (a wait for the device when they live on one)."""
         temperature, top_p = params[:, 0], params[:, 1]
         greedy = temperature == 0
         return cls(
