@@ -10,6 +10,7 @@ import pytest
 import torch
 from tests.training.onpolicy import tiny_model
 
+from ludic.training.checkpoint._files import step_dirname
 from ludic.training.checkpoint.manager import CheckpointManager
 from ludic.training.config import CheckpointConfig
 
@@ -87,6 +88,20 @@ def test_leftover_temp_folder_is_ignored_and_cleaned_on_next_save(tmp_path: Path
     manager.save(tiny_model(0, layers=1), step=1)
     assert not stale.exists()
     assert (users / "keep.txt").read_text() == "mine"
+
+
+def test_a_step_saved_again_replaces_its_checkpoint_but_never_a_users_folder_of_that_name(tmp_path: Path) -> None:
+    manager = CheckpointManager(CheckpointConfig(output_dir=tmp_path))
+    first = manager.save(tiny_model(0, layers=1), step=2)
+    again = manager.save(tiny_model(1, layers=1), step=2)  # a rerun's save of the same step replaces it
+    assert again == first and (again / "trainer_state.json").is_file()
+    users = tmp_path / step_dirname(3)  # the folder step 3 would be, holding the user's files
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a checkpoint Ludic wrote"):
+        manager.save(tiny_model(0, layers=1), step=3)
+    assert (users / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")) == []  # its temp folder went
 
 
 def test_pruning_keeps_the_newest_max_to_keep(tmp_path: Path) -> None:

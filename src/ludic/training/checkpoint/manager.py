@@ -135,7 +135,8 @@ class CheckpointManager:
     def _publish_dir(self, tmp: Path, final: Path) -> None:
         # os.replace cannot overwrite a non-empty folder: move an old copy of this step aside first.
         trash = None
-        if final.exists():
+        if final.exists() or final.is_symlink():
+            _check_ours(final)
             trash = final.with_name(f".tmp-old-{final.name}-{uuid.uuid4().hex[:8]}")
             os.replace(final, trash)
         os.replace(tmp, final)
@@ -299,3 +300,14 @@ def _read_checkpoint(
     if rng and (folder / "rng_state.pt").is_file():
         files["rng"] = parse_rng(load_plain(folder / "rng_state.pt"), file=folder / "rng_state.pt")
     return files
+
+
+def _check_ours(final: Path) -> None:
+    """An existing ``step_<N>/`` is replaced only when a save wrote it (its ``trainer_state.json`` is written
+    before the folder gets its name) or it is empty: a user's own folder of that name is never deleted."""
+    if final.is_dir() and not final.is_symlink() and ((final / STATE).is_file() or not any(final.iterdir())):
+        return
+    raise FileExistsError(
+        f"checkpoint: {final} exists and is not a checkpoint Ludic wrote (no {STATE}); move it away or choose "
+        "another checkpoint directory (nothing was deleted)"
+    )
