@@ -132,8 +132,8 @@ class BatchGenerator:
     def _run(self, rows: list[RowRequest], uniforms: torch.Tensor, weights: list, offset: int) -> Steps:
         """One prefill and the decoding after it; yields ``offset`` + the tokens generated, and returns
         early (live rows unfinished) when True is sent."""
-        settings = [(r.sampling.temperature, r.sampling.top_p) for r in rows]
-        params, plan = torch.tensor(settings, device=self.device), SamplingPlan.of(settings)  # plan: no device reads
+        settings = torch.tensor([[r.sampling.temperature, r.sampling.top_p] for r in rows])
+        params, plan = settings.to(self.device), SamplingPlan.of_params(settings)  # read on the host, not the device
         logits, cache, mask, positions, index = self._prefill(rows)
         steps = max(r.sampling.max_tokens for r in rows)
         if self.lean is not None and self.lean.fits(mask.shape[1] + steps):
