@@ -24,6 +24,7 @@ from typing import Literal
 
 import torch
 
+from ludic.kernels.cpu import decode_gemm
 from ludic.kernels.private_ops import (
     FLASH_ATTENTION_CPU,
     LINEAR_BACKWARD_WEIGHTS,
@@ -49,6 +50,8 @@ class KernelChoice:
     shared_prefix_cache: rows sharing a prompt read its K/V once (``cpu/shared_prefix_cache.py``).
     recompute_layers: training's gated MLPs and RMSNorms keep less for the backward and recompute their
         elementwise parts there (``cpu/recompute.py``); off, autograd keeps what the layers' own ops save.
+    decode_gemm: the lean decoder's matmuls through Ludic's own AVX-512 kernel (``cpu/decode_gemm.py``,
+        compiled at first use); off (or where it cannot be built), oneDNN's packed matmuls (``packed_linear``).
     """
 
     onednn_linear: bool = False
@@ -57,6 +60,7 @@ class KernelChoice:
     packed_linear: bool = False
     shared_prefix_cache: bool = False
     recompute_layers: bool = False
+    decode_gemm: bool = False
 
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -66,8 +70,11 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "packed_linear": (LINEAR_POINTWISE, REORDER_LINEAR_WEIGHT),
     "shared_prefix_cache": (FLASH_ATTENTION_CPU,),
     "recompute_layers": (),
+    "decode_gemm": (),
 }
 """The private ops each kernel calls (``private_ops``); the others are plain PyTorch ops."""
+BUILT = {"decode_gemm": decode_gemm}
+"""Kernels of Ludic's own, compiled on this machine: each needs its module's ``available()`` as well."""
 
 
 def cpu_kernels_setting(setting: str | None = None) -> CpuKernels:
@@ -92,5 +99,13 @@ def select(device: torch.device | str, setting: str | None = None) -> KernelChoi
                 f"cpu_kernels='on' but torch {torch.__version__} cannot run {', '.join(missing)} "
                 f"(needed by the {kernel} kernel); use cpu_kernels='auto' to fall back to the plain path"
             )
+        built = BUILT.get(kernel)
+        if built is not None and not missing and not built.available():
+            if value == "on":
+                raise RuntimeError(
+                    f"cpu_kernels='on' but the {kernel} kernel cannot run here: {built.unavailable_reason()}; "
+                    "use cpu_kernels='auto' to fall back"
+                )
+            missing = [kernel]
         chosen[kernel] = not missing
     return KernelChoice(**chosen)

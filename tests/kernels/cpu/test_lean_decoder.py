@@ -10,6 +10,7 @@ import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
 from ludic.inference.embedded._generation import BatchGenerator, RowRequest
+from ludic.kernels.cpu import decode_gemm
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.testing import tiny_model_path
 
@@ -47,6 +48,7 @@ def _lean_vs_hf_logits(kind: str, exact: bool) -> list[tuple[torch.Tensor, torch
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     lean = LeanDecoder(model, exact=exact)
     assert lean.packed == (not exact and torch.backends.mkldnn.is_available())  # fp32 on the CPU: packed by default
+    assert lean.gemm == (lean.packed and decode_gemm.available())  # on Ludic's kernel where it runs
     cache = StaticKVCache.from_prefill(out.past_key_values, torch.arange(len(lengths)), mask, width + 8)
     cos, sin = lean.rope_tables(width + 8, torch.float32)
     weights, hf_cache, position = lean.bind(len(lengths)), out.past_key_values, positions[:, -1] + 1

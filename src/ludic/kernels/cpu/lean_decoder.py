@@ -8,8 +8,9 @@ columns -> o_proj -> RMSNorm -> SiLU MLP, then the final norm and the output lay
 ``transformers``' Qwen2/Qwen3/Llama/Mistral code value for value (same order of sums, dtypes, GQA
 packing; q/k/v and gate/up as one matmul each, whose columns are the same dot products; RoPE for q and
 k at once, by ``roll``), so with ``exact=True`` the logits equal the Hugging Face forward's (test). By
-default, for fp32 weights on the CPU, the matmuls run through oneDNN's packed inner product instead of
-the BLAS behind ``F.linear`` (on the AMD EPYC this was measured on, about 2x faster at these shapes):
+default, for fp32 weights on the CPU, the matmuls run on packed weights instead of the BLAS behind
+``F.linear``: Ludic's AVX-512 decoding kernel (``decode_gemm.py``) where this machine builds it, else
+oneDNN's packed inner product (on the AMD EPYC this was measured on, about 2x the BLAS at these shapes):
 another order of sums, so the logits match to fp32 rounding (within 1e-5, test) and greedy tokens
 still equal ``model.generate``'s (test). The weights are read from the model's own parameters at every
 batch, so an in-place weight swap (``sync_weights``) is seen by the next batch.
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ludic.kernels.cpu import decode_gemm
 from ludic.kernels.cpu.lean_weights import LayerLora, LayerWeights, LoraDelta, Proj, bind_weights
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
 from ludic.kernels.private_ops import LINEAR_POINTWISE, REORDER_LINEAR_WEIGHT, works
@@ -163,20 +165,32 @@ def _packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+def _pack_for_gemm(weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``decode_gemm``'s layout (3-D) where it takes the weight, else oneDNN's (``_pack``, 2-D)."""
+    return (decode_gemm.pack(weight), bias) if decode_gemm.packable(weight) else _pack(weight, bias, rows)
+
+
+def _gemm_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` with a weight from ``_pack_for_gemm``: Ludic's kernel for its layout, oneDNN for the other."""
+    return decode_gemm.linear(x, weight, bias) if weight.dim() == 3 else _packed_linear(x, weight, bias)
+
+
 class LeanDecoder:
     """One decoding step (one new token per live row) straight through a model's weights."""
 
-    def __init__(self, model: torch.nn.Module, *, exact: bool = False, packed: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, *, exact: bool = False, packed: bool = True, gemm: bool = True) -> None:
         """``exact``: run the model's own matmuls (``F.linear``), so the logits equal its forward's bit for
-        bit (with ``StaticKVCache``); otherwise, for fp32 weights on the CPU, oneDNN's packed matmuls
-        (about 2x faster than the default BLAS on the AMD EPYC measured; logits to fp32 rounding),
-        unless ``packed=False`` (``KernelChoice.packed_linear``)."""
+        bit (with ``StaticKVCache``); otherwise, for fp32 weights on the CPU, packed matmuls (logits to fp32
+        rounding), unless ``packed=False`` (``KernelChoice.packed_linear``): Ludic's AVX-512 decoding kernel
+        (``decode_gemm.py``: 1.4x oneDNN at 32 rows on the Xeon measured) where it runs and ``gemm`` is set
+        (``KernelChoice.decode_gemm``), else oneDNN's (about 2x the default BLAS on the AMD EPYC measured)."""
         reason = lean_unsupported(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder cannot run this model: {reason}")
         self.model = model
         self.packed = packed and not exact and _can_pack(model)
-        self.linear = _packed_linear if self.packed else F.linear
+        self.gemm = self.packed and gemm and decode_gemm.available()
+        self.linear = (_gemm_linear if self.gemm else _packed_linear) if self.packed else F.linear
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
@@ -207,14 +221,17 @@ class LeanDecoder:
         On the CPU, q/k/v and gate/up are concatenated into one matmul each (a copy of those weights
         for the batch): fewer, wider matmuls, each output column still the same dot product in the same
         order, so with ``exact`` the logits stay bit-identical to the model's forward (test). With
-        ``packed``, every matmul's weight is also copied into oneDNN's layout for the batch. Elsewhere
+        ``packed``, every matmul's weight is also copied into the packed layout (the kernel's or oneDNN's) for the batch. Elsewhere
         (nothing of this loop has run on a GPU, where a wider matmul may pick another kernel and a
         copy of the weights costs scarce memory) the projections stay apart. Layers serving an unmerged
         LoRA adapter bring their deltas (``lean_weights``; logits then to fp32 rounding, even ``exact``)."""
         fused = self.inv_freq.device.type == "cpu"
 
         def prepare(projs: list[Proj]) -> list[Proj]:
-            return [_pack(w, b, rows) for w, b in projs] if self.packed else projs
+            if not self.packed:
+                return projs
+            pack = _pack_for_gemm if self.gemm else _pack
+            return [pack(w, b, rows) for w, b in projs]
 
         return bind_weights(self.model, fused, prepare)
 

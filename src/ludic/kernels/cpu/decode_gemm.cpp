@@ -1,0 +1,93 @@
+// The embedded engine's decoding matmul on AVX-512: y[M, N] = x[M, K] W^T (+ b) for a few dozen rows M.
+//
+// Built and loaded by decode_gemm.py (see its docstring for why and for the measurements). W is packed
+// there once per batch as [P = ceil(N / 16)][K][16]: panel p holds output columns 16p..16p+15, one 64-byte
+// line per k, so a panel streams from memory in order. Threads (OpenMP: torch's own runtime, loaded
+// first) take groups of 3 panels (48 columns); within a group, rows go 8 at a time through a register
+// block of 8 x 3 accumulators (24 of the 32 zmm registers), k from 0 to K-1 in order, so each output is
+// one fp32 sum of K fused multiply-adds. While a group's later row blocks run from cache, they prefetch
+// the next group's panels, spread over those blocks, so the weight stream from memory overlaps the
+// arithmetic instead of stalling the first row block of every group.
+#include <immintrin.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int kLanes = 16;  // floats per zmm register and per panel line
+constexpr int kRowBlock = 8;
+constexpr int kGroup = 3;   // panels per thread work item
+
+// acc[r][j] = sum_k x[r, k] * panel_j[k, :] for MR rows and NP panels; stores (plus bias) to y.
+// ``prefetch``: the next group's first panel, or null; lines k with k % every == phase are prefetched.
+template <int MR, int NP>
+inline void block(const float* x, int64_t K, const float* panels, float* y, int64_t ldy, const float* bias,
+                  int64_t n0, int64_t N, const float* prefetch, int64_t phase, int64_t every) {
+    __m512 acc[MR][NP];
+    for (int r = 0; r < MR; ++r)
+        for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; ++k) {
+        __m512 w[NP];
+        for (int j = 0; j < NP; ++j) w[j] = _mm512_loadu_ps(panels + (j * K + k) * kLanes);
+        if (prefetch != nullptr && k % every == phase)
+            for (int j = 0; j < NP; ++j)
+                _mm_prefetch(reinterpret_cast<const char*>(prefetch + (j * K + k) * kLanes), _MM_HINT_T1);
+        for (int r = 0; r < MR; ++r) {
+            const __m512 xr = _mm512_set1_ps(x[r * K + k]);
+            for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_fmadd_ps(xr, w[j], acc[r][j]);
+        }
+    }
+    for (int j = 0; j < NP; ++j) {
+        const int64_t n = n0 + j * kLanes, left = N - n;
+        const __mmask16 mask = left >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + n) : _mm512_setzero_ps();
+        for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(y + r * ldy + n, mask, _mm512_add_ps(acc[r][j], b));
+    }
+}
+
+// Every row of x against NP panels (output columns n0..): full row blocks, then the rows left over.
+template <int NP>
+void group(const float* x, int64_t M, int64_t K, const float* panels, float* y, int64_t N, const float* bias,
+           int64_t n0, const float* next) {
+    const int64_t later = M / kRowBlock - 1;  // full row blocks after the first: they prefetch ``next``
+    int64_t r = 0;
+    for (; r + kRowBlock <= M; r += kRowBlock) {
+        const float* prefetch = r > 0 ? next : nullptr;
+        block<kRowBlock, NP>(x + r * K, K, panels, y + r * N, N, bias, n0, N, prefetch, r / kRowBlock - 1,
+                             later > 0 ? later : 1);
+    }
+    const float* xr = x + r * K;
+    float* yr = y + r * N;
+    switch (M - r) {
+        case 7: block<7, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 6: block<6, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 5: block<5, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 4: block<4, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 3: block<3, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 2: block<2, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 1: block<1, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        default: break;
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+// y[M][N] = x[M][K] W^T + bias (bias may be null); x and y row-major and contiguous.
+void ludic_decode_gemm(const float* x, int64_t M, int64_t K, const float* packed, int64_t N, const float* bias,
+                       float* y, int threads) {
+    const int64_t P = (N + kLanes - 1) / kLanes;
+    const int64_t groups = (P + kGroup - 1) / kGroup;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t g = 0; g < groups; ++g) {
+        const int64_t p0 = g * kGroup;
+        const int64_t np = P - p0 < kGroup ? P - p0 : kGroup;
+        const float* panels = packed + p0 * K * kLanes;
+        const float* next = p0 + 2 * kGroup <= P ? panels + kGroup * K * kLanes : nullptr;
+        if (np == 3) group<3>(x, M, K, panels, y, N, bias, p0 * kLanes, next);
+        else if (np == 2) group<2>(x, M, K, panels, y, N, bias, p0 * kLanes, nullptr);
+        else group<1>(x, M, K, panels, y, N, bias, p0 * kLanes, nullptr);
+    }
+}
+
+}  // extern "C"
