@@ -29,6 +29,7 @@ dtypes, devices and tensor subclasses take torch's own path unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -91,8 +92,8 @@ def linear_grads(
     for dW: None when ``need_w`` is False); each None where not needed. ``onednn``: on oneDNN where it pays
     (see the module docstring), else MKL."""
     grad_x = grad_w = grad_b = None
-    if need_x:  # dx = dy @ W = dy @ (W^T)^T
-        grad_x = inner_product(dy, weight.t().contiguous()) if onednn else dy.mm(weight)
+    if need_x:  # dx = dy @ W = dy @ (W^T)^T: oneDNN reads the transposed view as it is (no copy of W^T)
+        grad_x = inner_product(dy, _transposed(weight)) if onednn else dy.mm(weight)
     if need_w and x is None:
         raise ValueError("linear_grads needs the layer's input x for the weight gradient")
     if need_w and onednn and _weight_grad_pays(*x.shape, dy.shape[1]):
@@ -101,6 +102,26 @@ def linear_grads(
         grad_w = dy.t().mm(x) if need_w else None
         grad_b = dy.sum(0) if need_b else None
     return grad_x, grad_w, grad_b
+
+
+def _transposed(weight: Tensor) -> Tensor:
+    """``W^T`` for oneDNN's inner product: the strided view where this torch's op reads one correctly
+    (``takes_transposed_weight``), else a contiguous copy."""
+    return weight.t() if takes_transposed_weight() else weight.t().contiguous()
+
+
+@functools.cache
+def takes_transposed_weight() -> bool:
+    """oneDNN's inner product gives the same values for a transposed weight view as for its contiguous copy
+    (probed once per process). The view saves copying every weight in each micro-batch's backward: at
+    SmolLM2-135M's MLP shapes (858 rows) the input gradient took 5.1 ms instead of 7.7 with the copy, the
+    same bits (this torch reorders the strided weight into its layout itself)."""
+    dy = torch.linspace(-1.0, 1.0, 3 * 20).view(3, 20)
+    weight = torch.linspace(-0.5, 0.7, 20 * 7).view(20, 7).sin()
+    try:
+        return torch.equal(inner_product(dy, weight.t()), inner_product(dy, weight.t().contiguous()))
+    except RuntimeError:
+        return False
 
 
 def _weight_grad_pays(rows: int, in_features: int, out_features: int) -> bool:
