@@ -170,3 +170,18 @@ def test_the_frozen_model_scorer_scores_the_same_on_either_path(apply_calls) -> 
     assert off_calls == 0 and on_calls > 0
     for a, b in zip(off, on, strict=True):
         assert b == pytest.approx(a, rel=1e-5, abs=1e-5)
+
+
+def test_the_input_gradient_reads_the_transposed_weight_as_a_view_with_the_copys_bits(monkeypatch) -> None:
+    """This torch's oneDNN op takes ``W^T`` as a strided view (probed), giving the contiguous copy's values
+    exactly; where the probe fails the copy is made, as before."""
+    assert onednn.takes_transposed_weight()  # the torch pinned here
+    torch.manual_seed(3)
+    dy, x, weight = torch.randn(600, 96), torch.randn(600, 160), torch.randn(96, 160)
+    grads = {}
+    for view in (True, False):
+        monkeypatch.setattr(onednn, "takes_transposed_weight", lambda view=view: view)
+        assert onednn._transposed(weight).is_contiguous() == (not view)
+        grads[view] = onednn.linear_grads(dy, x, weight, need_x=True, need_w=False, need_b=False)[0]
+    assert torch.equal(grads[True], grads[False])
+    torch.testing.assert_close(grads[True], dy @ weight, rtol=1e-5, atol=1e-4)

@@ -3,12 +3,14 @@
 // Built and loaded by decode_gemm.py (see its docstring for why and for the measurements). W is packed
 // there once per batch as [P = ceil(N / 16)][K][16]: panel p holds output columns 16p..16p+15, one 64-byte
 // line per k, so a panel streams from memory in order. Threads (OpenMP: torch's own runtime, loaded
-// first) take groups of 3 panels (48 columns); within a group, rows go 8 at a time through a register
-// block of 8 x 3 accumulators (24 of the 32 zmm registers), k from 0 to K-1 in order, so each output is
-// one fp32 sum of K fused multiply-adds. While a group's later row blocks run from cache, they prefetch
-// the next group's panels, spread over those blocks, so the weight stream from memory overlaps the
-// arithmetic instead of stalling the first row block of every group.
+// first) take contiguous runs of groups of 3 panels (48 columns); within a group, rows go 8 at a time
+// through a register block of 8 x 3 accumulators (24 of the 32 zmm registers), k from 0 to K-1 in order,
+// so each output is one fp32 sum of K fused multiply-adds. While a group's later row blocks run from
+// cache (or its only block, under 16 rows), they prefetch the next group's panels, spread evenly over
+// their k steps, so the weight stream from memory overlaps the arithmetic instead of stalling the first
+// row block of every group.
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 
 namespace {
@@ -18,19 +20,19 @@ constexpr int kRowBlock = 8;
 constexpr int kGroup = 3;   // panels per thread work item
 
 // acc[r][j] = sum_k x[r, k] * panel_j[k, :] for MR rows and NP panels; stores (plus bias) to y.
-// ``prefetch``: the next group's first panel, or null; lines k with k % every == phase are prefetched.
+// ``prefetch``: null, or memory whose 64-byte lines [lo, hi) are prefetched, spread evenly over k.
 template <int MR, int NP>
 inline void block(const float* x, int64_t K, const float* panels, float* y, int64_t ldy, const float* bias,
-                  int64_t n0, int64_t N, const float* prefetch, int64_t phase, int64_t every) {
+                  int64_t n0, int64_t N, const char* prefetch, int64_t lo, int64_t hi) {
     __m512 acc[MR][NP];
     for (int r = 0; r < MR; ++r)
         for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_setzero_ps();
+    const int64_t span = prefetch != nullptr ? hi - lo : 0;
+    int64_t line = lo, owed = 0;  // lines [lo, lo + span * (k + 1) / K) are prefetched by the end of step k
     for (int64_t k = 0; k < K; ++k) {
         __m512 w[NP];
         for (int j = 0; j < NP; ++j) w[j] = _mm512_loadu_ps(panels + (j * K + k) * kLanes);
-        if (prefetch != nullptr && k % every == phase)
-            for (int j = 0; j < NP; ++j)
-                _mm_prefetch(reinterpret_cast<const char*>(prefetch + (j * K + k) * kLanes), _MM_HINT_T1);
+        for (owed += span; owed >= K; owed -= K, ++line) _mm_prefetch(prefetch + line * 64, _MM_HINT_T1);
         for (int r = 0; r < MR; ++r) {
             const __m512 xr = _mm512_set1_ps(x[r * K + k]);
             for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_fmadd_ps(xr, w[j], acc[r][j]);
@@ -45,26 +47,29 @@ inline void block(const float* x, int64_t K, const float* panels, float* y, int6
 }
 
 // Every row of x against NP panels (output columns n0..): full row blocks, then the rows left over.
+// ``next``/``next_lines``: what to prefetch meanwhile (the next panels to run), spread over the full row
+// blocks after the first (which waits for this group's own panels), or over the first when it is the only one.
 template <int NP>
 void group(const float* x, int64_t M, int64_t K, const float* panels, float* y, int64_t N, const float* bias,
-           int64_t n0, const float* next) {
-    const int64_t later = M / kRowBlock - 1;  // full row blocks after the first: they prefetch ``next``
+           int64_t n0, const char* next, int64_t next_lines) {
+    const int64_t full = M / kRowBlock, spread = full > 1 ? full - 1 : full;
     int64_t r = 0;
     for (; r + kRowBlock <= M; r += kRowBlock) {
-        const float* prefetch = r > 0 ? next : nullptr;
-        block<kRowBlock, NP>(x + r * K, K, panels, y + r * N, N, bias, n0, N, prefetch, r / kRowBlock - 1,
-                             later > 0 ? later : 1);
+        const int64_t b = r / kRowBlock - (full > 1 ? 1 : 0);  // index among the prefetching blocks
+        const bool on = next != nullptr && b >= 0;
+        block<kRowBlock, NP>(x + r * K, K, panels, y + r * N, N, bias, n0, N, on ? next : nullptr,
+                             on ? next_lines * b / spread : 0, on ? next_lines * (b + 1) / spread : 0);
     }
     const float* xr = x + r * K;
     float* yr = y + r * N;
     switch (M - r) {
-        case 7: block<7, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
-        case 6: block<6, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
-        case 5: block<5, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
-        case 4: block<4, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
-        case 3: block<3, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
-        case 2: block<2, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
-        case 1: block<1, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 1); break;
+        case 7: block<7, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
+        case 6: block<6, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
+        case 5: block<5, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
+        case 4: block<4, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
+        case 3: block<3, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
+        case 2: block<2, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
+        case 1: block<1, NP>(xr, K, panels, yr, N, bias, n0, N, nullptr, 0, 0); break;
         default: break;
     }
 }
@@ -73,20 +78,29 @@ void group(const float* x, int64_t M, int64_t K, const float* panels, float* y, 
 
 extern "C" {
 
-// y[M][N] = x[M][K] W^T + bias (bias may be null); x and y row-major and contiguous.
+// y[M][N] = x[M][K] W^T + bias (bias may be null); x and y row-major and contiguous. Each thread takes a
+// contiguous run of groups, so the group after the current one is its own and can be prefetched.
 void ludic_decode_gemm(const float* x, int64_t M, int64_t K, const float* packed, int64_t N, const float* bias,
                        float* y, int threads) {
-    const int64_t P = (N + kLanes - 1) / kLanes;
-    const int64_t groups = (P + kGroup - 1) / kGroup;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t g = 0; g < groups; ++g) {
-        const int64_t p0 = g * kGroup;
-        const int64_t np = P - p0 < kGroup ? P - p0 : kGroup;
-        const float* panels = packed + p0 * K * kLanes;
-        const float* next = p0 + 2 * kGroup <= P ? panels + kGroup * K * kLanes : nullptr;
-        if (np == 3) group<3>(x, M, K, panels, y, N, bias, p0 * kLanes, next);
-        else if (np == 2) group<2>(x, M, K, panels, y, N, bias, p0 * kLanes, nullptr);
-        else group<1>(x, M, K, panels, y, N, bias, p0 * kLanes, nullptr);
+    const int64_t P = (N + kLanes - 1) / kLanes, groups = (P + kGroup - 1) / kGroup;
+#pragma omp parallel num_threads(threads)
+    {
+        const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t begin = groups * t / T, end = groups * (t + 1) / T;
+        for (int64_t g = begin; g < end; ++g) {
+            const int64_t p0 = g * kGroup, np = P - p0 < kGroup ? P - p0 : kGroup;
+            const float* panels = packed + p0 * K * kLanes;
+            const char* ahead = nullptr;  // the next group's panels follow these in memory
+            int64_t lines = 0;
+            if (g + 1 < end) {
+                const int64_t q0 = p0 + kGroup, nq = P - q0 < kGroup ? P - q0 : kGroup;
+                ahead = reinterpret_cast<const char*>(panels + kGroup * K * kLanes);
+                lines = nq * K * kLanes * static_cast<int64_t>(sizeof(float)) / 64;
+            }
+            if (np == 3) group<3>(x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
+            else if (np == 2) group<2>(x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
+            else group<1>(x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
+        }
     }
 }
 
