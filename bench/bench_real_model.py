@@ -231,7 +231,7 @@ def engine_worker(model: str, knobs: dict[str, int], rounds: int) -> dict[str, A
         generate.append(n / (time.perf_counter() - t0))
         ratios.append(engine[-1] / generate[-1])
     return {"engine_tok_s": statistics.median(engine), "generate_tok_s": statistics.median(generate),
-            "ratio": statistics.median(ratios), "gflops": matmul_gflops(),
+            "ratio": statistics.median(ratios), "ratios": ratios, "gflops": matmul_gflops(),
             "decode_gflops": decode_matmul_gflops(client.model, rows)}  # fmt: skip
 
 
@@ -312,7 +312,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     summary["floor_at_decode_rate_s"] = {"train": floor_train, "generate": floor_gen_decode,
                                          "total": floor_train + floor_gen_decode}  # fmt: skip
     summary["step_over_floor_at_decode_rate"] = summary["ludic_step_s"] / (floor_train + floor_gen_decode)
-    summary["engine_vs_generate"] = {k: eng[k] for k in ("engine_tok_s", "generate_tok_s", "ratio")}
+    summary["engine_vs_generate"] = {k: eng[k] for k in ("engine_tok_s", "generate_tok_s", "ratio", "ratios")}
     summary["memory_bound_mb"] = memory_bound_mb(params)
     summary["rss_over_bound"] = summary["ludic_peak_rss_mb"] / summary["memory_bound_mb"]
     for side in busy:
