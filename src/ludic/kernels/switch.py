@@ -8,8 +8,10 @@ every component of a process.
 
 - ``"auto"``: on a CPU device every kernel whose private PyTorch ops this torch has and runs
   correctly (``private_ops.works``, probed once per process; a missing op is logged once and only
-  the kernels needing it fall back); on any other device none: plain PyTorch / transformers.
-- ``"on"``: as ``"auto"``, but a missing op is an error instead of a fallback (benchmarks, tests).
+  the kernels needing it fall back), and Ludic's own compiled kernels (``BUILT``) where this machine
+  builds and runs them; on any other device none: plain PyTorch / transformers.
+- ``"on"``: as ``"auto"``, but a missing op (or a kernel that cannot be built here) is an error instead of a
+  fallback (benchmarks, tests).
 - ``"off"``: none, on every device.
 
 The per-feature settings (``TrainerConfig.onednn_linears``, ``TrainerConfig.block_attention``,
