@@ -9,8 +9,8 @@ meanwhile. This kernel prefetches the next panel group while the current one's l
 so the stream overlaps the arithmetic: all of SmolLM2-135M's decoding matmuls (121 weights, 538 MB) in
 39.6 ms against oneDNN's 55.8 at 32 rows (1.41x), 24.6 vs 34.1 ms at 8 rows, 19.3 vs 29.3 ms at one
 row (27.9 GB/s, this machine's memory bandwidth), measured interleaved, 2 threads, weights streamed as in
-a real step; the engine's 32-row decoding step went from 72-82 ms to ~60 ms. Each output is one fp32 sum of K fused multiply-adds in order, so values match ``F.linear``
-to fp32 rounding, as oneDNN's do (tests).
+a real step; the engine's 32-row decoding step went from 72-82 ms to ~60 ms. Each output is one fp32 sum
+of K fused multiply-adds in order, so values match ``F.linear`` to fp32 rounding, as oneDNN's do (tests).
 
 The source is compiled at first use with the system's C++ compiler (``$CXX``, else ``c++``/``g++``) into
 ``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``), named by a hash of the source and flags, and

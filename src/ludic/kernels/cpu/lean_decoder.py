@@ -221,9 +221,9 @@ class LeanDecoder:
         On the CPU, q/k/v and gate/up are concatenated into one matmul each (a copy of those weights
         for the batch): fewer, wider matmuls, each output column still the same dot product in the same
         order, so with ``exact`` the logits stay bit-identical to the model's forward (test). With
-        ``packed``, every matmul's weight is also copied into the packed layout (the kernel's or oneDNN's) for the batch. Elsewhere
-        (nothing of this loop has run on a GPU, where a wider matmul may pick another kernel and a
-        copy of the weights costs scarce memory) the projections stay apart. Layers serving an unmerged
+        ``packed``, every matmul's weight is also copied into the packed layout (the kernel's or
+        oneDNN's) for the batch. Elsewhere (nothing of this loop has run on a GPU, where a wider matmul
+        may pick another kernel and a copy of the weights costs scarce memory) the projections stay apart. Layers serving an unmerged
         LoRA adapter bring their deltas (``lean_weights``; logits then to fp32 rounding, even ``exact``)."""
         fused = self.inv_freq.device.type == "cpu"
 
