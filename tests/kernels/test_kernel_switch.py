@@ -19,13 +19,15 @@ import ludic.kernels.cpu.segment_attention as segments
 from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.inference.embedded._generation import BatchGenerator, RowRequest
 from ludic.kernels import CPU_KERNELS_ENV, KernelChoice, private_ops, select
-from ludic.kernels.cpu import decode_gemm
+from ludic.kernels.cpu import decode_attention, decode_gemm
 from ludic.testing import tiny_model_path
 from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
 from ludic.training.trainer import Trainer
 
-ALL_ON = KernelChoice(True, True, True, True, True, True, decode_gemm=decode_gemm.available())  # built here or not
+ALL_ON = KernelChoice(  # Ludic's own kernels: built here or not
+    True, True, True, True, True, True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available()
+)
 
 
 @pytest.fixture
@@ -53,7 +55,7 @@ def test_auto_runs_every_cpu_kernel_on_the_cpu_and_none_elsewhere(monkeypatch):
     assert select("cpu") == ALL_ON  # this machine's torch has every op
     assert select("cuda:0") == KernelChoice() == select("meta")
     assert select("cpu", "off") == KernelChoice()
-    if decode_gemm.available():  # else "on" refuses, naming why (tests/kernels/cpu/test_decode_gemm.py)
+    if decode_gemm.available() and decode_attention.available():  # else "on" refuses, naming why (tests/kernels/cpu/test_decode_gemm.py)
         assert select(torch.device("cpu"), "on") == ALL_ON
 
 
@@ -77,7 +79,7 @@ def test_a_missing_op_turns_off_only_its_kernels_and_is_logged_once(without, cap
         first, second = select("cpu"), select("cpu")
     assert first == second == KernelChoice(
         onednn_linear=False, segment_attention=True, lean_decoder=True, packed_linear=True, shared_prefix_cache=True,
-        recompute_layers=True, decode_gemm=decode_gemm.available(),
+        recompute_layers=True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available(),
     )
     assert [r.getMessage().count("mkldnn_linear_backward_weights") for r in caplog.records] == [1]
     assert not onednn.onednn_available()  # a direct caller of the kernel falls back too

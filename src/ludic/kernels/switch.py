@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from ludic.kernels.cpu import decode_gemm
+from ludic.kernels.cpu import decode_attention, decode_gemm
 from ludic.kernels.private_ops import (
     FLASH_ATTENTION_CPU,
     LINEAR_BACKWARD_WEIGHTS,
@@ -54,6 +54,8 @@ class KernelChoice:
         elementwise parts there (``cpu/recompute.py``); off, autograd keeps what the layers' own ops save.
     decode_gemm: the lean decoder's matmuls through Ludic's own AVX-512 kernel (``cpu/decode_gemm.py``,
         compiled at first use); off (or where it cannot be built), oneDNN's packed matmuls (``packed_linear``).
+    decode_attention: the shared-prefix cache's attention in one call of Ludic's own kernel a layer
+        (``cpu/decode_attention.py``, compiled with ``decode_gemm``); off, two SDPA calls and their merge.
     """
 
     onednn_linear: bool = False
@@ -63,6 +65,7 @@ class KernelChoice:
     shared_prefix_cache: bool = False
     recompute_layers: bool = False
     decode_gemm: bool = False
+    decode_attention: bool = False
 
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -73,9 +76,10 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "shared_prefix_cache": (FLASH_ATTENTION_CPU,),
     "recompute_layers": (),
     "decode_gemm": (),
+    "decode_attention": (),
 }
 """The private ops each kernel calls (``private_ops``); the others are plain PyTorch ops."""
-BUILT = {"decode_gemm": decode_gemm}
+BUILT = {"decode_gemm": decode_gemm, "decode_attention": decode_attention}
 """Kernels of Ludic's own, compiled on this machine: each needs its module's ``available()`` as well."""
 
 

@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from ludic.kernels import select
-from ludic.kernels.cpu import decode_gemm
+from ludic.kernels.cpu import decode_attention, decode_gemm, native
 from ludic.kernels.cpu import lean_decoder as lean_module
 from ludic.kernels.cpu.lean_decoder import LeanDecoder
 
 needs_kernel = pytest.mark.skipif(
-    decode_gemm.unsupported() is not None, reason=f"the kernel cannot run here: {decode_gemm.unsupported()}"
+    native.unsupported() is not None, reason=f"the kernel cannot run here: {native.unsupported()}"
 )
 
 
@@ -30,11 +30,14 @@ def threads():
 
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
-    """The kernel probed and built again, into ``tmp_path``, in this test; forgotten after it."""
-    monkeypatch.setenv(decode_gemm.KERNELS_DIR_ENV, str(tmp_path))
-    decode_gemm._library.cache_clear()
+    """The kernels probed and built again, into ``tmp_path``, in this test; forgotten after it."""
+    caches = (native.library, decode_gemm._library, decode_attention._library)
+    monkeypatch.setenv(native.KERNELS_DIR_ENV, str(tmp_path))
+    for cache in caches:
+        cache.cache_clear()
     yield tmp_path
-    decode_gemm._library.cache_clear()
+    for cache in caches:
+        cache.cache_clear()
 
 
 @needs_kernel
@@ -125,9 +128,10 @@ def test_without_a_compiler_the_engine_keeps_onednn_and_says_why_once(monkeypatc
 
 @needs_kernel
 def test_a_corrupt_cached_library_is_rebuilt_not_loaded(fresh_build):
-    target = decode_gemm._library_path(decode_gemm.compiler())
+    target = native.library_path(native.compiler())
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"not a shared library")  # a truncated or foreign file under the kernel's name
     assert decode_gemm.available(), decode_gemm.unavailable_reason()
+    assert decode_attention.available(), decode_attention.unavailable_reason()  # one library serves both
     assert target.read_bytes()[:4] == b"\x7fELF"
     assert [p.name for p in fresh_build.iterdir()] == [target.name]  # no temporary file left behind

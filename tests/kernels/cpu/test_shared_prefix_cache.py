@@ -7,6 +7,7 @@ import torch
 
 from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.inference.embedded._generation import BatchGenerator, RowRequest
+from ludic.kernels.cpu import decode_attention
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
 from ludic.testing import tiny_model_path
@@ -25,9 +26,11 @@ def _model(kind: str) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(config).eval()
 
 
+@pytest.mark.parametrize("native", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not decode_attention.available(), reason=f"the kernel cannot run here: {decode_attention.unavailable_reason()}"))])
 @pytest.mark.parametrize("kind", ["qwen2", "llama_mha"])
 @torch.inference_mode()
-def test_shared_prompt_attention_gives_the_fanned_out_logits_to_fp32_rounding(kind):
+def test_shared_prompt_attention_gives_the_fanned_out_logits_to_fp32_rounding(kind, native):
     model = _model(kind)
     torch.manual_seed(1)
     lengths, width = [9, 4, 1], 9  # three prompts, left-padded to 9 columns
@@ -36,9 +39,10 @@ def test_shared_prompt_attention_gives_the_fanned_out_logits_to_fp32_rounding(ki
     positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True)
     index = torch.tensor([0, 1, 0, 2, 2, 0, 1])  # rows of each prompt, interleaved
-    lean = LeanDecoder(model)
     fanned = StaticKVCache.from_prefill(out.past_key_values, index, prompt_mask[index], width + 8)
-    shared = SharedPrefixKVCache(out.past_key_values, index, prompt_mask, 8)
+    lean = LeanDecoder(model)
+    shared = SharedPrefixKVCache(out.past_key_values, index, prompt_mask, 8, native=native, groups=lean.heads // lean.kv_heads)
+    assert shared.native == native  # one call of Ludic's kernel a layer, or two SDPA calls
     assert shared.slots == 3 and shared.slot.tolist() == [0, 0, 1, 0, 1, 2, 1]
     cos, sin = lean.rope_tables(width + 8, torch.float32)
     weights, position = lean.bind(), positions[index, -1] + 1
@@ -74,6 +78,7 @@ def test_engine_with_shared_prompts_samples_the_fanned_out_engines_tokens_logpro
     rows = [RowRequest(prompts[i % 3], s) for i, s in enumerate(settings)]
     got, ref = gen.generate(rows), fanned.generate(rows)
     assert len(caches) == 1 and isinstance(caches[0], SharedPrefixKVCache)
+    assert caches[0].native == decode_attention.available()  # the default: Ludic's kernel where it runs
     for a, b in zip(got, ref, strict=True):
         assert a.completion_ids == b.completion_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)

@@ -74,6 +74,7 @@ class BatchGenerator:
         kernels, lean = select(device, cpu_kernels), lean and lean_unsupported(model) is None
         self.lean = LeanDecoder(model, exact=exact, packed=kernels.packed_linear, gemm=kernels.decode_gemm) if lean and kernels.lean_decoder else None
         self.share_prefix = share_prefix and not exact and kernels.shared_prefix_cache  # one K/V per prompt
+        self.native_attention = kernels.decode_attention  # the shared-prefix cache's attention in one native call
 
     def _forward(self, cache: object = None, **kwargs) -> tuple[torch.Tensor, object]:
         """The model's forward, its KV cache passed and read back under this transformers' name (``CACHE``)."""
@@ -222,7 +223,8 @@ class BatchGenerator:
             return StaticKVCache.from_prefill(dyn_cache, index, mask, mask.shape[1] + steps)
         prompt_mask = torch.zeros((prompts, mask.shape[1]), dtype=mask.dtype, device=mask.device)
         prompt_mask[index] = mask
-        return SharedPrefixKVCache(dyn_cache, index, prompt_mask, steps)
+        groups = self.lean.heads // self.lean.kv_heads
+        return SharedPrefixKVCache(dyn_cache, index, prompt_mask, steps, native=self.native_attention, groups=groups)
 
     def _results(self, rows, record, stops: StopMatcher, aborted: set[int]) -> list[RowResult]:
         """Per-row token and log-prob lists from the per-step records, with finish reasons."""

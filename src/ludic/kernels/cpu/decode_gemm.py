@@ -12,120 +12,36 @@ row (27.9 GB/s, this machine's memory bandwidth), measured interleaved, 2 thread
 a real step; the engine's 32-row decoding step went from 72-82 ms to ~60 ms. Each output is one fp32 sum
 of K fused multiply-adds in order, so values match ``F.linear`` to fp32 rounding, as oneDNN's do (tests).
 
-The source is compiled at first use with the system's C++ compiler (``$CXX``, else ``c++``/``g++``) into
-``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``), named by a hash of the source and flags, and
-loaded with ``ctypes`` (the call releases the GIL). It threads with OpenMP and takes torch's thread count
-at each call; loaded after torch, it shares torch's OpenMP runtime (one thread pool). ``available()`` is
-False, with the reason logged once, off x86-64 Linux, on a CPU without AVX-512 (as torch sees it), without
-a compiler, or when the built kernel gives other values than ``F.linear`` on a probe; the lean decoder then
-keeps oneDNN's packed matmuls (``ludic.kernels.select``'s ``decode_gemm``).
+The kernel is built with Ludic's other C++ kernels into one library at first use (``native.py``: the
+compiler, the cache folder, the OpenMP runtime it shares with torch). ``available()`` is False, with the
+reason logged once, where that library cannot be built here (off x86-64 Linux, without AVX-512 or a
+compiler) or when the kernel gives other values than ``F.linear`` on a probe; the lean decoder then keeps
+oneDNN's packed matmuls (``ludic.kernels.select``'s ``decode_gemm``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from ludic.kernels.cpu import native
+
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("decode_gemm.cpp")
-FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 LANES = 16
 """Output columns per packed panel: ``pack`` needs ``out_features`` to be a multiple of this."""
-KERNELS_DIR_ENV = "LUDIC_KERNELS_DIR"
-BUILD_TIMEOUT_S = 300
-
-
-def kernels_dir() -> Path:
-    """Where built kernels are kept: ``$LUDIC_KERNELS_DIR``, else ``~/.cache/ludic/kernels``."""
-    configured = os.environ.get(KERNELS_DIR_ENV)
-    return Path(configured) if configured else Path.home() / ".cache" / "ludic" / "kernels"
-
-
-def compiler() -> str | None:
-    """The C++ compiler to build with: ``$CXX``, else ``c++`` or ``g++`` on the PATH (None: none)."""
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-
-
-def unsupported() -> str | None:
-    """Why this machine cannot run the kernel at all (None when it can be built here)."""
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return f"it is built for x86-64 Linux, not {platform.system()} {platform.machine()}"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if not capability.startswith("AVX512"):
-        return f"this CPU runs torch's {capability} kernels, not AVX-512"
-    if compiler() is None:
-        return "no C++ compiler was found ($CXX, c++, g++)"
-    return None
-
-
-def _library_path(cxx: str) -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join((cxx, *FLAGS)).encode()).hexdigest()[:16]
-    return kernels_dir() / f"decode_gemm-{digest}.so"
-
-
-def _build(cxx: str, target: Path) -> None:
-    """Compile into a temporary file beside ``target`` and move it into place (atomic: no half-written library)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        done = subprocess.run(
-            [cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{cxx} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _bind(path: Path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(path))
-    ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.ludic_decode_gemm.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr, i32]
-    lib.ludic_decode_gemm.restype = None
-    return lib
-
-
-def _load() -> ctypes.CDLL:
-    """The built kernel: from the cache, else compiled now (and once more if a cached file will not load)."""
-    cxx = compiler()
-    assert cxx is not None
-    path = _library_path(cxx)
-    if path.exists():
-        try:
-            return _bind(path)
-        except OSError:  # a file that is not a loadable library (another tool's, a truncated copy): rebuild it
-            pass
-    _build(cxx, path)
-    return _bind(path)
 
 
 @functools.cache
 def _library() -> tuple[ctypes.CDLL | None, str | None]:
-    """(the loaded kernel, None) or (None, why not); tried once per process, a failure logged once."""
-    reason = unsupported()
-    lib = None
-    if reason is None:
-        try:
-            lib = _load()
-            if not _probe(lib):
-                lib, reason = None, "the built kernel gives other values than F.linear on a probe"
-        except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-            lib, reason = None, f"it could not be built or loaded ({type(error).__name__}: {error})"
+    """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
+    lib, reason = native.library()
+    if lib is not None and not _probe(lib):
+        lib, reason = None, "the built kernel gives other values than F.linear on a probe"
     if reason is not None:
         logger.warning("ludic.kernels: the decoding matmul kernel is off: %s; oneDNN's packed matmuls run instead", reason)
     return lib, reason

@@ -19,22 +19,37 @@ sits at slot ``slot(r)`` of its prompt; slots of finished rows hold stale querie
 so each prompt's K/V is read once per step whatever the group size. The sums run in another order
 than one SDPA call's, so logits match the fanned-out path to fp32 rounding (about 1e-6, test), not
 bit for bit. CPU only (the kernel returning the log-sum-exp is the CPU one); other devices fan out.
+
+With ``native=True`` (``KernelChoice.decode_attention``) a layer's attention is one call of Ludic's own
+kernel instead (``decode_attention.py``: both parts in one softmax, the step's K/V written in the same call),
+where it takes the heads' shape.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ludic.kernels.cpu import decode_attention
+
 
 class SharedPrefixKVCache:
     """Prompt K/V once per distinct prompt plus a per-row suffix; live rows are always ``[:rows]``."""
 
-    def __init__(self, cache, index: torch.Tensor, prompt_mask: torch.Tensor, max_new: int) -> None:
+    def __init__(
+        self, cache, index: torch.Tensor, prompt_mask: torch.Tensor, max_new: int, *, native: bool = False, groups: int = 1
+    ) -> None:
         """``cache``: the prefill's ``DynamicCache`` (one row per distinct prompt, left-padded);
-        ``index [rows]``: each row's prompt; ``prompt_mask [prompts, width]``: 1 at real tokens."""
+        ``index [rows]``: each row's prompt; ``prompt_mask [prompts, width]``: 1 at real tokens; ``native``:
+        attend through ``decode_attention`` where it takes ``groups`` query heads per KV head."""
         first = cache.layers[0].keys
         prompts, kv_heads, width, dim = first.shape
-        self.prefix = [(entry.keys, entry.values) for entry in cache.layers]  # each [P, kvh, W, d]
+        self.native = native and first.dtype == torch.float32 and decode_attention.supports(dim, groups) and (
+            decode_attention.available()
+        )
+        self.prefix = [  # each [P, kvh, W, d]; contiguous for the kernel (transformers caches V as a transposed view)
+            (entry.keys.contiguous(), entry.values.contiguous()) if self.native else (entry.keys, entry.values)
+            for entry in cache.layers
+        ]
         rows = index.shape[0]
         self.suffix = first.new_empty((len(cache.layers), 2, rows, kv_heads, max_new, dim))
         counts = torch.bincount(index, minlength=prompts)
@@ -42,9 +57,10 @@ class SharedPrefixKVCache:
         # row r's slot within its prompt: how many earlier rows share its prompt
         same = index[:, None] == index[None, :]
         slot = torch.tril(same, diagonal=-1).sum(-1)
-        self.prompt, self.slot = index.clone(), slot
+        self.prompt, self.slot = index.to(torch.int64, copy=True), slot
         bias = torch.zeros((prompts, width), dtype=first.dtype, device=first.device)
-        self.pad_bias = bias.masked_fill(prompt_mask == 0, float("-inf"))[:, None, None, :]  # [P, 1, 1, W]
+        self.pad_rows = bias.masked_fill(prompt_mask == 0, float("-inf"))  # [P, W]
+        self.pad_bias = self.pad_rows[:, None, None, :]  # [P, 1, 1, W]
         self.rows, self.width = rows, width
         self.column = 0  # the suffix column this step writes
         self.q_slots: torch.Tensor | None = None  # [prompts, kv_heads, slots, groups, head_dim], made by attend
@@ -67,8 +83,13 @@ class SharedPrefixKVCache:
         n, heads, dim = q.shape
         kv_heads = k.shape[1]
         groups = heads // kv_heads
-        q = q.view(n, kv_heads, groups, dim)  # query head h reads KV head h // groups
         col = self.column
+        if self.native:
+            k_pre, v_pre = self.prefix[layer]
+            return decode_attention.attend(
+                q, k, v, k_pre, v_pre, self.pad_rows, self.prompt[:n], self.suffix[layer, 0], self.suffix[layer, 1], col, scale
+            )
+        q = q.view(n, kv_heads, groups, dim)  # query head h reads KV head h // groups
         self.suffix[layer, 0, :n, :, col] = k
         self.suffix[layer, 1, :n, :, col] = v
         k_pre, v_pre = self.prefix[layer]

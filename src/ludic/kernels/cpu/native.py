@@ -1,0 +1,124 @@
+"""Ludic's own C++ CPU kernels: one shared library, built at first use from this folder's ``*.cpp`` files.
+
+The kernels (``decode_gemm.cpp``: the decoding matmuls; ``decode_attention.cpp``: the decoding step's
+attention over a shared prompt and each row's own tokens) are compiled together with the system's C++
+compiler (``$CXX``, else ``c++``/``g++``) into ``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``),
+named by a hash of the sources and flags, and loaded with ``ctypes`` (calls release the GIL). They thread
+with OpenMP; loaded after torch, they share torch's OpenMP runtime (one thread pool) and take torch's
+thread count at each call. ``library()`` says why not, once per process, off x86-64 Linux, on a CPU
+without AVX-512 (as torch sees it), or without a working compiler; each kernel's module probes its own
+function against PyTorch before the library serves it and otherwise keeps PyTorch's path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cpp")))
+FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+KERNELS_DIR_ENV = "LUDIC_KERNELS_DIR"
+BUILD_TIMEOUT_S = 300
+
+_P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+SIGNATURES: dict[str, list[type]] = {
+    # x, rows, in, packed weight, out, bias, y, threads
+    "ludic_decode_gemm": [_P, _I64, _I64, _P, _I64, _P, _P, _I32],
+    # q, its row stride, k_new, its row stride, v_new, its row stride, k_pre, v_pre, pre_bias, prompt, k_suf,
+    # v_suf, max_new, column, rows, kv_heads, groups, head_dim, width, scale, out, threads
+    "ludic_decode_attention": [_P, _I64, _P, _I64, _P, _I64, _P, _P, _P, _P, _P, _P,
+                               _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _P, _I32],
+}  # fmt: skip
+"""Every exported function's argument types (all return void)."""
+
+
+def kernels_dir() -> Path:
+    """Where built kernels are kept: ``$LUDIC_KERNELS_DIR``, else ``~/.cache/ludic/kernels``."""
+    configured = os.environ.get(KERNELS_DIR_ENV)
+    return Path(configured) if configured else Path.home() / ".cache" / "ludic" / "kernels"
+
+
+def compiler() -> str | None:
+    """The C++ compiler to build with: ``$CXX``, else ``c++`` or ``g++`` on the PATH (None: none)."""
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+
+
+def unsupported() -> str | None:
+    """Why this machine cannot run the kernels at all (None when they can be built here)."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"it is built for x86-64 Linux, not {platform.system()} {platform.machine()}"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith("AVX512"):
+        return f"this CPU runs torch's {capability} kernels, not AVX-512"
+    if compiler() is None:
+        return "no C++ compiler was found ($CXX, c++, g++)"
+    return None
+
+
+def library_path(cxx: str) -> Path:
+    """The built library's file for these sources, flags and compiler."""
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    digest.update(" ".join((cxx, *FLAGS)).encode())
+    return kernels_dir() / f"ludic_kernels-{digest.hexdigest()[:16]}.so"
+
+
+def _build(cxx: str, target: Path) -> None:
+    """Compile into a temporary file beside ``target`` and move it into place (atomic: no half-written library)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [cxx, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{cxx} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _bind(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    for name, argtypes in SIGNATURES.items():
+        function = getattr(lib, name)  # AttributeError: a stale or foreign file under this name
+        function.argtypes, function.restype = argtypes, None
+    return lib
+
+
+def _load() -> ctypes.CDLL:
+    """The built library: from the cache, else compiled now (and once more if a cached file will not load)."""
+    cxx = compiler()
+    assert cxx is not None
+    path = library_path(cxx)
+    if path.exists():
+        try:
+            return _bind(path)
+        except (OSError, AttributeError):  # not a loadable library of these kernels (a truncated copy): rebuild
+            pass
+    _build(cxx, path)
+    return _bind(path)
+
+
+@functools.cache
+def library() -> tuple[ctypes.CDLL | None, str | None]:
+    """(the loaded library, None) or (None, why not); tried once per process."""
+    reason = unsupported()
+    if reason is not None:
+        return None, reason
+    try:
+        return _load(), None
+    except (OSError, AttributeError, RuntimeError, subprocess.SubprocessError) as error:
+        return None, f"it could not be built or loaded ({type(error).__name__}: {error})"
