@@ -135,3 +135,20 @@ def test_a_corrupt_cached_library_is_rebuilt_not_loaded(fresh_build):
     assert decode_attention.available(), decode_attention.unavailable_reason()  # one library serves both
     assert target.read_bytes()[:4] == b"\x7fELF"
     assert [p.name for p in fresh_build.iterdir()] == [target.name]  # no temporary file left behind
+
+
+@needs_kernel
+def test_pack_concat_is_the_packed_concatenation_in_one_copy():
+    weights = [torch.randn(48, 20), torch.randn(16, 20), torch.randn(32, 20)]  # q, k, v of one layer, say
+    assert torch.equal(decode_gemm.pack_concat(weights), decode_gemm.pack(torch.cat(weights)))
+    with pytest.raises(ValueError, match="one in_features"):
+        decode_gemm.pack_concat([torch.randn(16, 20), torch.randn(16, 21)])
+    with pytest.raises(ValueError, match="packable weights"):
+        decode_gemm.pack_concat([torch.randn(16, 20), torch.randn(20, 20)])  # 20 rows: not whole panels
+    lean = LeanDecoder(_llama(vocab=96))
+    layer = lean.bind(4)[1][0]
+    assert [w.dim() for w, _ in (*layer.qkv, *layer.gate_up)] == [3, 3]  # fused straight into the packed layout
+    attn, mlp = lean.model.model.layers[0].self_attn, lean.model.model.layers[0].mlp
+    fused_qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+    assert torch.equal(layer.qkv[0][0], decode_gemm.pack(fused_qkv))
+    assert torch.equal(layer.gate_up[0][0], decode_gemm.pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])))

@@ -92,6 +92,22 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return _pack(weight)
 
 
+def pack_concat(weights: list[torch.Tensor]) -> torch.Tensor:
+    """``pack(torch.cat(weights))`` in one copy: each weight's panels written straight into their place."""
+    bad = [tuple(w.shape) for w in weights if not packable(w)]
+    if not weights or bad or len({w.shape[1] for w in weights}) != 1:
+        raise ValueError(f"pack_concat needs packable weights of one in_features; got {[tuple(w.shape) for w in weights]}")
+    _lib()
+    in_features = weights[0].shape[1]
+    out = torch.empty((sum(w.shape[0] for w in weights) // LANES, in_features, LANES), dtype=torch.float32)
+    panel = 0
+    for w in weights:
+        panels = w.shape[0] // LANES
+        out[panel : panel + panels].copy_(w.detach().reshape(panels, LANES, in_features).transpose(1, 2))
+        panel += panels
+    return out
+
+
 def _pack(weight: torch.Tensor) -> torch.Tensor:
     """Panel p, line k = ``weight[16p : 16p + 16, k]``: a transposed copy of each block of 16 rows."""
     out_features, in_features = weight.shape

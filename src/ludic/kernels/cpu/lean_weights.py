@@ -73,14 +73,17 @@ class LayerWeights:
     lora: LayerLora | None = None
 
 
-def fuse(linears: list[torch.nn.Linear], fused: bool) -> list[Proj]:
-    """``[(weight, bias)]`` of one matmul computing all ``linears`` (their outputs side by side), or
-    each apart when ``fused`` is False or only some have a bias."""
+def fuse(
+    linears: list[torch.nn.Linear], fused: bool, concat: Callable[[list[torch.Tensor]], torch.Tensor] = torch.cat
+) -> list[Proj]:
+    """``[(weight, bias)]`` of one matmul computing all ``linears`` (their outputs side by side, the weights
+    joined by ``concat``: ``torch.cat``, or a packed layout's own), or each apart when ``fused`` is False or
+    only some have a bias."""
     biases = [lin.bias for lin in linears]
     if not fused or (None in biases and any(b is not None for b in biases)):
         return [(lin.weight, lin.bias) for lin in linears]
     bias = None if biases[0] is None else torch.cat(biases)
-    return [(torch.cat([lin.weight for lin in linears]), bias)]
+    return [(concat([lin.weight for lin in linears]), bias)]
 
 
 def lora_deltas(linears: list[torch.nn.Linear], matmuls: int) -> list[LoraDelta | None] | None:
@@ -104,13 +107,20 @@ def lora_deltas(linears: list[torch.nn.Linear], matmuls: int) -> list[LoraDelta 
     return [LoraDelta(sum(outs), a, bt)]
 
 
-def bind_weights(model: torch.nn.Module, fused: bool, prepare: Callable[[list[Proj]], list[Proj]]) -> list:
+def bind_weights(
+    model: torch.nn.Module,
+    fused: bool,
+    prepare: Callable[[list[Proj]], list[Proj]],
+    concat: Callable[[list[torch.Tensor]], torch.Tensor] = torch.cat,
+) -> list:
     """``[embed, layers, (norm_w, norm_eps, head_w, head_b), head_lora]`` for one batch: q/k/v and gate/up
-    fused when ``fused``, every matmul's ``(weight, bias)`` passed through ``prepare`` (oneDNN packing)."""
+    fused when ``fused`` (joined by ``concat`` unless a LoRA term extends them), every matmul's ``(weight,
+    bias)`` passed through ``prepare`` (packing)."""
 
     def adapted(linears: list[torch.nn.Linear]) -> tuple[list[Proj], list[LoraDelta | None] | None]:
         """The group's matmuls, and their deltas (None: no adapter, the matmuls as ``proj`` gives them)."""
-        projs = fuse(linears, fused)
+        plain = all(getattr(lin, LORA_ATTR, None) is None for lin in linears)
+        projs = fuse(linears, fused, concat if plain else torch.cat)  # a delta extends a plain [out, in] weight
         deltas = lora_deltas(linears, len(projs))
         if deltas is None:
             return prepare(projs), None
