@@ -99,20 +99,6 @@ def test_refuses_what_it_cannot_read_naming_it():
     assert not decode_attention.supports(24, 3) and not decode_attention.supports(64, 17)
 
 
-@pytest.fixture
-def fresh_build(monkeypatch, tmp_path):
-    """The kernels built again, into ``tmp_path``, in this test; forgotten after it."""
-    from ludic.kernels.cpu import decode_gemm
-
-    caches = (native.library, decode_attention._library, decode_gemm._library)
-    monkeypatch.setenv(native.KERNELS_DIR_ENV, str(tmp_path))
-    for cache in caches:
-        cache.cache_clear()
-    yield tmp_path
-    for cache in caches:
-        cache.cache_clear()
-
-
 def test_without_a_compiler_the_cache_keeps_two_sdpa_calls_and_says_why_once(monkeypatch, fresh_build, caplog):
     monkeypatch.setenv("CXX", str(fresh_build / "no-such-compiler"))
     with caplog.at_level(logging.WARNING, logger="ludic.kernels.cpu.decode_attention"):

@@ -28,18 +28,6 @@ def threads():
     torch.set_num_threads(before)
 
 
-@pytest.fixture
-def fresh_build(monkeypatch, tmp_path):
-    """The kernels probed and built again, into ``tmp_path``, in this test; forgotten after it."""
-    caches = (native.library, decode_gemm._library, decode_attention._library)
-    monkeypatch.setenv(native.KERNELS_DIR_ENV, str(tmp_path))
-    for cache in caches:
-        cache.cache_clear()
-    yield tmp_path
-    for cache in caches:
-        cache.cache_clear()
-
-
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 3, 8, 13, 16, 21, 32, 40])
 @pytest.mark.parametrize(("out_features", "in_features"), [(16, 5), (48, 64), (80, 33), (112, 96), (208, 7)])

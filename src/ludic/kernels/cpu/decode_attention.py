@@ -36,12 +36,8 @@ MAX_GROUPS = 16
 @functools.cache
 def _library() -> tuple[ctypes.CDLL | None, str | None]:
     """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
-    lib, reason = native.library()
-    if lib is not None and not _probe(lib):
-        lib, reason = None, "the built kernel gives other values than PyTorch's attention on a probe"
-    if reason is not None:
-        logger.warning("ludic.kernels: the decoding attention kernel is off: %s; two SDPA calls a layer run instead", reason)
-    return lib, reason
+    return native.checked(_probe, compared_with="PyTorch's attention", kernel="decoding attention",
+                          fallback="two SDPA calls a layer run instead", log=logger)  # fmt: skip
 
 
 def available() -> bool:

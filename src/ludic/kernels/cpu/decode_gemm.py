@@ -39,12 +39,8 @@ LANES = 16
 @functools.cache
 def _library() -> tuple[ctypes.CDLL | None, str | None]:
     """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
-    lib, reason = native.library()
-    if lib is not None and not _probe(lib):
-        lib, reason = None, "the built kernel gives other values than F.linear on a probe"
-    if reason is not None:
-        logger.warning("ludic.kernels: the decoding matmul kernel is off: %s; oneDNN's packed matmuls run instead", reason)
-    return lib, reason
+    return native.checked(_probe, compared_with="F.linear", kernel="decoding matmul",
+                          fallback="oneDNN's packed matmuls run instead", log=logger)  # fmt: skip
 
 
 def _probe(lib: ctypes.CDLL) -> bool:

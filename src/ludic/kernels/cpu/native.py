@@ -15,11 +15,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -122,3 +124,16 @@ def library() -> tuple[ctypes.CDLL | None, str | None]:
         return _load(), None
     except (OSError, AttributeError, RuntimeError, subprocess.SubprocessError) as error:
         return None, f"it could not be built or loaded ({type(error).__name__}: {error})"
+
+
+def checked(
+    probe: Callable[[ctypes.CDLL], bool], *, compared_with: str, kernel: str, fallback: str, log: logging.Logger
+) -> tuple[ctypes.CDLL | None, str | None]:
+    """(the library, None) when it loads and ``probe`` passes on it, else (None, why not), logged once by the
+    caller (each kernel module caches this per process): ``kernel`` is off and ``fallback`` runs instead."""
+    lib, reason = library()
+    if lib is not None and not probe(lib):
+        lib, reason = None, f"the built kernel gives other values than {compared_with} on a probe"
+    if reason is not None:
+        log.warning("ludic.kernels: the %s kernel is off: %s; %s", kernel, reason, fallback)
+    return lib, reason

@@ -1,0 +1,19 @@
+"""Fixtures shared by the tests of Ludic's own C++ kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+from ludic.kernels.cpu import decode_attention, decode_gemm, native
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """The kernels' library built and probed again, into ``tmp_path``, in this test; forgotten after it."""
+    caches = (native.library, decode_gemm._library, decode_attention._library)
+    monkeypatch.setenv(native.KERNELS_DIR_ENV, str(tmp_path))
+    for cache in caches:
+        cache.cache_clear()
+    yield tmp_path
+    for cache in caches:
+        cache.cache_clear()
