@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ludic.kernels import select
-from ludic.kernels.cpu import decode_attention, decode_gemm, native
-from ludic.kernels.cpu import lean_decoder as lean_module
+from ludic.kernels.cpu import decode_attention, decode_gemm, lean_matmuls, native
 from ludic.kernels.cpu.lean_decoder import LeanDecoder
 
 needs_kernel = pytest.mark.skipif(
@@ -85,7 +84,7 @@ def test_the_lean_decoder_runs_its_matmuls_on_the_kernel_and_others_on_onednn():
     keeps oneDNN's layout, and the logits still equal F.linear's path to fp32 rounding."""
     model = _llama(vocab=97)
     lean, plain = LeanDecoder(model), LeanDecoder(model, packed=False)
-    assert lean.gemm and lean.linear is lean_module._gemm_linear and not LeanDecoder(model, gemm=False).gemm
+    assert lean.gemm and lean.linear is lean_matmuls.gemm_linear and not LeanDecoder(model, gemm=False).gemm
     _, layers, (_, _, head_w, _), _ = lean.bind(4)
     assert all(w.dim() == 3 for layer in layers for w, _ in (*layer.qkv, layer.o_proj, *layer.gate_up, layer.down))
     assert head_w.dim() == 2  # oneDNN's packed layout
@@ -109,7 +108,7 @@ def test_without_a_compiler_the_engine_keeps_onednn_and_says_why_once(monkeypatc
     with pytest.raises(RuntimeError, match=r"decode_gemm kernel cannot run here: .*cpu_kernels='auto'"):
         select("cpu", "on")
     lean = LeanDecoder(_llama(vocab=96))
-    assert lean.packed and not lean.gemm and lean.linear is lean_module._packed_linear
+    assert lean.packed and not lean.gemm and lean.linear is lean_matmuls.packed_linear
     with pytest.raises(RuntimeError, match="the decoding matmul kernel is unavailable"):
         decode_gemm.pack(torch.randn(16, 4))
 

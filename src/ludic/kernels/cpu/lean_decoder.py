@@ -31,9 +31,16 @@ import torch
 import torch.nn.functional as F
 
 from ludic.kernels.cpu import decode_gemm
+from ludic.kernels.cpu.lean_matmuls import (
+    can_pack,
+    gemm_linear,
+    pack,
+    pack_for_gemm,
+    packed_concat,
+    packed_linear,
+)
 from ludic.kernels.cpu.lean_weights import LayerLora, LayerWeights, LoraDelta, Proj, bind_weights
 from ludic.kernels.cpu.shared_prefix_cache import SharedPrefixKVCache
-from ludic.kernels.private_ops import LINEAR_POINTWISE, REORDER_LINEAR_WEIGHT, works
 
 SUPPORTED = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM")
 
@@ -149,38 +156,6 @@ def _plus(y: torch.Tensor, delta: LoraDelta | None) -> torch.Tensor:
     return y if delta is None else delta.finish(y)
 
 
-def _can_pack(model: torch.nn.Module) -> bool:
-    """oneDNN's packed fp32 matmul can run this model's weights (CPU, fp32, its private ops working)."""
-    weight = model.lm_head.weight
-    on_cpu = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-    return on_cpu and works(LINEAR_POINTWISE) and works(REORDER_LINEAR_WEIGHT)
-
-
-def _pack(weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias  # a copy in oneDNN's blocked layout
-
-
-def _packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` with a weight from ``_pack`` (oneDNN's inner product, as inductor's CPU fusion calls it)."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
-def _pack_for_gemm(weight: torch.Tensor, bias: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``decode_gemm``'s layout (3-D) where it takes the weight, else oneDNN's (``_pack``, 2-D)."""
-    return (decode_gemm.pack(weight), bias) if decode_gemm.packable(weight) else _pack(weight, bias, rows)
-
-
-def _packed_concat(weights: list[torch.Tensor]) -> torch.Tensor:
-    """The fused weight of ``weights`` straight in ``decode_gemm``'s layout where it takes them all (one copy
-    instead of a concatenated one and its packed copy: ~0.1 s of a batch's bind at SmolLM2-135M), else concatenated."""
-    return decode_gemm.pack_concat(weights) if all(decode_gemm.packable(w) for w in weights) else torch.cat(weights)
-
-
-def _gemm_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` with a weight from ``_pack_for_gemm``: Ludic's kernel for its layout, oneDNN for the other."""
-    return decode_gemm.linear(x, weight, bias) if weight.dim() == 3 else _packed_linear(x, weight, bias)
-
-
 class LeanDecoder:
     """One decoding step (one new token per live row) straight through a model's weights."""
 
@@ -194,9 +169,9 @@ class LeanDecoder:
         if reason is not None:
             raise ValueError(f"LeanDecoder cannot run this model: {reason}")
         self.model = model
-        self.packed = packed and not exact and _can_pack(model)
+        self.packed = packed and not exact and can_pack(model)
         self.gemm = self.packed and gemm and decode_gemm.available()
-        self.linear = (_gemm_linear if self.gemm else _packed_linear) if self.packed else F.linear
+        self.linear = (gemm_linear if self.gemm else packed_linear) if self.packed else F.linear
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
@@ -236,10 +211,10 @@ class LeanDecoder:
         def prepare(projs: list[Proj]) -> list[Proj]:
             if not self.packed:
                 return projs
-            pack = _pack_for_gemm if self.gemm else _pack
-            return [(w, b) if w.dim() == 3 else pack(w, b, rows) for w, b in projs]  # 3-D: packed while fused
+            packer = pack_for_gemm if self.gemm else pack
+            return [(w, b) if w.dim() == 3 else packer(w, b, rows) for w, b in projs]  # 3-D: packed while fused
 
-        return bind_weights(self.model, fused, prepare, concat=_packed_concat if self.gemm else torch.cat)
+        return bind_weights(self.model, fused, prepare, concat=packed_concat if self.gemm else torch.cat)
 
     def step(
         self,
