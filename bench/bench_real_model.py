@@ -8,8 +8,9 @@ reasoning-gym ``basic_arithmetic`` (2 terms of 1 digit), GRPO, 4 prompts x 8 sam
 lr 1e-5, fp32, the model's chat template, no vLLM. Each run is its own process (peak RSS per side);
 rounds interleave Ludic and TRL. Prints medians and ratios of:
 
-(a) a Ludic GRPO step (``ludic train``'s run: embedded engine, Trainer) vs TRL 1.16's ``GRPOTrainer``, with
-    Ludic's ``time/`` split of its step;
+(a) a Ludic GRPO step (``ludic train``'s run: embedded engine, Trainer, ``keep_head_logits = true``: the output
+    layer keeps its logits for the backward; ``--recompute-head-logits`` for the default) vs TRL 1.16's
+    ``GRPOTrainer``, with Ludic's ``time/`` split of its step;
 (b) Ludic's step against its floor: training 6 x params x distinct trained tokens (``perf/distinct_tokens``:
     each shared prompt once, no padding) + generation 2 x params x generated tokens, at this CPU's fp32 matmul rate
     measured in the same run (printed beside it); and again with generation at the rate of a decoding step's
@@ -102,15 +103,21 @@ def kept(values: list[float]) -> list[float]:
 
 
 # ---- workers (one process each) --------------------------------------------------------------------
-def ludic_config(model: str, steps: int, knobs: dict[str, int], out: Path, seed: int = 0) -> dict[str, Any]:
-    """The run both ``ludic_worker`` trains and ``eval_worker`` evaluates (the same env and held-out split)."""
+def ludic_config(
+    model: str, steps: int, knobs: dict[str, int], out: Path, seed: int = 0, keep_head_logits: bool = True
+) -> dict[str, Any]:
+    """The run both ``ludic_worker`` trains and ``eval_worker`` evaluates (the same env and held-out split).
+
+    ``keep_head_logits``: ``TrainerConfig.keep_head_logits`` (the bench's default: the output layer keeps its
+    logits for the backward, ~70 MiB more at the peak; ``--recompute-head-logits`` runs the library default)."""
     return {
         "steps": steps, "seed": seed, "model": {"path": model},
         "env": {"name": "reasoning_gym", "kwargs": {**TASK, "size": 1000, "eval_size": 100, "seed": 0}},
         "harness": {"name": "plain"}, "algorithm": {"name": "grpo"},
         "rollout": {"prompts_per_step": knobs["prompts"], "group_size": knobs["group"], "concurrency": 64,
                     "sampling": {"temperature": 1.0, "max_tokens": knobs["tokens"]}},
-        "eval": {"every_n_steps": 0}, "trainer": {"lr": LR, "max_seq_len": 512},
+        "eval": {"every_n_steps": 0},
+        "trainer": {"lr": LR, "max_seq_len": 512, "keep_head_logits": keep_head_logits},
         "logging": {"output_dir": str(out), "rich": False, "plot": False},
     }  # fmt: skip
 
@@ -124,12 +131,13 @@ def save_final(model: Any, source: str, out: Path) -> None:
 
 
 def ludic_worker(
-    model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False, seed: int = 0
+    model: str, steps: int, knobs: dict[str, int], out: Path, save: bool = False, seed: int = 0,
+    keep_head_logits: bool = True,
 ) -> dict[str, Any]:
     from ludic.cli.run_config import build_train_run
     from ludic.quickstart.run_config import to_run_config
 
-    run = build_train_run(to_run_config(ludic_config(model, steps, knobs, out, seed)))
+    run = build_train_run(to_run_config(ludic_config(model, steps, knobs, out, seed, keep_head_logits)))
     stats = asyncio.run(_steps(run, steps))  # one event loop for the run (the engine's tasks live on it)
     if save:
         save_final(run.trainer.model, model, out)
@@ -239,7 +247,8 @@ def engine_worker(model: str, knobs: dict[str, int], rounds: int) -> dict[str, A
 def run_worker(kind: str, args: argparse.Namespace, tag: str, extra: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out) / tag
     cmd = [sys.executable, __file__, args.model, "--worker", kind, "--steps", str(args.steps), "--out", str(out),
-           "--rounds", str(args.rounds), "--seed", str(args.seed)] + (["--quick"] if args.quick else []) + (extra or [])  # fmt: skip
+           "--rounds", str(args.rounds), "--seed", str(args.seed)] + (["--quick"] if args.quick else []) + (
+           ["--recompute-head-logits"] if args.recompute_head_logits else []) + (extra or [])  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if done.returncode != 0:
         raise RuntimeError(f"{kind} worker failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -293,7 +302,8 @@ def median_step(runs: list[dict[str, Any]]) -> float:
 def report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     quiet, busy, eng = results["quiet"], results["busy"], results["engine"]
     ludic = quiet["ludic"]
-    summary: dict[str, Any] = {"ludic_step_s": median_step(ludic), "ludic_peak_rss_mb": max(r["rss_mb"] for r in ludic)}
+    summary: dict[str, Any] = {"ludic_step_s": median_step(ludic), "ludic_peak_rss_mb": max(r["rss_mb"] for r in ludic),
+                               "ludic_keep_head_logits": not args.recompute_head_logits}  # fmt: skip
     summary["ludic_time_split_s"] = {k: statistics.median(r["split"][k] for r in ludic) for k in ludic[0]["split"]}
     if "trl" in quiet:
         summary["trl_step_s"] = median_step(quiet["trl"])
@@ -333,6 +343,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed (sampling, prompt order); not the data set's")
     parser.add_argument("--reward-steps", type=int, default=0,
                         help="also train each side this many steps and compare held-out greedy reward (0: skip)")
+    parser.add_argument("--recompute-head-logits", action="store_true",
+                        help="Ludic's trainer at its default (keep_head_logits = false): less memory, a slower backward")
     parser.add_argument("--worker", choices=["ludic", "trl", "engine", "eval"], help=argparse.SUPPRESS)
     parser.add_argument("--save", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--folders", nargs="*", default=[], help=argparse.SUPPRESS)
@@ -344,7 +356,7 @@ def main() -> None:
     if args.worker:
         out = Path(args.out)
         if args.worker == "ludic":
-            result = ludic_worker(args.model, args.steps, knobs, out, args.save, args.seed)
+            result = ludic_worker(args.model, args.steps, knobs, out, args.save, args.seed, not args.recompute_head_logits)
         elif args.worker == "trl":
             result = trl_worker(args.model, args.steps, knobs, out, args.save, args.seed)
         elif args.worker == "eval":

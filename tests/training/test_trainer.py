@@ -346,3 +346,27 @@ def test_train_without_num_steps_runs_until_the_source_is_exhausted() -> None:
     )  # fmt: skip
     trainer.train_sync()
     assert trainer.step == 3
+
+
+def test_kept_head_logits_give_the_same_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ludic.training.layout.forward as forward
+
+    seen: list[bool] = []
+
+    def spy(*args: object, keep_logits: bool = False, **kw: object) -> torch.Tensor:
+        seen.append(keep_logits)
+        return head_token_logps(*args, keep_logits=keep_logits, **kw)
+
+    head_token_logps = forward.head_token_logps
+    monkeypatch.setattr(forward, "head_token_logps", spy)
+    updates = []
+    for keep in (False, True):
+        model = tiny_model(0)
+        before = params_of(model)
+        cfg = TrainerConfig(max_seq_len=32, micro_token_budget=64, max_grad_norm=None, keep_head_logits=keep)
+        make_trainer(model, cfg=cfg, optimizer=torch.optim.SGD(model.parameters(), lr=1.0)).train_step_sync()
+        updates.append({k: before[k] - v for k, v in params_of(model).items()})
+        assert seen and set(seen) == {keep}  # the output layer's tiles ran, keeping their logits or not
+        seen.clear()
+    for name in updates[0]:
+        torch.testing.assert_close(updates[1][name], updates[0][name], rtol=1e-5, atol=1e-7, msg=name)

@@ -44,6 +44,7 @@ def test_explicit_sync_every_steps_is_recorded() -> None:
         ({"max_lag": -2}, "max_lag must be None or an int >= 0"),
         ({"betas": (0.9, 1.5)}, "betas must be two numbers"),
         ({"weight_decay": -0.1}, "weight_decay must be >= 0"),
+        ({"keep_head_logits": "yes"}, "keep_head_logits must be true or false, got 'yes'"),
     ],
 )
 def test_bad_values_are_rejected_with_the_field_name(kwargs: dict, message: str) -> None:

@@ -61,6 +61,10 @@ class TrainerConfig:
         PyTorch (CUDA's block attention is FlexAttention). None: ``$LUDIC_CPU_KERNELS`` (default "auto"),
         the same value the embedded engine reads. ``onednn_linears`` and ``block_attention`` stay as
         overrides: False turns that one kernel off, True uses it where the switch allows.
+    keep_head_logits: for losses of token log-probs, the output layer keeps each scored position's
+        float32 logits (4 x vocabulary bytes, counted in the micro-batch's activation budget) for the
+        backward instead of recomputing them there: one product of the head's three fewer in the
+        backward (SmolLM2-135M, 32 x 64 tokens: forward-backward ~8% faster, peak RSS ~70 MiB higher).
     learning_rate: alias of ``lr`` (upstream Ludic's spelling); after construction both hold the same value.
     """
 
@@ -88,6 +92,7 @@ class TrainerConfig:
     step_in_thread: bool = False
     onednn_linears: bool = True
     cpu_kernels: CpuKernels | None = None
+    keep_head_logits: bool = False
     learning_rate: float | None = None
     sync_explicit: bool = field(init=False, default=False, repr=False)
 
@@ -116,6 +121,8 @@ class TrainerConfig:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainerConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
         cpu_kernels_setting(self.cpu_kernels)  # "auto", "on" or "off" (None: the environment's, checked too)
+        if not isinstance(self.keep_head_logits, bool):
+            raise ValueError(f"TrainerConfig.keep_head_logits must be true or false, got {self.keep_head_logits!r}")
         _positive_int("max_seq_len", self.max_seq_len)
         _positive_int("micro_token_budget", self.micro_token_budget)
         if self.micro_token_budget < self.max_seq_len:

@@ -166,7 +166,7 @@ class Trainer:
             self.model, share, micro_token_budget=self.cfg.micro_token_budget,
             max_seq_len=self.cfg.max_seq_len, pack=self.cfg.pack_sequences,
             share_prompt_prefix=self.cfg.share_prompt_prefix, block_attention=self.cfg.block_attention,
-            cpu_kernels=self.cfg.cpu_kernels,
+            cpu_kernels=self.cfg.cpu_kernels, keep_head_logits=self.cfg.keep_head_logits,
         ))  # fmt: skip
         with clock.part("forward_backward"):
             loss_stats, token_stats, loss_sum = self._accumulate_gradients(micro_batches, macro_size=len(items), cpu=cpu)

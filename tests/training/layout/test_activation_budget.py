@@ -40,7 +40,11 @@ def test_the_estimate_follows_the_config():
     c = model.config
     plain = c.num_hidden_layers * (4 * c.intermediate_size + 10 * c.hidden_size) * 4
     assert activation_bytes_per_token(model, "off") == plain
-    assert activation_bytes_per_token(model) == c.num_hidden_layers * (2 * c.intermediate_size + 8 * c.hidden_size) * 4
+    lean = c.num_hidden_layers * (2 * c.intermediate_size + 8 * c.hidden_size) * 4
+    assert activation_bytes_per_token(model) == lean
+    logits_row = 4 * c.vocab_size  # the head's kept float32 logits
+    assert activation_bytes_per_token(model, keep_head_logits=True) == lean + logits_row
+    assert activation_token_cap(model, 100 * (lean + logits_row), keep_head_logits=True) == 100
     assert activation_token_cap(model, None) is None
     assert activation_token_cap(model, 100 * activation_bytes_per_token(model)) == 100
 
@@ -77,3 +81,30 @@ def test_activation_checkpointing_lifts_the_cap():
     enable_gradient_checkpointing(model)
     assert activation_token_cap(model, 1) is None
     assert len(plan_micro_batches(model, grpo_items(), micro_token_budget=4096, max_seq_len=64, activation_budget_bytes=1)) == 1
+
+
+def test_kept_head_logits_shrink_the_micro_batches_and_train_the_same_gradients():
+    model = build("qwen2", seed=5)
+    items = grpo_items(seed=3)
+    per_token = activation_bytes_per_token(model)
+    budget = 40 * (per_token + 4 * model.config.vocab_size)  # 40 positions when the logits are kept too
+    results = {}
+    for keep in (False, True):
+        mbs = plan_micro_batches(model, items, micro_token_budget=4096, max_seq_len=64,
+                                 activation_budget_bytes=budget, keep_head_logits=keep)  # fmt: skip
+        assert {mb.keep_head_logits for mb in mbs} == {keep}
+        model.zero_grad(set_to_none=True)
+        total = torch.zeros(())
+        for mb in mbs:
+            with micro_batch_kernels(model, mb, onednn=False):
+                loss, _, _ = micro_batch_loss(model, make_grpo(group_size=4).loss, mb, pad_token_id=0, device=CPU)
+                (loss * len(mb.items) / len(items)).backward()
+            total += loss.detach() * len(mb.items) / len(items)
+        results[keep] = (mbs, total, {n: p.grad.clone() for n, p in model.named_parameters()})
+    longest = max(map(num_tokens, items))
+    assert all(positions(mb) <= max(40, longest) for mb in results[True][0])
+    # the same budget holds fewer positions when each keeps its logits row
+    assert activation_token_cap(model, budget, keep_head_logits=True) == 40 < activation_token_cap(model, budget)
+    torch.testing.assert_close(results[True][1], results[False][1], atol=1e-6, rtol=1e-5)
+    for name, grad in results[False][2].items():
+        torch.testing.assert_close(results[True][2][name], grad, atol=1e-6, rtol=1e-4, msg=name)

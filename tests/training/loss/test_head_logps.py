@@ -42,6 +42,42 @@ def test_values_and_gradients_equal_the_log_softmax_path(bias, chunk, vocab_chun
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize(("chunk", "vocab_chunk"), [(None, None), (7, 17), (64, 3)])
+def test_kept_logits_give_the_recomputing_path_s_values_and_gradients(bias, chunk, vocab_chunk):
+    hidden, weight, b, targets = leaves(N=23, H=16, V=50, bias=bias, seed=4)
+    leaves_ = [t for t in (hidden, weight, b) if t is not None]
+    upstream = torch.randn(23)
+    results = []
+    for keep in (False, True):
+        got = head_token_logps(hidden, weight, b, targets, chunk=chunk, vocab_chunk=vocab_chunk, keep_logits=keep)
+        results.append((got, torch.autograd.grad((got * upstream).sum(), leaves_)))
+    (recomputed, grads_recomputed), (kept, grads_kept) = results
+    assert torch.equal(kept, recomputed)  # the same forward
+    for g_kept, g_recomputed in zip(grads_kept, grads_recomputed, strict=True):
+        torch.testing.assert_close(g_kept, g_recomputed, atol=1e-6, rtol=1e-6)
+
+
+def test_kept_logits_skip_the_backward_s_recomputation_and_refuse_a_second_backward():
+    hidden, weight, _, targets = leaves(N=300, H=8, V=1000, bias=False)
+    products = {}
+    for keep in (False, True):
+        out = head_token_logps(hidden, weight, None, targets, vocab_chunk=256, keep_logits=keep)
+        with OpNames() as ops:
+            out.sum().backward(retain_graph=True)
+        products[keep] = sum(n.startswith(("aten.mm", "aten.addmm", "aten.linear")) for n in ops.names)
+        if keep:  # its tiles became dlogits in place: reading them again would be wrong, and autograd says so
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                out.sum().backward()
+    assert products == {False: 12, True: 8}  # 4 tiles: logits, dhidden, dW each / dhidden, dW each
+
+
+def test_keep_logits_must_be_a_bool():
+    hidden, weight, _, targets = leaves(N=4, H=8, V=10, bias=False)
+    with pytest.raises(TypeError, match="keep_logits must be a bool, got 'yes'"):
+        head_token_logps(hidden, weight, None, targets, keep_logits="yes")
+
+
 def test_bfloat16_weights_get_float32_logps_close_to_the_reference():
     hidden, weight, _, targets = leaves(N=16, H=32, V=64, bias=False, dtype=torch.bfloat16)
     got = head_token_logps(hidden, weight, None, targets, chunk=5)

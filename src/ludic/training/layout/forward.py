@@ -74,23 +74,28 @@ gradients; in micro-batches of at most ~560 positions (this budget) 1.9 GB, at t
 (15.1-15.8 s against 17.5 s of one core, 1 thread; 400 positions: 5% more time, 0.23 GB less)."""
 
 
-def activation_bytes_per_token(model: nn.Module, cpu_kernels: CpuKernels | None = None) -> int | None:
+def activation_bytes_per_token(
+    model: nn.Module, cpu_kernels: CpuKernels | None = None, keep_head_logits: bool = False
+) -> int | None:
     """What a decoder's forward keeps per token for its backward, from its config (None: unknown).
 
     Per layer: the MLP's gate, up, activation and product (4 x intermediate) and about ten hidden-size
     tensors (norm inputs and outputs, q/k/v, attention output, residuals); measured 11.4k floats per
     token per layer at SmolLM2-135M, where this gives 11.9k. Where ``cpu_kernels`` switches the model's
     layers to ``kernels/cpu/recompute.py``, the MLP keeps gate and up only and each norm its input only:
-    2 x intermediate + 8 x hidden."""
+    2 x intermediate + 8 x hidden. With ``keep_head_logits``, plus each position's float32 logits row
+    (4 x vocabulary bytes) that the output layer's tiles keep for the backward (``MicroBatch.keep_head_logits``)."""
     config = getattr(model, "config", None)
     sizes = [getattr(config, k, None) for k in ("num_hidden_layers", "hidden_size", "intermediate_size")]
     if not all(isinstance(v, int) and v > 0 for v in sizes):
         return None
     layers, hidden, intermediate = sizes
+    vocab = getattr(config, "vocab_size", None)
+    logits_row = 4 * vocab if keep_head_logits and isinstance(vocab, int) and vocab > 0 else 0
     itemsize = next(model.parameters()).element_size()
     if recomputes_layers(model, cpu_kernels):
-        return layers * (2 * intermediate + 8 * hidden) * itemsize
-    return layers * (4 * intermediate + 10 * hidden) * itemsize
+        return layers * (2 * intermediate + 8 * hidden) * itemsize + logits_row
+    return layers * (4 * intermediate + 10 * hidden) * itemsize + logits_row
 
 
 def recomputes_layers(model: nn.Module, cpu_kernels: CpuKernels | None = None) -> bool:
@@ -101,11 +106,11 @@ def recomputes_layers(model: nn.Module, cpu_kernels: CpuKernels | None = None) -
 
 
 def activation_token_cap(
-    model: nn.Module, budget_bytes: int | None, cpu_kernels: CpuKernels | None = None
+    model: nn.Module, budget_bytes: int | None, cpu_kernels: CpuKernels | None = None, keep_head_logits: bool = False
 ) -> int | None:
     """Tokens per micro-batch whose activations fit ``budget_bytes`` (None: no cap: no budget, an unknown
     model, or activation checkpointing on, which keeps only each layer's input)."""
-    per_token = activation_bytes_per_token(model, cpu_kernels)
+    per_token = activation_bytes_per_token(model, cpu_kernels, keep_head_logits)
     flag = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else "is_gradient_checkpointing"
     if budget_bytes is None or per_token is None or getattr(model, flag, False):
         return None
@@ -114,12 +119,14 @@ def activation_token_cap(
 
 @dataclass
 class MicroBatch:
-    """Items trained together, their packing plan (None: plain right-padded rows), and whether the
-    packed rows run attention by blocks (``segment_attention.py``) rather than over a dense mask."""
+    """Items trained together, their packing plan (None: plain right-padded rows), whether the
+    packed rows run attention by blocks (``segment_attention.py``) rather than over a dense mask, and
+    whether the output layer keeps its logits for the backward (``head_logps.head_token_logps``)."""
 
     items: list[SAWItem]
     plan: PackPlan | None = None
     block_attention: bool = False
+    keep_head_logits: bool = False
 
 
 def plan_micro_batches(
@@ -134,6 +141,7 @@ def plan_micro_batches(
     cuda_packed_max_ratio: float | None = CUDA_PACKED_MAX_RATIO,
     cpu_kernels: CpuKernels | None = None,
     activation_budget_bytes: int | None = ACTIVATION_BUDGET_BYTES,
+    keep_head_logits: bool = False,
 ) -> list[MicroBatch]:
     """Split a macro-batch into micro-batches: packed when the model supports it, padded otherwise.
 
@@ -145,8 +153,10 @@ def plan_micro_batches(
     ``flex_attention.block_kernel``).
     ``cuda_packed_max_ratio``: on CUDA pack only at most this fraction of the padded positions
     (``CUDA_PACKED_MAX_RATIO``); None: pack whenever the cost estimate says so, as on the CPU.
+    ``keep_head_logits``: the micro-batches' output layer keeps its logits for the backward (counted in
+    the activation budget) instead of recomputing them there.
     """
-    cap = activation_token_cap(model, activation_budget_bytes, cpu_kernels)
+    cap = activation_token_cap(model, activation_budget_bytes, cpu_kernels, keep_head_logits)
     if cap is not None and items and cap < micro_token_budget:
         longest = min(max_seq_len, max(num_tokens(it) for it in items))  # every sequence still fits whole
         micro_token_budget = max(cap, longest)
@@ -154,7 +164,7 @@ def plan_micro_batches(
     mbs = split_items_by_token_budget(items, micro_token_budget=micro_token_budget, max_seq_len=max_seq_len)
     cut = [it for mb in mbs for it in mb]  # truncated, validated
     if not (pack and can_pack(cut) and supports_packing(model, max(num_tokens(it) for it in cut))):
-        return [MicroBatch(mb) for mb in mbs]
+        return [MicroBatch(mb, keep_head_logits=keep_head_logits) for mb in mbs]
     cut = truncated(items, max_seq_len)  # input order: groups keep their members in order
     groups = prompt_groups(cut) if share_prompt_prefix else [[i] for i in range(len(cut))]
     hidden = getattr(getattr(model, "config", None), "hidden_size", None)
@@ -166,8 +176,8 @@ def plan_micro_batches(
     if cuda_packed_max_ratio is not None and _on_cuda(model) and (
         _positions(plans) > cuda_packed_max_ratio * sum(_padded(mb) for mb in mbs)
     ):
-        return [MicroBatch(mb) for mb in mbs]
-    return [MicroBatch(plan.items, plan, blocks) for plan in plans]
+        return [MicroBatch(mb, keep_head_logits=keep_head_logits) for mb in mbs]
+    return [MicroBatch(plan.items, plan, blocks, keep_head_logits) for plan in plans]
 
 
 @contextlib.contextmanager
@@ -252,7 +262,7 @@ def micro_batch_loss(
     with block_attention_kernel(model, enabled=mb.block_attention):  # a no-op inside micro_batch_kernels
         if head is not None and takes_token_logps(loss) and (temps is None or head.bias is None):
             hidden = model.get_decoder()(**inputs, use_cache=False).last_hidden_state  # [R, L, H]
-            policy_logps = action_token_logps(hidden, head, batch, gather, temps)
+            policy_logps = action_token_logps(hidden, head, batch, gather, temps, keep_logits=mb.keep_head_logits)
             mb_loss, stats = loss.compute_from_logps(policy_logps, batch)
             return mb_loss, stats, computed
         if packed is not None:
@@ -291,7 +301,7 @@ def takes_token_logps(loss: Loss) -> TypeGuard[TokenLogpLoss | CompositeLoss]:
 
 def action_token_logps(
     hidden: Tensor, head: nn.Linear, batch: dict[str, Tensor], gather: Tensor | None,
-    temperatures: Tensor | None = None,
+    temperatures: Tensor | None = None, *, keep_logits: bool = False,
 ) -> Tensor:
     """``[B, T]`` policy log-probs of ``batch``'s action tokens (0 elsewhere) from hidden states.
 
@@ -299,6 +309,7 @@ def action_token_logps(
     position to its row in ``hidden`` flattened (None: the batch is the hidden states' own layout).
     ``temperatures`` [B]: each row's sampling temperature; with a bias-free head,
     logits / T = (hidden / T) @ W^T, so the hidden states are scaled instead of the logits.
+    ``keep_logits``: the output layer's tiles keep their logits for the backward (``head_token_logps``).
     """
     ids, action = batch["input_ids"], batch["action_mask"]
     B, T = ids.shape
@@ -310,6 +321,6 @@ def action_token_logps(
     if temperatures is not None:
         row_of = torch.arange(B, device=ids.device)[:, None].expand(B, T - 1)[scored]  # [N]
         rows = rows / temperatures.to(rows.dtype)[row_of][:, None]
-    values = head_token_logps(rows, head.weight, head.bias, ids[:, 1:][scored])  # [N]
+    values = head_token_logps(rows, head.weight, head.bias, ids[:, 1:][scored], keep_logits=keep_logits)  # [N]
     out = torch.zeros(B * T, dtype=values.dtype, device=values.device)
     return out.index_put((where[:, 1:][scored],), values).view(B, T)

@@ -6,6 +6,12 @@ to form ``dlogits = g * (onehot - softmax)`` and accumulate ``dhidden = dlogits 
 ``dW = dlogits.T @ hidden``. Peak memory is one tile (plus the weight's own gradient) instead of the
 logits, their log-softmax and their gradient ([N, V] each).
 
+With ``keep_logits`` the forward keeps each tile's float32 logits ([N, V] in all) and the backward
+reads them instead of recomputing them: one product of three fewer in the backward, for 4 x V bytes a
+scored position (the trainer counts them in its activation budget, ``layout/forward.py``). At
+SmolLM2-135M's head (680 positions, V = 49,152, 2 threads) that took a micro-batch's head backward from
+0.66 s to ~0.45 s.
+
 Tiles run over the vocabulary as well as the rows, so every product is a large one: a slice of
 ``vc`` output rows of W against up to ``HEAD_TILE_ROWS`` hidden states. Row chunks alone (the earlier
 layout) left a few dozen rows per chunk at a 49k vocabulary, and ``dW`` summed a [V, H] product per
@@ -31,11 +37,13 @@ HEAD_TILE_ROWS = 4096
 class _TiledHeadLogps(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, rows: int, vc: int
+        ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, rows: int, vc: int,
+        keep_logits: bool,
     ) -> Tensor:
         N, V = hidden.shape[0], weight.shape[0]
         out = torch.empty(N, dtype=torch.float32, device=hidden.device)
         lse = torch.full((N,), float("-inf"), dtype=torch.float32, device=hidden.device)
+        kept: list[Tensor] = []
         for s in range(0, N, rows):
             e = min(s + rows, N)
             h, lse_r = hidden[s:e], lse[s:e]
@@ -43,15 +51,20 @@ class _TiledHeadLogps(torch.autograd.Function):
                 logits = _tile_logits(h, weight, bias, v0, vc)  # [r, vc] float32
                 torch.logaddexp(lse_r, torch.logsumexp(logits, dim=-1), out=lse_r)
                 out[s + hits] = logits[hits, cols]
+                if keep_logits:
+                    kept.append(logits)
         out.sub_(lse)
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        # The kept tiles are saved tensors: the backward turns them into dlogits in place, so a second
+        # backward through the same graph fails on autograd's version check instead of reading them.
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, *kept)
         ctx.rows, ctx.vc = rows, vc
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, bias, targets, lse, *kept = ctx.saved_tensors
+        kept_tiles = iter(kept)
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         N, V = hidden.shape[0], weight.shape[0]
         rows, vc = ctx.rows, ctx.vc
@@ -63,7 +76,7 @@ class _TiledHeadLogps(torch.autograd.Function):
             h, g = hidden[s:e], grad_out[s:e, None].float()  # [r, H], [r, 1]
             for v0, hits, cols in _tiles(targets[s:e], V, vc):
                 v1 = min(v0 + vc, V)
-                d = _tile_logits(h, weight, bias, v0, vc)
+                d = next(kept_tiles) if kept else _tile_logits(h, weight, bias, v0, vc)
                 d.sub_(lse[s:e, None]).exp_().mul_(-g)  # -softmax * g
                 d[hits, cols] += g[hits, 0]  # + onehot * g (one entry per row: no scatter_add)
                 dm = d.to(weight.dtype)
@@ -75,7 +88,7 @@ class _TiledHeadLogps(torch.autograd.Function):
                     grad_b[v0:v1] += d.sum(0)
         grad_w = grad_w.to(weight.dtype) if grad_w is not None else None
         grad_b = grad_b.to(bias.dtype) if grad_b is not None else None
-        return grad_h, grad_w, grad_b, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None
 
 
 def _tiles(targets: Tensor, V: int, vc: int) -> list[tuple[int, Tensor, Tensor]]:
@@ -124,11 +137,13 @@ def head_token_logps(
     *,
     chunk: int | None = None,
     vocab_chunk: int | None = None,
+    keep_logits: bool = False,
 ) -> Tensor:
     """``log p(targets[n] | hidden[n])`` [N] float32, for ``hidden`` [N, H] and an output layer W [V, H].
 
     ``chunk``: rows per row chunk (default ``min(N, HEAD_TILE_ROWS)``); ``vocab_chunk``: vocabulary
-    entries per tile (default ``HEAD_TILE_ELEMENTS // chunk``).
+    entries per tile (default ``HEAD_TILE_ELEMENTS // chunk``); ``keep_logits``: keep the float32
+    logits (4 x N x V bytes) for the backward instead of recomputing them there.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(
@@ -137,10 +152,13 @@ def head_token_logps(
         )
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must be [N] = [{hidden.shape[0]}], got {tuple(targets.shape)}")
+    if not isinstance(keep_logits, bool):
+        raise TypeError(f"keep_logits must be a bool, got {keep_logits!r}")
     for name, value in (("chunk", chunk), ("vocab_chunk", vocab_chunk)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"{name} must be a positive int or None, got {value!r}")
     V = weight.shape[0]
     rows = chunk if chunk is not None else max(1, min(hidden.shape[0], HEAD_TILE_ROWS))
     vc = vocab_chunk if vocab_chunk is not None else HEAD_TILE_ELEMENTS // rows
-    return _TiledHeadLogps.apply(hidden, weight, bias, targets.long(), int(rows), int(min(max(vc, 1), max(V, 1))))
+    vc = int(min(max(vc, 1), max(V, 1)))
+    return _TiledHeadLogps.apply(hidden, weight, bias, targets.long(), int(rows), vc, keep_logits)
