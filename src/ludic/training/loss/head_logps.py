@@ -28,8 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-HEAD_TILE_ELEMENTS = 1 << 22
-"""Logit elements per tile (16 MiB in float32): ``vc = HEAD_TILE_ELEMENTS // rows`` vocabulary entries."""
+HEAD_TILE_ELEMENTS = 1 << 20
+"""Logit elements per tile (4 MiB in float32): ``vc = HEAD_TILE_ELEMENTS // rows`` vocabulary entries.
+
+A tile that stays in cache while its exp and sums run: at SmolLM2-135M's head (V = 49,152, H = 576, 2
+threads, AMD EPYC Zen 4) the recomputing forward and backward took 0.69 / 0.99 / 2.58 s at 512 / 680 /
+1,800 rows against 0.82 / 1.06 / 3.23 s with 16 MiB tiles (a [469, 576] x [576, vc] product ran at 172
+GFLOP/s with vc = 2,048 and 104 with vc = 8,943); 2 MiB tiles read the same."""
 HEAD_TILE_ROWS = 4096
 """Hidden states per row chunk (at most)."""
 
