@@ -72,3 +72,16 @@ def test_the_memory_bound_and_its_ratio_are_issue_35s_arithmetic() -> None:
     # the floor again with generation at the decoding batch's own matmul rate
     assert summary["floor_at_decode_rate_s"]["generate"] == pytest.approx(2 * params * 2048 / 150e9)
     assert summary["step_over_floor_at_decode_rate"] == pytest.approx(11.0 / (6 * params * 1900 / 300e9 + 2 * params * 2048 / 150e9))
+
+
+def test_ludic_s_side_keeps_the_head_logits_unless_asked_to_recompute_them(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH.parent))
+    from bench_real_model import FULL, ludic_config
+
+    from ludic.quickstart.run_config import to_run_config
+
+    for keep in (True, False):
+        run = to_run_config(ludic_config("model-folder", 3, FULL, tmp_path, keep_head_logits=keep))
+        assert run.trainer.keep_head_logits is keep  # the TrainerConfig the run builds
+    done = subprocess.run([sys.executable, str(BENCH), "--help"], capture_output=True, text=True, timeout=120)
+    assert "--recompute-head-logits" in done.stdout
