@@ -13,8 +13,10 @@ rounds interleave Ludic and TRL. Prints medians and ratios of:
     ``GRPOTrainer``, with Ludic's ``time/`` split of its step;
 (b) Ludic's step against its floor: training 6 x params x distinct trained tokens (``perf/distinct_tokens``:
     each shared prompt once, no padding) + generation 2 x params x generated tokens, at this CPU's fp32 matmul rate
-    measured in the same run (printed beside it); and again with generation at the rate of a decoding step's
-    own matmuls (every weight times one row per sequence, 32 rows, measured in the same run);
+    measured in the same process around each step (the mean of the rates just before and just after it: a
+    machine whose speed drifts moves the floor with the step), step by step, median of the steps' ratios; and
+    again with generation at the rate of a decoding step's own matmuls (every weight times one row per sequence,
+    32 rows, measured in the same run);
 (c) the embedded engine's batched decoding vs one batched ``model.generate``, 32 rows x 64 tokens;
 (d) under contention: the bench starts one busy process per core and runs both sides again; slowdown =
     contended / quiet median step, side by side;
@@ -138,23 +140,45 @@ def ludic_worker(
     from ludic.quickstart.run_config import to_run_config
 
     run = build_train_run(to_run_config(ludic_config(model, steps, knobs, out, seed, keep_head_logits)))
-    stats = asyncio.run(_steps(run, steps))  # one event loop for the run (the engine's tasks live on it)
+    stats, rates = asyncio.run(_steps(run, steps))  # one event loop for the run (the engine's tasks live on it)
     if save:
         save_final(run.trainer.model, model, out)
     params = sum(p.numel() for p in run.trainer.model.parameters())
-    rows = kept(stats)
+    rows, rates = kept(stats), kept(rates)
     return {
         "step_seconds": [s["time/step_seconds"] for s in rows],
+        "step_gflops": rates,
+        "step_floor_s": [
+            step_floor_s(params, s["perf/distinct_tokens"], generated_tokens(s), rate) for s, rate in zip(rows, rates, strict=True)
+        ],
         "split": {k: statistics.median(s.get(k, 0.0) for s in rows) for k in rows[0] if k.startswith("time/")},
         "trained_tokens": statistics.median(s["perf/distinct_tokens"] for s in rows),
-        "generated_tokens": statistics.median(s["train/avg_completion_length"] * s["train/num_samples"] for s in rows),
+        "generated_tokens": statistics.median(generated_tokens(s) for s in rows),
         "params": params,
         "rss_mb": rss_mb(),
     }
 
 
-async def _steps(run: Any, steps: int) -> list[dict[str, float]]:
-    return [await run.trainer.train_step() for _ in range(steps)]
+async def _steps(run: Any, steps: int) -> tuple[list[dict[str, float]], list[float]]:
+    """Each step's metrics, and this CPU's matmul rate around each step: the mean of the rates measured
+    just before and just after it (outside the step's own time)."""
+    stats, rates, before = [], [], matmul_gflops()
+    for _ in range(steps):
+        stats.append(await run.trainer.train_step())
+        after = matmul_gflops()
+        rates.append((before + after) / 2)
+        before = after
+    return stats, rates
+
+
+def generated_tokens(step: dict[str, float]) -> float:
+    return step["train/avg_completion_length"] * step["train/num_samples"]
+
+
+def step_floor_s(params: int, trained: float, generated: float, gflops: float) -> float:
+    """A step's matmul floor: training 6 x params x distinct trained tokens + generation 2 x params x
+    generated tokens, at ``gflops``."""
+    return (6 * params * trained + 2 * params * generated) / (gflops * 1e9)
 
 
 def trl_worker(
@@ -309,12 +333,18 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         summary["trl_step_s"] = median_step(quiet["trl"])
         summary["trl_peak_rss_mb"] = max(r["rss_mb"] for r in quiet["trl"])
         summary["speedup_vs_trl"] = summary["trl_step_s"] / summary["ludic_step_s"]
-    rate = eng["gflops"] * 1e9
-    params, trained, generated = ludic[0]["params"], ludic[0]["trained_tokens"], ludic[0]["generated_tokens"]
+    # the floor step by step, at the matmul rate measured in the same process around that step
+    per_step = [t / f for r in ludic for t, f in zip(r["step_seconds"], r["step_floor_s"], strict=True)]
+    summary["step_over_floor"] = statistics.median(per_step)
+    summary["step_over_floor_per_step"] = per_step
+    summary["matmul_gflops"] = statistics.median(g for r in ludic for g in r["step_gflops"])
+    summary["engine_worker_matmul_gflops"] = eng["gflops"]
+    rate = summary["matmul_gflops"] * 1e9
+    params = ludic[0]["params"]
+    trained = statistics.median(r["trained_tokens"] for r in ludic)
+    generated = statistics.median(r["generated_tokens"] for r in ludic)
     floor_train, floor_gen = 6 * params * trained / rate, 2 * params * generated / rate
-    summary["matmul_gflops"] = eng["gflops"]
     summary["floor_s"] = {"train": floor_train, "generate": floor_gen, "total": floor_train + floor_gen}
-    summary["step_over_floor"] = summary["ludic_step_s"] / (floor_train + floor_gen)
     # the obstacle: decoding multiplies each weight by one row per live sequence, far below the square
     # products the rate above is measured on; the floor again with generation at that batch's own rate
     summary["decode_matmul_gflops"] = eng["decode_gflops"]

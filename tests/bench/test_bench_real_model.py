@@ -54,13 +54,18 @@ def test_the_memory_bound_and_its_ratio_are_issue_35s_arithmetic() -> None:
     sys.path.insert(0, str(BENCH.parent))
     from argparse import Namespace
 
-    from bench_real_model import memory_bound_mb, report
+    from bench_real_model import memory_bound_mb, report, step_floor_s
 
     params = 134_515_008  # SmolLM2-135M: 538 MB of fp32 weights
     assert memory_bound_mb(params) == pytest.approx(5 * 4 * params / 2**20 + 1024)  # ~3,590 MiB
     assert 3550 < memory_bound_mb(params) < 3600
+    assert step_floor_s(params, 1900, 2048, 300.0) == pytest.approx((6 * params * 1900 + 2 * params * 2048) / 300e9)
+    # each step against its own floor, at the rate measured around it: a machine that slowed between steps
+    # (the second step's rate 200 against the first's 300) moves the floor with the step
+    floors = [step_floor_s(params, 1900, 2048, 300.0), step_floor_s(params, 1900, 2048, 200.0)]
     run = {"step_seconds": [10.0, 12.0], "split": {"time/step_seconds": 11.0}, "trained_tokens": 1900.0,
-           "generated_tokens": 2048.0, "params": params, "rss_mb": 4000.0}  # fmt: skip
+           "generated_tokens": 2048.0, "params": params, "rss_mb": 4000.0, "step_gflops": [300.0, 200.0],
+           "step_floor_s": floors}  # fmt: skip
     results = {"quiet": {"ludic": [run, {**run, "rss_mb": 6000.0}]}, "busy": {"ludic": []},
                "engine": {"gflops": 300.0, "decode_gflops": 150.0, "engine_tok_s": 1.0, "generate_tok_s": 1.0,
                           "ratio": 1.0, "ratios": [0.5, 1.0, 2.0]}}  # fmt: skip
@@ -68,10 +73,15 @@ def test_the_memory_bound_and_its_ratio_are_issue_35s_arithmetic() -> None:
     assert summary["engine_vs_generate"]["ratios"] == [0.5, 1.0, 2.0]  # every round's, beside the median
     assert summary["ludic_peak_rss_mb"] == 6000.0  # the largest peak of the runs
     assert summary["rss_over_bound"] == pytest.approx(6000.0 / memory_bound_mb(params))
-    assert summary["floor_s"]["train"] == pytest.approx(6 * params * 1900 / 300e9)
+    ratios = [10.0 / floors[0], 12.0 / floors[1]] * 2
+    assert summary["step_over_floor_per_step"] == pytest.approx(ratios)
+    assert summary["step_over_floor"] == pytest.approx((10.0 / floors[0] + 12.0 / floors[1]) / 2)  # the median
+    assert summary["matmul_gflops"] == pytest.approx(250.0)  # the median of the steps' rates
+    assert summary["engine_worker_matmul_gflops"] == 300.0
+    assert summary["floor_s"]["train"] == pytest.approx(6 * params * 1900 / 250e9)
     # the floor again with generation at the decoding batch's own matmul rate
     assert summary["floor_at_decode_rate_s"]["generate"] == pytest.approx(2 * params * 2048 / 150e9)
-    assert summary["step_over_floor_at_decode_rate"] == pytest.approx(11.0 / (6 * params * 1900 / 300e9 + 2 * params * 2048 / 150e9))
+    assert summary["step_over_floor_at_decode_rate"] == pytest.approx(11.0 / (6 * params * 1900 / 250e9 + 2 * params * 2048 / 150e9))
 
 
 def test_ludic_s_side_keeps_the_head_logits_unless_asked_to_recompute_them(tmp_path: Path) -> None:
