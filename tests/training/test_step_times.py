@@ -82,7 +82,7 @@ def test_overlapping_env_steps_count_once() -> None:
     """Two episodes' async env steps (a verifier awaiting a subprocess) overlap: their wall time counts once."""
     import asyncio
 
-    from ludic.training.batching.rollout_engine import BusyClock
+    from ludic.training.batching.busy_clock import BusyClock
 
     clock = BusyClock()
     step = clock.wrap(asyncio.sleep)

@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from time import perf_counter
 from typing import Any
@@ -32,6 +32,7 @@ from ludic.inference.episode_key import episode_scope
 from ludic.inference.multi_server import server_went_down
 from ludic.interaction.base import InteractionProtocol
 from ludic.training.algorithm import RLAlgorithm
+from ludic.training.batching.busy_clock import BusyClock
 from ludic.training.batching.jsonl import rollout_to_dict
 from ludic.training.batching.requests import derive_seed
 from ludic.training.batching.saw_builder import batch_meta, rollouts_to_saw_items
@@ -275,27 +276,3 @@ def _seat_group(rollout: Rollout) -> tuple[Any, Any]:
 
 def _describe(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": str(exc) or repr(exc)}
-
-
-class BusyClock:
-    """Wall time during which at least one wrapped call is in flight (overlapping calls count once), so the
-    envs' steps of concurrent episodes add up to seconds of the batch, never more."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._in_flight = 0
-        self._since = 0.0
-
-    def wrap(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            if self._in_flight == 0:
-                self._since = perf_counter()
-            self._in_flight += 1
-            try:
-                return await fn(*args, **kwargs)
-            finally:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self.seconds += perf_counter() - self._since
-
-        return timed
