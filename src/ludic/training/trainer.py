@@ -36,12 +36,8 @@ from ludic.training._step_runner import StepRunner
 from ludic.training._step_times import StepClock, without_times
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.config import CheckpointConfig, TrainerConfig
-from ludic.training.layout.forward import (
-    MicroBatch,
-    micro_batch_kernels,
-    micro_batch_loss,
-    plan_micro_batches,
-)
+from ludic.training.layout.forward import micro_batch_kernels, micro_batch_loss
+from ludic.training.layout.micro_batch_plan import MicroBatch, plan_micro_batches
 from ludic.training.layout.token_arrays import attended_tokens, num_action_tokens
 from ludic.training.loggers.base import TrainingLogger
 from ludic.training.parallel.checkpoint import make_checkpointer

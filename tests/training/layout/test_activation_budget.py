@@ -6,11 +6,10 @@ import torch
 from tests.training.layout.test_packing import build, grpo_items
 
 from ludic.training._setup import enable_gradient_checkpointing
-from ludic.training.layout.forward import (
+from ludic.training.layout.forward import micro_batch_kernels, micro_batch_loss
+from ludic.training.layout.micro_batch_plan import (
     activation_bytes_per_token,
     activation_token_cap,
-    micro_batch_kernels,
-    micro_batch_loss,
     plan_micro_batches,
 )
 from ludic.training.layout.token_arrays import num_tokens

@@ -18,7 +18,7 @@ as the prompt's queries are causal either way).
 
 ``block_attention(model)`` picks the kernel by device (``block_kernel``): FlexAttention on CUDA
 when this torch has it, the bucketed SDPA elsewhere; on CUDA without FlexAttention packed rows keep
-the dense mask (``forward.plan_micro_batches`` asks ``has_block_kernel``).
+the dense mask (``micro_batch_plan.plan_micro_batches`` asks ``has_block_kernel``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ ATTENTION_WEIGHT = 1 / (6 * 128)
 Per layer a token costs about ``26 h^2`` FLOPs in the linear layers (q/k/v/o and a 3h MLP) and
 ``4 L h`` in attention against a row of L keys, so a row of L positions costs about
 ``L * (1 + L / (6.5 h))`` token-equivalents. With sdpa/eager the block mask is dense: attention runs
-over the whole row whatever the blocks, so longer rows pay quadratically. ``training.layout.forward``
+over the whole row whatever the blocks, so longer rows pay quadratically. ``training.layout.micro_batch_plan``
 passes ``1 / (6 h)`` for the model's hidden size h (on a 0.8M Qwen2 on the CPU this predicted the
 measured attention share within 10%).
 """

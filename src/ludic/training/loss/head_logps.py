@@ -8,7 +8,7 @@ logits, their log-softmax and their gradient ([N, V] each).
 
 With ``keep_logits`` the forward keeps each tile's float32 logits ([N, V] in all) and the backward
 reads them instead of recomputing them: one product of three fewer in the backward, for 4 x V bytes a
-scored position (the trainer counts them in its activation budget, ``training/layout/forward.py``). At
+scored position (the trainer counts them in its activation budget, ``training/layout/micro_batch_plan.py``). At
 SmolLM2-135M's head (680 positions, V = 49,152, 2 threads) that took a micro-batch's head backward from
 0.66 s to ~0.45 s.
 

@@ -20,12 +20,8 @@ import torch
 from torch import nn
 
 from ludic.kernels import CpuKernels, cpu_kernels_setting
-from ludic.training.layout.forward import (
-    MicroBatch,
-    micro_batch_kernels,
-    micro_batch_token_logps,
-    plan_micro_batches,
-)
+from ludic.training.layout.forward import micro_batch_kernels, micro_batch_token_logps
+from ludic.training.layout.micro_batch_plan import MicroBatch, plan_micro_batches
 from ludic.training.types import SAWBatch, SAWItem
 
 ModelLike = str | Path | nn.Module
