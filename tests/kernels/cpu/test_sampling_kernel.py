@@ -170,3 +170,68 @@ def test_with_a_plan_the_draw_reads_nothing_back_from_the_params(monkeypatch):
         sample_with_logprobs(logits, params, uniforms)  # without a plan it reads them
     monkeypatch.undo()
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def _definition_pick(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """The inverse CDF in float64, one cumsum over the vocabulary: what the two-level search stands for."""
+    cdf = probs.double().cumsum(-1)
+    return torch.searchsorted(cdf, (uniforms.double() * cdf[:, -1]).unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("vocab", [4096, 3000])  # a whole number of blocks, and a padded last block
+def test_the_two_level_search_draws_the_definitions_token_away_from_token_boundaries(vocab):
+    """The block sums and the in-block cumsum add in another order than one cumsum: a draw may differ from
+    the float64 definition only where its target lies within fp32 rounding of the drawn token's edge."""
+    from ludic.kernels.cpu.sampling_kernel import PICK_BLOCK, _vocab_order_pick
+
+    assert vocab >= 4 * PICK_BLOCK  # the two-level path, not the small-vocabulary cumsum
+    gen = torch.Generator().manual_seed(13)
+    logits = torch.randn(512, vocab, generator=gen) * 3
+    probs = torch.softmax(logits, -1)
+    uniforms = torch.rand(512, generator=gen)
+    got, want = _vocab_order_pick(probs, uniforms), _definition_pick(probs, uniforms)
+    cdf = probs.double().cumsum(-1)
+    target = uniforms.double() * cdf[:, -1]
+    for row in torch.nonzero(got != want).flatten().tolist():
+        edge = min(abs(float(cdf[row, got[row]] - target[row])), abs(float(cdf[row, got[row] - 1] - target[row])))
+        assert edge < 1e-5, (row, int(got[row]), int(want[row]))
+    assert int((got == want).sum()) >= 505
+
+
+def test_the_two_level_search_never_draws_a_token_without_mass():
+    """Whole blocks without mass, blocks whose tail has none, and targets on a block's exact end: the
+    drawn token always has probability above 0 (a rounding overshoot falls back on the block's last
+    token with mass)."""
+    from ludic.kernels.cpu.sampling_kernel import PICK_BLOCK, sample_with_logprobs
+
+    vocab = 20 * PICK_BLOCK + 5
+    logits = torch.full((1, vocab), float("-inf"))
+    alive = [3, PICK_BLOCK - 7, 5 * PICK_BLOCK + 1, 5 * PICK_BLOCK + 2, 11 * PICK_BLOCK - 1, vocab - 2]
+    logits[0, alive] = torch.tensor([0.5, -2.0, 1.0, 30.0, -1.0, 0.0])
+    probs = torch.softmax(logits, -1)
+    ends = probs.view(-1)[: 20 * PICK_BLOCK].view(20, PICK_BLOCK).sum(-1).cumsum(0)
+    uniforms = torch.cat([torch.linspace(0, 1, 4001)[1:-1], ends / ends[-1], torch.tensor([1 - 2**-24])])
+    n = uniforms.numel()
+    tokens, logps = sample_with_logprobs(logits.expand(n, -1), torch.tensor([[1.0, 1.0]]).expand(n, -1), uniforms)
+    assert set(tokens.tolist()) <= set(alive)
+    assert torch.isfinite(logps).all()
+    torch.testing.assert_close(logps, torch.log_softmax(logits, -1)[0, tokens], rtol=0, atol=1e-6)
+
+
+def test_a_target_past_the_blocks_cumsum_by_rounding_draws_the_blocks_last_token_with_mass():
+    """A block of one large and many tiny probabilities: its sum keeps the tiny ones (added apart), one
+    running cumsum loses them (1 + 1e-8 == 1 in fp32). A target between the two lies inside the block by
+    the block sums and past its end by the cumsum: the draw stays in the block, on a token with mass, not
+    on the next block's first token (which has none here)."""
+    from ludic.kernels.cpu.sampling_kernel import PICK_BLOCK, _vocab_order_pick
+
+    probs = torch.zeros(1, 5 * PICK_BLOCK)
+    probs[0, 0], probs[0, 1 : PICK_BLOCK - 1] = 1.0, 1e-8  # the block's last token has no mass
+    probs[0, PICK_BLOCK + 1] = 1.0  # the next block's first token has none either
+    block_sum = float(probs[0, :PICK_BLOCK].sum())
+    running_end = float(probs[0, :PICK_BLOCK].cumsum(-1)[-1])
+    assert running_end < block_sum  # the rounding this test is about, on this build
+    total = float(probs.view(1, -1, PICK_BLOCK).sum(-1).sum(-1))  # the total the search scales u by
+    target = (running_end + block_sum) / 2
+    token = int(_vocab_order_pick(probs, torch.tensor([target / total]))[0])
+    assert token == PICK_BLOCK - 2  # the block's last token with mass

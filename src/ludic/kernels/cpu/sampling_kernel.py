@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +65,15 @@ def sample_with_logprobs(
     greedy = temperature == 0
     # x / 1 == x exactly: a batch sampled at temperature 1 (GRPO's usual) skips a pass over [B, V]
     scaled = logits.float() / torch.where(greedy, 1.0, temperature)[:, None] if plan.divide else logits.float()
-    log_probs = torch.log_softmax(scaled, dim=-1)  # [B, V]
-    probs = log_probs.exp()
+    # one pass for the probabilities; a token's log-prob is log p of that token alone (to fp32 rounding of
+    # log_softmax's: a drawn token has p > 0), not a second pass over [B, V] for log_softmax and exp
+    probs = torch.softmax(scaled, dim=-1)  # [B, V]
     whole = top_p >= 1.0  # rows without a nucleus draw in vocabulary order, whatever else is in the batch
     if not plan.nucleus:  # no nucleus to cut: skip the vocabulary sort
         tokens = _vocab_order_pick(probs, uniforms)
         if plan.any_greedy:  # the argmax pass only when some row is greedy
             tokens = torch.where(greedy, torch.argmax(logits, dim=-1), tokens)
-        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+        return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     drop = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > top_p[:, None]
     drop = drop & ~greedy[:, None]  # greedy rows keep their full distribution
@@ -82,12 +84,38 @@ def sample_with_logprobs(
     sampled = torch.where(whole, _vocab_order_pick(probs, uniforms), order.gather(-1, pick).squeeze(-1))
     tokens = torch.where(greedy, torch.argmax(logits, dim=-1), sampled)
     # log p_nucleus(x) = log p(x) - log(mass kept): the renormalised nucleus distribution
-    logps = log_probs.gather(-1, tokens[:, None]).squeeze(-1) - torch.log(cdf[:, -1])
+    logps = probs.gather(-1, tokens[:, None]).squeeze(-1).log() - torch.log(cdf[:, -1])
     return tokens, logps
 
 
+PICK_BLOCK = 64
+"""Tokens per block of the two-level inverse-CDF search in ``_vocab_order_pick``."""
+
+
 def _vocab_order_pick(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """[B] the token where each row's cumulative mass (vocabulary order) first reaches ``u * total``."""
-    cdf = torch.cumsum(probs, dim=-1)
-    pick = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1)).clamp(max=cdf.shape[-1] - 1)
-    return pick.squeeze(-1)
+    """[B] the token where each row's cumulative mass (vocabulary order) first reaches ``u * total``.
+
+    In two levels rather than one cumsum over the vocabulary (a second full pass over [B, V], 1.6 ms of
+    a ~54 ms decoding step at 32 x 49,152): the running sum over blocks of ``PICK_BLOCK`` tokens finds
+    the block, a cumsum inside it the token. The sums run in another order than one cumsum, so a draw
+    within fp32 rounding of a token boundary may land on the neighbouring token; it never lands on a
+    token without mass (``_last_with_mass``)."""
+    rows, vocab = probs.shape
+    if vocab < 4 * PICK_BLOCK:
+        cdf = torch.cumsum(probs, dim=-1)
+        pick = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1)).clamp(max=vocab - 1)
+        return pick.squeeze(-1)
+    pad = -vocab % PICK_BLOCK
+    blocks = (F.pad(probs, (0, pad)) if pad else probs).view(rows, -1, PICK_BLOCK)  # [B, nb, block]
+    block_cdf = blocks.sum(-1).cumsum(-1)  # [B, nb]
+    target = (uniforms * block_cdf[:, -1]).unsqueeze(-1)  # [B, 1]
+    block = torch.searchsorted(block_cdf, target).clamp(max=blocks.shape[1] - 1)  # [B, 1]
+    before = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)), 0.0)  # mass of earlier blocks
+    inner = blocks.gather(1, block.unsqueeze(-1).expand(-1, -1, PICK_BLOCK)).squeeze(1)  # [B, block]
+    pos = torch.searchsorted(before + inner.cumsum(-1), target).squeeze(-1)  # PICK_BLOCK: past it by rounding
+    return block.squeeze(-1) * PICK_BLOCK + torch.minimum(pos, _last_with_mass(inner))
+
+
+def _last_with_mass(inner: torch.Tensor) -> torch.Tensor:
+    """[B] the last position of each row of ``inner`` [B, block] with a probability above 0."""
+    return inner.shape[-1] - 1 - (inner.flip(-1) > 0).to(torch.int8).argmax(-1)
