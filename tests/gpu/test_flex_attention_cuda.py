@@ -93,8 +93,8 @@ def test_the_cuda_engine_runs_no_cpu_only_kernel(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a CPU-only kernel ran on the CUDA path")
 
-    monkeypatch.setattr(_lean_decoder, "packed_linear", refuse)
-    monkeypatch.setattr(_lean_decoder, "pack", refuse)
+    for name in ("packed_linear", "pack", "gemm_linear", "pack_for_gemm"):  # oneDNN's packed and Ludic's AVX-512 matmuls
+        monkeypatch.setattr(_lean_decoder, name, refuse)
     monkeypatch.setattr(_generation, "SharedPrefixKVCache", refuse)
     client = TransformersChatClient(tiny_model_path(), device="cuda")
     assert client._generator.lean is not None and not client._generator.lean.packed
