@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+from functools import partial
 
 import torch
+from timing import timed
 
 from ludic.kernels.cpu.sampling_kernel import SamplingPlan, sample_with_logprobs
 
@@ -37,11 +38,9 @@ def definition(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, (uniforms.double() * cdf[:, -1]).unsqueeze(-1)).squeeze(-1)
 
 
-def timed(fn, logits: list[torch.Tensor], uniforms: torch.Tensor) -> float:
-    t0 = time.perf_counter()
+def draw_each(fn, logits: list[torch.Tensor], uniforms: torch.Tensor) -> None:
     for x in logits:
         fn(x, uniforms)
-    return (time.perf_counter() - t0) / len(logits)
 
 
 def main() -> None:
@@ -61,7 +60,7 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(args.repeats + 1):  # the first round warms up
             for name, fn in variants.items():
-                times[name].append(timed(fn, logits, uniforms))
+                times[name].append(timed(partial(draw_each, fn, logits, uniforms), "cpu") / len(logits))
         same, exact_lib, exact_old, worst, draws = 0, 0, 0, 0.0, 0
         while draws < 20_000:
             x, u = torch.randn(args.rows, vocab, generator=gen) * 4, torch.rand(args.rows, generator=gen)
