@@ -71,6 +71,28 @@ def test_resume_drops_metrics_of_steps_after_the_checkpoint(tmp_path: Path, mode
     assert _metric_steps(tmp_path) == [1, 2, 3, 4, 5]
 
 
+def test_a_kill_between_the_checkpoint_and_its_log_line_loses_no_record(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", str(_config(tmp_path, model_dir, steps=5, every=2))]) == 0
+    metrics, checkpoints = tmp_path / "out" / "metrics.jsonl", tmp_path / "out" / "checkpoints"
+    lines = metrics.read_text().splitlines()
+    logged = json.loads(lines[3])
+    # as if killed while writing step 4's line, just after step 4's checkpoint: step 5 never happened
+    metrics.write_text("\n".join(lines[:3]) + '\n{"step": 4, "train/lo')
+    shutil.rmtree(checkpoints / "step_000005")
+    (checkpoints / "latest.json").write_text('{"step": 4, "path": "step_000004"}')
+    capsys.readouterr()
+    assert main(["train", str(_config(tmp_path, model_dir, steps=6, every=2))]) == 0
+    said = capsys.readouterr().out
+    assert "resuming at step 4 of 6" in said and "step 4's record restored from the checkpoint" in said
+    assert _metric_steps(tmp_path) == [1, 2, 3, 4, 5, 6]
+    restored = json.loads(metrics.read_text().splitlines()[3])
+    trained = {k: v for k, v in logged.items() if k.startswith("train/")}
+    assert trained and {k: restored[k] for k in trained} == trained  # the step's own stats, not a later step's
+    assert not any(k.startswith("time/") for k in restored)  # the split was still running when it saved
+
+
 def test_leftover_metrics_without_a_checkpoint_need_fresh(
     tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

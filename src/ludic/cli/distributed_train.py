@@ -111,13 +111,14 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
 
 
 def _resume(trainer: Any, cfg: RunConfig, main: bool) -> None:
-    from ludic.training.checkpoint.resume import drop_records_after, resume_latest
+    from ludic.cli.run_config import resume_message
+    from ludic.training.checkpoint.resume import align_metrics, resume_checkpoint
 
-    step = resume_latest(trainer)  # every rank: DCP reads this rank's share, resharded to the world now
+    resumed = resume_checkpoint(trainer)  # every rank: DCP reads this rank's share, resharded to the world now
     if main:
-        dropped = drop_records_after(Path(cfg.logging.output_dir) / "metrics.jsonl", step)
-        print(f"ludic train: resuming at step {step} of {cfg.steps} from {trainer.checkpointer.output_dir} "
-              f"({dropped} metrics records after it dropped)", flush=True)  # fmt: skip
+        jsonl = Path(cfg.logging.output_dir) / "metrics.jsonl"
+        metrics = align_metrics(jsonl, resumed, log_every=trainer.cfg.log_every)
+        print(resume_message(resumed.step, cfg.steps, trainer.checkpointer.output_dir, metrics), flush=True)
 
 
 async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None, *, fresh: bool) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ludic.cli.run_loggers import completions_logger, config_loggers
 from ludic.cli.runtime import (
@@ -25,6 +25,9 @@ from ludic.cli.runtime import (
 )
 from ludic.cli.warm_start import BEFORE_SFT_STEP, report_start_and_end, start_of_run
 from ludic.config import RunConfig
+
+if TYPE_CHECKING:
+    from ludic.training.checkpoint.resume import MetricsAlignment
 
 
 @dataclass
@@ -183,12 +186,18 @@ def build_train_run(
 
 
 def _resume(trainer: Any, cfg: RunConfig) -> None:
-    from ludic.training.checkpoint.resume import drop_records_after, resume_latest
+    from ludic.training.checkpoint.resume import align_metrics, resume_checkpoint
 
-    step = resume_latest(trainer)
-    dropped = drop_records_after(Path(cfg.logging.output_dir) / "metrics.jsonl", step)
-    print(f"ludic train: resuming at step {step} of {cfg.steps} from {trainer.checkpointer.output_dir} "
-          f"({dropped} metrics records after it dropped)", flush=True)  # fmt: skip
+    resumed = resume_checkpoint(trainer)
+    metrics = align_metrics(Path(cfg.logging.output_dir) / "metrics.jsonl", resumed, log_every=trainer.cfg.log_every)
+    print(resume_message(resumed.step, cfg.steps, trainer.checkpointer.output_dir, metrics), flush=True)
+
+
+def resume_message(step: int, steps: int, checkpoints: Path, metrics: MetricsAlignment) -> str:
+    """What ``ludic train`` says when it resumes (``metrics``: ``align_metrics``'s report)."""
+    restored = f"; step {step}'s record restored from the checkpoint" if metrics.restored else ""
+    return (f"ludic train: resuming at step {step} of {steps} from {checkpoints} "
+            f"({metrics.dropped} metrics records after it dropped{restored})")  # fmt: skip
 
 
 async def train_steps(run: TrainRun) -> None:

@@ -2,8 +2,9 @@
 
 A resumed run continues with the same step counter, weights, optimizer, scheduler, RNG and batch
 source position (``Trainer.load_checkpoint``), serves the restored weights to inference at once,
-and keeps ``metrics.jsonl`` free of duplicate steps (records after the checkpoint are dropped:
-they belong to steps that will be trained again).
+and keeps ``metrics.jsonl`` to one record per step (``align_metrics``): records after the checkpoint are
+dropped (they belong to steps that will be trained again), and the checkpoint's own step gets its record back
+from the checkpoint when the run was killed between writing the checkpoint and logging that step.
 
 Versions after a lost host: a step publishes before it checkpoints, so the servers may already serve
 versions past the checkpoint's (steps trained, published, then lost with a host). The resumed run restores
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +32,22 @@ class ResumeError(RuntimeError):
     """Outputs of an earlier run are in the way and there is no checkpoint to resume from."""
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """Where a resumed run starts: the checkpoint's step and the stats its step had when it was saved."""
+
+    step: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+
 def resume_latest(trainer: Any, *, fallback: bool = True) -> int:
     """Load the latest checkpoint into ``trainer`` and publish its weights; returns the step."""
-    trainer.load_checkpoint(fallback=fallback)
+    return resume_checkpoint(trainer, fallback=fallback).step
+
+
+def resume_checkpoint(trainer: Any, *, fallback: bool = True) -> Resumed:
+    """``resume_latest``, also returning the checkpointed step's stats (for ``align_metrics``)."""
+    state = trainer.load_checkpoint(fallback=fallback)
     if trainer.publisher is not None:  # inference still holds the initial weights
         mode = lora_publish_mode(trainer.publisher)  # a LoRA run publishing adapters sends the restored ones
         # an FSDP-sharded model: every rank gathers (a collective), rank 0 alone gets the full weights and publishes
@@ -41,7 +57,49 @@ def resume_latest(trainer: Any, *, fallback: bool = True) -> int:
             # steps after this checkpoint were lost): declared, they take the checkpoint's weights at its version
             declare_restore(trainer.publisher, trainer.step)
             trainer.publisher.publish(weights, version=trainer.step)
-    return trainer.step
+    stats = state.get("metadata", {}).get("stats") if isinstance(state, Mapping) else None
+    return Resumed(step=trainer.step, stats=dict(stats) if isinstance(stats, Mapping) else {})
+
+
+@dataclass(frozen=True)
+class MetricsAlignment:
+    """What ``align_metrics`` changed: records dropped after the checkpoint, and whether its step's came back."""
+
+    dropped: int
+    restored: bool
+
+
+def align_metrics(jsonl: Path, resumed: Resumed, *, log_every: int = 1) -> MetricsAlignment:
+    """One record per step up to the checkpoint, none after it.
+
+    A step checkpoints before it logs (its line carries the checkpoint's time), so a kill between the two
+    leaves a checkpoint whose step has no record; the resumed run starts after that step and would never
+    write one. The checkpoint keeps the step's stats as they were when it saved (``trainer_state.json``
+    ``metadata.stats``: everything but the step's ``time/*`` split, which was still running), and that
+    record is appended here, so the resumed ``metrics.jsonl`` equals an unbroken run's step for step.
+    """
+    dropped = drop_records_after(jsonl, resumed.step)
+    due = resumed.step > 0 and resumed.step % max(log_every, 1) == 0
+    if not due or not resumed.stats or resumed.step in _logged_steps(jsonl):
+        return MetricsAlignment(dropped=dropped, restored=False)
+    jsonl.parent.mkdir(parents=True, exist_ok=True)
+    with jsonl.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"step": resumed.step, **resumed.stats}, default=str) + "\n")
+    return MetricsAlignment(dropped=dropped, restored=True)
+
+
+def _logged_steps(jsonl: Path) -> set[int]:
+    if not jsonl.is_file():
+        return set()
+    steps = set()
+    for line in jsonl.read_text(encoding="utf-8").splitlines():
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            steps.add(step)
+    return steps
 
 
 def drop_records_after(jsonl: Path, step: int) -> int:
