@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from ludic.training.checkpoint.resume import Resumed, align_metrics
 
 
@@ -47,3 +50,46 @@ def test_a_checkpoint_without_stats_restores_nothing(tmp_path: Path) -> None:
     _write(jsonl, [1, 2])
     assert not align_metrics(jsonl, Resumed(step=3)).restored  # e.g. saved by save_checkpoint(), outside a step
     assert _steps(jsonl) == [1, 2]
+
+
+# ---- any metrics.jsonl: nothing but later steps and unreadable lines goes ---------------------------------
+
+_TEXT = st.characters(blacklist_categories=("Cs",), blacklist_characters="\n")
+_RECORD = st.builds(lambda step, loss: json.dumps({"step": step, "train/loss": loss}), st.integers(-2, 12), st.floats())
+_ODD_JSON = st.sampled_from(['[1, 2]', '"step"', "7", "null", '{"step": true}', '{"step": "4"}', '{"note": "x"}'])
+_LINE = st.one_of(_RECORD, _ODD_JSON, st.text(_TEXT, max_size=30), st.just('{"step": 9, "tr'))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(_LINE, max_size=12),
+    step=st.integers(0, 10),
+    log_every=st.integers(1, 3),
+    stats=st.one_of(st.just({}), st.just({"train/loss": 0.5})),
+    junk=st.sampled_from([b"", b"\xff\xfe{", b"\r"]),
+)
+def test_any_metrics_file_keeps_every_readable_earlier_line_and_one_record_of_the_step(
+    tmp_path: Path, lines: list[str], step: int, log_every: int, stats: dict, junk: bytes
+) -> None:
+    jsonl = tmp_path / "metrics.jsonl"
+    raw = [line.encode() for line in lines] + ([junk] if junk else [])
+    jsonl.write_bytes(b"".join(line + b"\n" for line in raw))
+
+    def kept(line: bytes) -> bool:
+        try:
+            record = json.loads(line.decode(errors="surrogateescape"))
+        except ValueError:
+            return False  # not JSON: a line cut short by a kill
+        later = isinstance(record, dict) and type(record.get("step")) is int and record["step"] > step
+        return not later
+
+    expected = [line for line in raw if kept(line)]
+    report = align_metrics(jsonl, Resumed(step=step, stats=stats), log_every=log_every)
+
+    after = jsonl.read_bytes().split(b"\n")[:-1]
+    assert after[: len(expected)] == expected  # byte for byte, in order
+    assert report.dropped == len(raw) - len(expected)
+    logged_before = any(line.startswith(b'{"step": %d,' % step) for line in expected)
+    should_restore = bool(stats) and step > 0 and step % log_every == 0 and not logged_before
+    assert report.restored == should_restore
+    assert after[len(expected) :] == ([json.dumps({"step": step, **stats}).encode()] if should_restore else [])

@@ -91,36 +91,47 @@ def align_metrics(jsonl: Path, resumed: Resumed, *, log_every: int = 1) -> Metri
 def _logged_steps(jsonl: Path) -> set[int]:
     if not jsonl.is_file():
         return set()
-    steps = set()
-    for line in jsonl.read_text(encoding="utf-8").splitlines():
-        try:
-            step = json.loads(line).get("step")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(step, int):
-            steps.add(step)
-    return steps
+    steps = (_record_step(line) for line in _read_lines(jsonl))
+    return {step for readable, step in steps if readable and step is not None}
 
 
 def drop_records_after(jsonl: Path, step: int) -> int:
-    """Rewrite ``jsonl`` (atomically) keeping records with ``step <= step``; returns how many were dropped."""
+    """Rewrite ``jsonl`` (atomically) keeping records with ``step <= step``; returns how many were dropped.
+
+    Dropped: records of later steps and lines that are not JSON (one cut short by a kill). Kept as they are:
+    every other line, including JSON without an integer ``step`` (not Ludic's to judge), byte for byte.
+    """
     if not jsonl.is_file():
         return 0
     kept, dropped = [], 0
-    for line in jsonl.read_text(encoding="utf-8").splitlines():
-        try:
-            record_step = json.loads(line).get("step")
-        except ValueError:
-            dropped += 1  # a line cut short by the kill
-            continue
-        if isinstance(record_step, int) and record_step > step:
+    for line in _read_lines(jsonl):
+        readable, record_step = _record_step(line)
+        if not readable or (record_step is not None and record_step > step):
             dropped += 1
         else:
             kept.append(line)
     tmp = jsonl.with_name(f".{jsonl.name}.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    tmp.write_bytes("".join(f"{line}\n" for line in kept).encode("utf-8", errors="surrogateescape"))
     os.replace(tmp, jsonl)
     return dropped
+
+
+def _read_lines(jsonl: Path) -> list[str]:
+    """The file's lines split at ``\\n`` alone (JSON Lines; ``str.splitlines`` would also cut at ``\\u2028`` and
+    other breaks a JSON string may hold raw). surrogateescape: bytes that are not UTF-8 (another tool's, or
+    a write cut inside a character) read and write back unchanged instead of failing the resume."""
+    lines = jsonl.read_bytes().decode("utf-8", errors="surrogateescape").split("\n")  # no newline translation
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def _record_step(line: str) -> tuple[bool, int | None]:
+    """(readable, step): a line that is not JSON is unreadable; a record without an integer step has None."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False, None
+    step = record.get("step") if isinstance(record, dict) else None
+    return True, step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def describe_outputs(paths: list[Path]) -> list[str]:
