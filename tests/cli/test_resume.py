@@ -93,6 +93,19 @@ def test_a_kill_between_the_checkpoint_and_its_log_line_loses_no_record(
     assert not any(k.startswith("time/") for k in restored)  # the split was still running when it saved
 
 
+def test_the_end_reuses_the_last_steps_checkpoint_and_writes_one_when_there_is_none(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    def state(folder: Path, step: int) -> dict:
+        return json.loads((folder / "out" / "checkpoints" / f"step_{step:06d}" / "trainer_state.json").read_text())
+
+    train_from_config(load_config(_config(tmp_path / "even", model_dir, steps=4, every=2)))
+    assert "stats" in state(tmp_path / "even", 4)["metadata"]  # step 4's own save, not rewritten by the end
+    train_from_config(load_config(_config(tmp_path / "odd", model_dir, steps=5, every=2)))
+    assert "stats" not in state(tmp_path / "odd", 5)["metadata"]  # no step wrote 5: the end did
+    assert json.loads((tmp_path / "odd" / "out" / "checkpoints" / "latest.json").read_text())["step"] == 5
+
+
 def test_leftover_metrics_without_a_checkpoint_need_fresh(
     tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -123,7 +123,7 @@ def _resume(trainer: Any, cfg: RunConfig, main: bool) -> None:
 
 async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None, *, fresh: bool) -> dict:
     """Plan (rank 0), build, evaluate (rank 0), train, checkpoint, evaluate and export; rank 0's stats."""
-    from ludic.cli.run_config import plan_start, train_steps
+    from ludic.cli.run_config import final_checkpoint, plan_start, train_steps
     from ludic.cli.runtime import load_tokenizer
     from ludic.cli.warm_start import report_start_and_end, start_of_run
     from ludic.training.loggers.plot import plot_metrics
@@ -137,8 +137,7 @@ async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None
         if main and start.start_of_rl:
             run.logger.show_eval(0, start.start_of_rl)
         await train_steps(run)  # the step watchdog; [cluster]: no actor tasks here (`ludic actor` runs them)
-        if run.trainer.checkpointer is not None:
-            run.trainer.save_checkpoint()  # every rank writes its shards
+        final_checkpoint(run.trainer)  # every rank writes its shards (or every rank has, at the last step)
         after = await run.evaluator.evaluate(step=cfg.steps) if main else {}
         export_pretrained(run.trainer.model, run.out_dir / "final_model",
                           tokenizer=load_tokenizer(cfg) if main else None)  # fmt: skip

@@ -224,12 +224,21 @@ async def train_steps(run: TrainRun) -> None:
         await run.close_pipeline()
 
 
+def final_checkpoint(trainer: Any) -> Path | None:
+    """The checkpoint at the run's last step (None without a checkpointer): the one ``every_n_steps`` wrote at
+    that step when it did (the same state, with the step's stats), else a new one. Collective under a
+    ``DistributedCheckpointer``: every rank saved the same steps, so every rank takes the same branch."""
+    if trainer.checkpointer is None:
+        return None
+    return trainer.checkpointer.saved_at(trainer.step) or trainer.save_checkpoint()
+
+
 async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
     """Checkpoint (the end is resumable: run again with more steps), evaluate, plot, save the final model."""
     from ludic.training.loggers.plot import plot_metrics
 
     cfg = run.cfg
-    checkpoint = run.trainer.save_checkpoint() if run.trainer.checkpointer is not None else None
+    checkpoint = final_checkpoint(run.trainer)
     stats = await run.evaluator.evaluate(step=cfg.steps)
     plot = None
     if cfg.logging.plot:

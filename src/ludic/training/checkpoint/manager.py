@@ -74,6 +74,7 @@ class CheckpointManager:
         self.output_dir = Path(cfg.output_dir)
         self.tokenizer: Any = None
         """Saved into each checkpoint beside the weights when set (``ludic train`` sets the run's)."""
+        self._last_saved: tuple[int, Path] | None = None
 
     # ---- saving -------------------------------------------------------------------------------
     def maybe_save(self, model: nn.Module, optimizer: Any = None, *, step: int, **kwargs: Any) -> Path | None:
@@ -97,7 +98,17 @@ class CheckpointManager:
         if not isinstance(step, int) or step < 0:
             raise ValueError(f"checkpoint step must be an int >= 0, got {step!r}")
         extra = {"metadata": dict(metadata or {}), "config": dict(config or {})}
-        return self._write(model, optimizer, scheduler, step, extra)
+        folder = self._write(model, optimizer, scheduler, step, extra)
+        self._last_saved = (step, folder)
+        return folder
+
+    def saved_at(self, step: int) -> Path | None:
+        """The folder this manager's latest save wrote, when that save was for ``step`` and the folder is still
+        there; else None. Lets the end of a run skip writing again the checkpoint its last step just wrote."""
+        if self._last_saved is None or self._last_saved[0] != step:
+            return None
+        folder = self._last_saved[1]
+        return folder if folder.is_dir() else None
 
     def _write(self, model: nn.Module, optimizer: Any, scheduler: Any, step: int, extra: dict[str, Any]) -> Path:
         """One process writes every file into a temp folder, then renames it to ``step_<step>/``."""
