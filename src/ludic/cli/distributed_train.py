@@ -52,7 +52,7 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
 
     from ludic.cli.distributed_run import cluster_client, fanout_publisher, pipeline_on
     from ludic.cli.pipeline_mode import build_pipeline_mode
-    from ludic.cli.run_config import TrainRun
+    from ludic.cli.run_config import TrainRun, resume_run
     from ludic.cli.run_loggers import completions_logger, config_loggers
     from ludic.cli.runtime import (
         make_algorithm,
@@ -93,7 +93,7 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
             checkpoint_config=cfg.checkpoint, evaluator=evaluator,
         )  # fmt: skip
         if resume:
-            _resume(trainer, cfg, main)
+            resume_run(trainer, cfg, main=main)
     except BaseException:
         if pipeline is not None:
             pipeline.close()
@@ -108,17 +108,6 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
         cfg=cfg, trainer=trainer, evaluator=evaluator, logger=logger, out_dir=out,
         client=client, engine=engine, algo=algo, pipeline=pipeline, publisher=inner,  # closed with the run
     )  # fmt: skip
-
-
-def _resume(trainer: Any, cfg: RunConfig, main: bool) -> None:
-    from ludic.cli.run_config import resume_message
-    from ludic.training.checkpoint.resume import align_metrics, resume_checkpoint
-
-    resumed = resume_checkpoint(trainer)  # every rank: DCP reads this rank's share, resharded to the world now
-    if main:
-        jsonl = Path(cfg.logging.output_dir) / "metrics.jsonl"
-        metrics = align_metrics(jsonl, resumed, log_every=trainer.cfg.log_every)
-        print(resume_message(resumed.step, cfg.steps, trainer.checkpointer.output_dir, metrics), flush=True)
 
 
 async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None, *, fresh: bool) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ludic.cli.run_loggers import completions_logger, config_loggers
 from ludic.cli.runtime import (
@@ -25,9 +25,6 @@ from ludic.cli.runtime import (
 )
 from ludic.cli.warm_start import BEFORE_SFT_STEP, report_start_and_end, start_of_run
 from ludic.config import RunConfig
-
-if TYPE_CHECKING:
-    from ludic.training.checkpoint.resume import MetricsAlignment
 
 
 @dataclass
@@ -167,7 +164,7 @@ def build_train_run(
             evaluator=evaluator,
         )
         if resume:  # before the metrics file is opened: records after the checkpoint are dropped
-            _resume(trainer, cfg)
+            resume_run(trainer, cfg)
     except BaseException:
         if pipeline is not None:
             pipeline.close()  # the private Redis it started
@@ -185,19 +182,18 @@ def build_train_run(
     )  # fmt: skip
 
 
-def _resume(trainer: Any, cfg: RunConfig) -> None:
+def resume_run(trainer: Any, cfg: RunConfig, *, main: bool = True) -> None:
+    """Load the latest checkpoint (every rank of a distributed run: DCP reads each rank's share, resharded to
+    the world now); the main process then aligns ``metrics.jsonl`` with it and says where the run resumes."""
     from ludic.training.checkpoint.resume import align_metrics, resume_checkpoint
 
     resumed = resume_checkpoint(trainer)
+    if not main:
+        return
     metrics = align_metrics(Path(cfg.logging.output_dir) / "metrics.jsonl", resumed, log_every=trainer.cfg.log_every)
-    print(resume_message(resumed.step, cfg.steps, trainer.checkpointer.output_dir, metrics), flush=True)
-
-
-def resume_message(step: int, steps: int, checkpoints: Path, metrics: MetricsAlignment) -> str:
-    """What ``ludic train`` says when it resumes (``metrics``: ``align_metrics``'s report)."""
-    restored = f"; step {step}'s record restored from the checkpoint" if metrics.restored else ""
-    return (f"ludic train: resuming at step {step} of {steps} from {checkpoints} "
-            f"({metrics.dropped} metrics records after it dropped{restored})")  # fmt: skip
+    restored = f"; step {resumed.step}'s record restored from the checkpoint" if metrics.restored else ""
+    print(f"ludic train: resuming at step {resumed.step} of {cfg.steps} from {trainer.checkpointer.output_dir} "
+          f"({metrics.dropped} metrics records after it dropped{restored})", flush=True)  # fmt: skip
 
 
 async def train_steps(run: TrainRun) -> None:

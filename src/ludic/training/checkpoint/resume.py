@@ -57,7 +57,7 @@ def resume_checkpoint(trainer: Any, *, fallback: bool = True) -> Resumed:
             # steps after this checkpoint were lost): declared, they take the checkpoint's weights at its version
             declare_restore(trainer.publisher, trainer.step)
             trainer.publisher.publish(weights, version=trainer.step)
-    stats = state.get("metadata", {}).get("stats") if isinstance(state, Mapping) else None
+    stats = state.get("metadata", {}).get("stats")
     return Resumed(step=trainer.step, stats=dict(stats) if isinstance(stats, Mapping) else {})
 
 
@@ -78,21 +78,14 @@ def align_metrics(jsonl: Path, resumed: Resumed, *, log_every: int = 1) -> Metri
     ``metadata.stats``: everything but the step's ``time/*`` split, which was still running), and that
     record is appended here, so the resumed ``metrics.jsonl`` equals an unbroken run's step for step.
     """
-    dropped = drop_records_after(jsonl, resumed.step)
+    dropped, logged = _keep_records_until(jsonl, resumed.step)
     due = resumed.step > 0 and resumed.step % max(log_every, 1) == 0
-    if not due or not resumed.stats or resumed.step in _logged_steps(jsonl):
+    if not due or not resumed.stats or resumed.step in logged:
         return MetricsAlignment(dropped=dropped, restored=False)
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     with jsonl.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps({"step": resumed.step, **resumed.stats}, default=str) + "\n")
     return MetricsAlignment(dropped=dropped, restored=True)
-
-
-def _logged_steps(jsonl: Path) -> set[int]:
-    if not jsonl.is_file():
-        return set()
-    steps = (_record_step(line) for line in _read_lines(jsonl))
-    return {step for readable, step in steps if readable and step is not None}
 
 
 def drop_records_after(jsonl: Path, step: int) -> int:
@@ -101,19 +94,26 @@ def drop_records_after(jsonl: Path, step: int) -> int:
     Dropped: records of later steps and lines that are not JSON (one cut short by a kill). Kept as they are:
     every other line, including JSON without an integer ``step`` (not Ludic's to judge), byte for byte.
     """
+    return _keep_records_until(jsonl, step)[0]
+
+
+def _keep_records_until(jsonl: Path, step: int) -> tuple[int, set[int]]:
+    """``drop_records_after``, also returning the steps of the records kept."""
     if not jsonl.is_file():
-        return 0
-    kept, dropped = [], 0
+        return 0, set()
+    kept, steps, dropped = [], set(), 0
     for line in _read_lines(jsonl):
         readable, record_step = _record_step(line)
         if not readable or (record_step is not None and record_step > step):
             dropped += 1
-        else:
-            kept.append(line)
+            continue
+        kept.append(line)
+        if record_step is not None:
+            steps.add(record_step)
     tmp = jsonl.with_name(f".{jsonl.name}.tmp")
     tmp.write_bytes("".join(f"{line}\n" for line in kept).encode("utf-8", errors="surrogateescape"))
     os.replace(tmp, jsonl)
-    return dropped
+    return dropped, steps
 
 
 def _read_lines(jsonl: Path) -> list[str]:
