@@ -26,7 +26,8 @@ from ludic.training.presets import make_grpo
 from ludic.training.trainer import Trainer
 
 ALL_ON = KernelChoice(  # Ludic's own kernels: built here or not
-    True, True, True, True, True, True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available()
+    True, True, True, True, True, True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available(),
+    tied_embedding_grad=True,
 )
 
 
@@ -80,6 +81,7 @@ def test_a_missing_op_turns_off_only_its_kernels_and_is_logged_once(without, cap
     assert first == second == KernelChoice(
         onednn_linear=False, segment_attention=True, lean_decoder=True, packed_linear=True, shared_prefix_cache=True,
         recompute_layers=True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available(),
+        tied_embedding_grad=True,
     )
     assert [r.getMessage().count("mkldnn_linear_backward_weights") for r in caplog.records] == [1]
     assert not onednn.onednn_available()  # a direct caller of the kernel falls back too

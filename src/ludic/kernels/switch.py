@@ -56,6 +56,8 @@ class KernelChoice:
         compiled at first use); off (or where it cannot be built), oneDNN's packed matmuls (``packed_linear``).
     decode_attention: the shared-prefix cache's attention in one call of Ludic's own kernel a layer
         (``cpu/decode_attention.py``, compiled with ``decode_gemm``); off, two SDPA calls and their merge.
+    tied_embedding_grad: training adds a tied input embedding's gradient into the weight's ``.grad`` row by
+        row (``cpu/tied_embedding.py``); off, autograd builds it as a dense vocabulary-sized tensor.
     """
 
     onednn_linear: bool = False
@@ -66,6 +68,7 @@ class KernelChoice:
     recompute_layers: bool = False
     decode_gemm: bool = False
     decode_attention: bool = False
+    tied_embedding_grad: bool = False
 
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -77,6 +80,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "recompute_layers": (),
     "decode_gemm": (),
     "decode_attention": (),
+    "tied_embedding_grad": (),
 }
 """The private ops each kernel calls (``private_ops``); the others are plain PyTorch ops."""
 BUILT = {"decode_gemm": decode_gemm, "decode_attention": decode_attention}

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from ludic.kernels import CpuKernels, select
 from ludic.kernels.cpu.onednn_linear import onednn_linears
 from ludic.kernels.cpu.recompute import recomputing_layers
+from ludic.kernels.cpu.tied_embedding import tied_embedding_grads
 from ludic.training._setup import forward_logits
 from ludic.training.layout.flex_attention import block_attention as block_attention_kernel
 from ludic.training.layout.flex_attention import block_inputs, model_device
@@ -71,13 +72,15 @@ def micro_batch_kernels(
     where ``cpu_kernels`` allows them and the model is not FSDP2-sharded), gated MLPs and RMSNorms that
     recompute their elementwise parts in the backward (``kernels/cpu/recompute.py``; likewise) and, for
     block-attention micro-batches, the model switched to its device's block kernel (``flex_attention.block_attention``).
-    Wrap both the forward and the backward (activation checkpointing recomputes the forward inside the
-    backward)."""
+    A tied input embedding's gradient goes into the weight's ``.grad`` row by row (``kernels/cpu/tied_embedding.py``;
+    likewise, not under FSDP). Wrap both the forward and the backward (activation checkpointing recomputes the
+    forward inside the backward)."""
     choice, fsdp = select(model_device(model), cpu_kernels), is_fsdp_model(model)
     onednn = onednn and choice.onednn_linear and not fsdp
     with (
         onednn_linears(model, onednn),
         recomputing_layers(model, choice.recompute_layers and not fsdp, onednn=onednn),
+        tied_embedding_grads(model, choice.tied_embedding_grad and not fsdp),
         block_attention_kernel(model, enabled=mb.block_attention),
     ):
         yield
