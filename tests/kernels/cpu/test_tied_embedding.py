@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.training.layout.test_packing import grpo_items
+from tests.training.test_trainer import FixedBatchSource
 from torch import nn
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from ludic.kernels.cpu import tied_embedding
 from ludic.kernels.cpu.tied_embedding import tied_embedding_grads, tied_input_embedding
+from ludic.testing import tiny_model_path
+from ludic.training.config import TrainerConfig
+from ludic.training.presets import make_grpo
+from ludic.training.trainer import Trainer
 
 VOCAB, HIDDEN = 4096, 32
 
@@ -98,3 +105,28 @@ def test_either_order_of_the_two_contributions_gives_their_sum(first: str) -> No
         for name in (first, "embedding" if first == "head" else "head"):
             parts[name].backward()
     torch.testing.assert_close(weight.grad, expected)
+
+
+def test_the_trainer_runs_it_on_a_tied_model_and_trains_as_the_plain_path(monkeypatch) -> None:
+    """Through the Trainer's micro-batch kernels (``cpu_kernels="auto"``), against ``"off"``: same weights."""
+    calls = []
+    real = tied_embedding.RowwiseEmbeddingGrad.apply
+    monkeypatch.setattr(tied_embedding.RowwiseEmbeddingGrad, "apply", lambda *a: calls.append(1) or real(*a))
+
+    def train(cpu_kernels: str) -> dict[str, torch.Tensor]:
+        m = AutoModelForCausalLM.from_pretrained(tiny_model_path()).float()
+        assert tied_input_embedding(m) is not None
+        cfg = TrainerConfig(max_seq_len=64, micro_token_budget=128, cpu_kernels=cpu_kernels)  # several micro-batches
+        trainer = Trainer(model=m, algo=make_grpo(group_size=4), batch_source=FixedBatchSource(grpo_items(seed=4)),
+                          cfg=cfg, optimizer=torch.optim.SGD(m.parameters(), lr=0.5))  # fmt: skip
+        for _ in range(2):
+            trainer.train_step_sync()
+        trainer.close()
+        return {n: p.detach().clone() for n, p in m.named_parameters()}
+
+    plain = train("off")
+    assert not calls
+    rowwise = train("auto")
+    assert len(calls) >= 4  # every micro-batch of both steps
+    for name, value in plain.items():
+        torch.testing.assert_close(rowwise[name], value, atol=1e-5, rtol=1e-4, msg=name)
