@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from ludic.kernels.cpu import decode_attention, decode_gemm
+from ludic.kernels.cpu import decode_attention, decode_gemm, rms_norm, swiglu
 from ludic.kernels.private_ops import (
     FLASH_ATTENTION_CPU,
     LINEAR_BACKWARD_WEIGHTS,
@@ -58,6 +58,11 @@ class KernelChoice:
         (``cpu/decode_attention.py``, compiled with ``decode_gemm``); off, two SDPA calls and their merge.
     tied_embedding_grad: training adds a tied input embedding's gradient into the weight's ``.grad`` row by
         row (``cpu/tied_embedding.py``); off, autograd builds it as a dense vocabulary-sized tensor.
+    swiglu: ``recompute_layers``' gated MLPs run their elementwise part (SiLU, the gating product and their
+        backward) in one pass of Ludic's own kernel (``cpu/swiglu.py``, compiled with ``decode_gemm``); off,
+        PyTorch's ops (two passes forward, five backward).
+    rms_norm: ``recompute_layers``' RMSNorms in one pass of Ludic's own kernel each way (``cpu/rms_norm.py``);
+        off, PyTorch's ops.
     """
 
     onednn_linear: bool = False
@@ -69,6 +74,8 @@ class KernelChoice:
     decode_gemm: bool = False
     decode_attention: bool = False
     tied_embedding_grad: bool = False
+    swiglu: bool = False
+    rms_norm: bool = False
 
 
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -81,9 +88,11 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "decode_gemm": (),
     "decode_attention": (),
     "tied_embedding_grad": (),
+    "swiglu": (),
+    "rms_norm": (),
 }
 """The private ops each kernel calls (``private_ops``); the others are plain PyTorch ops."""
-BUILT = {"decode_gemm": decode_gemm, "decode_attention": decode_attention}
+BUILT = {"decode_gemm": decode_gemm, "decode_attention": decode_attention, "swiglu": swiglu, "rms_norm": rms_norm}
 """Kernels of Ludic's own, compiled on this machine: each needs its module's ``available()`` as well."""
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ludic.kernels.cpu import decode_attention, decode_gemm, native
+from ludic.kernels.cpu import decode_attention, decode_gemm, native, rms_norm, swiglu
 
 
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
     """The kernels' library built and probed again, into ``tmp_path``, in this test; forgotten after it."""
-    caches = (native.library, decode_gemm._library, decode_attention._library)
+    caches = (native.library, decode_gemm._library, decode_attention._library, swiglu._library, rms_norm._library)
     monkeypatch.setenv(native.KERNELS_DIR_ENV, str(tmp_path))
     for cache in caches:
         cache.cache_clear()

@@ -139,3 +139,13 @@ def test_pack_concat_is_the_packed_concatenation_in_one_copy():
     fused_qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
     assert torch.equal(layer.qkv[0][0], decode_gemm.pack(fused_qkv))
     assert torch.equal(layer.gate_up[0][0], decode_gemm.pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])))
+
+
+def test_the_library_is_named_by_its_headers_as_well_as_its_sources(monkeypatch, tmp_path):
+    header = tmp_path / "shared.h"
+    header.write_text("// one version\n")
+    monkeypatch.setattr(native, "HEADERS", (header,))
+    before = native.library_path("c++")
+    header.write_text("// another\n")  # an edited shared header must not load a library built from the old one
+    assert native.library_path("c++") != before
+    assert {p.name for p in native.HEADERS} == {"shared.h"}

@@ -68,7 +68,7 @@ def test_the_formulas_match_float64_autograd() -> None:
     up = torch.randn(7, 5, dtype=torch.float64)
     want = torch.nn.functional.linear(torch.nn.functional.silu(g) * u, w, b)
     want_grads = torch.autograd.grad((want * up).sum(), (g, u, w, b))
-    got = GatedMLPDown.apply(g, u, w, b, False)
+    got = GatedMLPDown.apply(g, u, w, b, False, False)
     got_grads = torch.autograd.grad((got * up).sum(), (g, u, w, b))
     torch.testing.assert_close(got, want)
     for a, e in zip(got_grads, want_grads, strict=True):
@@ -77,7 +77,7 @@ def test_the_formulas_match_float64_autograd() -> None:
     up = torch.randn(3, 4, 16, dtype=torch.float64)
     want = nw * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
     want_grads = torch.autograd.grad((want * up).sum(), (x, nw))
-    got = RMSNormKeepInput.apply(x, nw, 1e-5)
+    got = RMSNormKeepInput.apply(x, nw, 1e-5, False)
     got_grads = torch.autograd.grad((got * up).sum(), (x, nw))
     torch.testing.assert_close(got, want)
     for a, e in zip(got_grads, want_grads, strict=True):

@@ -1,7 +1,8 @@
 """Ludic's own C++ CPU kernels: one shared library, built at first use from this folder's ``*.cpp`` files.
 
 The kernels (``decode_gemm.cpp``: the decoding matmuls; ``decode_attention.cpp``: the decoding step's
-attention over a shared prompt and each row's own tokens) are compiled together with the system's C++
+attention over a shared prompt and each row's own tokens; ``swiglu.cpp``: training's gated-MLP elementwise
+part; ``rms_norm.cpp``: training's RMSNorms; ``simd_exp.h``: the shared exponential) are compiled together with the system's C++
 compiler (``$CXX``, else ``c++``/``g++``) into ``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``),
 named by a hash of the sources and flags, and loaded with ``ctypes`` (calls release the GIL). They thread
 with OpenMP; loaded after torch, they share torch's OpenMP runtime (one thread pool) and take torch's
@@ -27,6 +28,7 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cpp")))
+HEADERS = tuple(sorted(Path(__file__).parent.glob("*.h")))
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 KERNELS_DIR_ENV = "LUDIC_KERNELS_DIR"
 BUILD_TIMEOUT_S = 300
@@ -39,6 +41,14 @@ SIGNATURES: dict[str, list[type]] = {
     # v_suf, max_new, column, rows, kv_heads, groups, head_dim, width, scale, out, threads
     "ludic_decode_attention": [_P, _I64, _P, _I64, _P, _I64, _P, _P, _P, _P, _P, _P,
                                _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _P, _I32],
+    # g, u, p, elements, threads
+    "ludic_swiglu": [_P, _P, _P, _I64, _I32],
+    # g, u, dp, p (or null), du, dg, elements, threads
+    "ludic_swiglu_backward": [_P, _P, _P, _P, _P, _P, _I64, _I32],
+    # x, w, y, r, rows, hidden, eps, threads
+    "ludic_rms_norm": [_P, _P, _P, _P, _I64, _I64, _F32, _I32],
+    # x, w, r, dy, dx (or null), dw (or null), rows, hidden, threads
+    "ludic_rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I32],
 }  # fmt: skip
 """Every exported function's argument types (all return void)."""
 
@@ -67,9 +77,9 @@ def unsupported() -> str | None:
 
 
 def library_path(cxx: str) -> Path:
-    """The built library's file for these sources, flags and compiler."""
+    """The built library's file for these sources (and the headers they include), flags and compiler."""
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in SOURCES + HEADERS:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     digest.update(" ".join((cxx, *FLAGS)).encode())
     return kernels_dir() / f"ludic_kernels-{digest.hexdigest()[:16]}.so"

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ludic.kernels.cpu import rms_norm, swiglu
 from ludic.kernels.cpu.onednn_linear import MIN_ROWS, as_rows, inner_product, linear_grads, onednn_available
 
 GATED_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
@@ -46,43 +47,63 @@ SILU = frozenset({"SiLU", "SiLUActivation"})
 
 
 class GatedMLPDown(torch.autograd.Function):
-    """``F.linear(silu(gate) * up, weight, bias)`` keeping ``gate`` and ``up`` only (formulas above)."""
+    """``F.linear(silu(gate) * up, weight, bias)`` keeping ``gate`` and ``up`` only (formulas above).
+    ``native``: the elementwise part in one pass of ``swiglu``'s kernel each way, where it takes the tensors."""
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, gate: Tensor, up: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool
+        ctx: Any, gate: Tensor, up: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool, native: bool
     ) -> Tensor:
         g2, u2 = as_rows(gate), as_rows(up)
-        product = F.silu(g2) * u2  # [rows, intermediate]
+        native = native and swiglu.takes(g2, u2)
+        product = swiglu.forward(g2, u2) if native else F.silu(g2) * u2  # [rows, intermediate]
         use_onednn = onednn and product.shape[0] >= MIN_ROWS
         out = inner_product(product, weight, bias) if use_onednn else F.linear(product, weight, bias)
         ctx.save_for_backward(g2, u2, weight)
-        ctx.shape, ctx.has_bias, ctx.onednn = gate.shape, bias is not None, use_onednn
+        ctx.shape, ctx.has_bias, ctx.onednn, ctx.native = gate.shape, bias is not None, use_onednn, native
         return out.view(*gate.shape[:-1], weight.shape[0])
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         g, u, weight = ctx.saved_tensors
-        need_g, need_u, need_w, need_b, _ = ctx.needs_input_grad
+        need_g, need_u, need_w, need_b, _, _ = ctx.needs_input_grad
+        dy, need_b = as_rows(grad_out), need_b and ctx.has_bias
+        if ctx.native:  # dp first, then p, du and dg in one pass, then the weight's gradients from p
+            dp, _, _ = linear_grads(dy, None, weight, need_x=need_g or need_u, need_w=False, need_b=False, onednn=ctx.onednn)
+            p = grad_g = grad_u = None
+            if dp is not None:
+                p, grad_u, grad_g = swiglu.backward(g, u, dp.contiguous(), want_p=need_w)
+            elif need_w:
+                p = swiglu.forward(g, u)
+            _, grad_w, grad_b = linear_grads(dy, p, weight, need_x=False, need_w=need_w, need_b=need_b, onednn=ctx.onednn)
+            grad_u = grad_u.view(ctx.shape) if need_u and grad_u is not None else None
+            grad_g = grad_g.view(ctx.shape) if need_g and grad_g is not None else None
+            return grad_g, grad_u, grad_w, grad_b, None, None
         a = F.silu(g)
         dp, grad_w, grad_b = linear_grads(
-            as_rows(grad_out), a * u if need_w else None, weight,
-            need_x=need_g or need_u, need_w=need_w, need_b=need_b and ctx.has_bias, onednn=ctx.onednn,
+            dy, a * u if need_w else None, weight,
+            need_x=need_g or need_u, need_w=need_w, need_b=need_b, onednn=ctx.onednn,
         )  # fmt: skip
         grad_g = grad_u = None
         if dp is not None:
             grad_u = (dp * a).view(ctx.shape) if need_u else None
             if need_g:  # (dp * u) * s * (1 + g * (1 - s)) in one pass: aten's own SiLU backward kernel
                 grad_g = torch.ops.aten.silu_backward(dp.mul_(u), g).view(ctx.shape)
-        return grad_g, grad_u, grad_w, grad_b, None
+        return grad_g, grad_u, grad_w, grad_b, None, None
 
 
 class RMSNormKeepInput(torch.autograd.Function):
-    """``weight * x * rsqrt(mean(x^2) + eps)`` keeping ``x`` and the per-row ``rsqrt`` only."""
+    """``weight * x * rsqrt(mean(x^2) + eps)`` keeping ``x`` and the per-row ``rsqrt`` only. ``native``: forward
+    and backward in one pass of ``rms_norm``'s kernel each, where it takes the tensors."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, weight: Tensor, eps: float, native: bool) -> Tensor:  # type: ignore[override]
+        ctx.native = native and rms_norm.takes(x, weight)
+        if ctx.native:
+            y, r = rms_norm.forward(x, weight, eps)
+            ctx.save_for_backward(x, weight, r)
+            return y
         r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, r)
         return weight * (x * r)
@@ -91,14 +112,17 @@ class RMSNormKeepInput(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         x, weight, r = ctx.saved_tensors
-        need_x, need_w, _ = ctx.needs_input_grad
+        need_x, need_w, _, _ = ctx.needs_input_grad
+        if ctx.native:
+            grad_x, grad_w = rms_norm.backward(x, weight, r, grad_out, need_x=need_x, need_w=need_w)
+            return grad_x, grad_w, None, None
         n = x * r
         grad_w = (grad_out * n).reshape(-1, n.shape[-1]).sum(0) if need_w else None
         grad_x = None
         if need_x:
             dn = grad_out * weight
             grad_x = dn.sub_(n.mul_((dn * n).mean(-1, keepdim=True))).mul_(r)
-        return grad_x, grad_w, None
+        return grad_x, grad_w, None, None
 
 
 def _fp32_cpu(*tensors: Tensor | None) -> bool:
@@ -108,7 +132,7 @@ def _fp32_cpu(*tensors: Tensor | None) -> bool:
     )
 
 
-def _mlp_forward(mlp: nn.Module, onednn: bool) -> Callable[[Tensor], Tensor]:
+def _mlp_forward(mlp: nn.Module, onednn: bool, native: bool) -> Callable[[Tensor], Tensor]:
     original = type(mlp).forward.__get__(mlp)
     down = mlp.down_proj
 
@@ -118,18 +142,18 @@ def _mlp_forward(mlp: nn.Module, onednn: bool) -> Callable[[Tensor], Tensor]:
         gate, up = mlp.gate_proj(x), mlp.up_proj(x)
         if not _fp32_cpu(gate, up):
             return original(x)
-        return GatedMLPDown.apply(gate, up, down.weight, down.bias, onednn)
+        return GatedMLPDown.apply(gate, up, down.weight, down.bias, onednn, native)
 
     return forward
 
 
-def _norm_forward(norm: nn.Module) -> Callable[[Tensor], Tensor]:
+def _norm_forward(norm: nn.Module, native: bool) -> Callable[[Tensor], Tensor]:
     original = type(norm).forward.__get__(norm)
 
     def forward(x: Tensor) -> Tensor:
         if not _fp32_cpu(x, norm.weight):
             return original(x)
-        return RMSNormKeepInput.apply(x, norm.weight, float(norm.variance_epsilon))
+        return RMSNormKeepInput.apply(x, norm.weight, float(norm.variance_epsilon), native)
 
     return forward
 
@@ -154,17 +178,23 @@ def switchable_layers(model: nn.Module) -> list[nn.Module]:
 
 
 @contextlib.contextmanager
-def recomputing_layers(model: nn.Module, enabled: bool = True, *, onednn: bool = False) -> Iterator[None]:
+def recomputing_layers(
+    model: nn.Module, enabled: bool = True, *, onednn: bool = False, native_swiglu: bool = False,
+    native_rms_norm: bool = False,
+) -> Iterator[None]:
     """Within the block, ``model``'s gated MLPs and RMSNorms keep only what their backward cannot
     recompute elementwise (module docstring); a no-op when ``enabled`` is False. ``onednn``: the MLP's
-    down projection on oneDNN from ``MIN_ROWS`` rows (where this torch runs it)."""
+    down projection on oneDNN from ``MIN_ROWS`` rows (where this torch runs it); ``native_swiglu``: its
+    elementwise part through ``swiglu``'s kernel, ``native_rms_norm``: the norms through ``rms_norm``'s
+    (each where it is available)."""
     if not enabled:
         yield
         return
     onednn = onednn and onednn_available()
+    mlp_native, norm_native = native_swiglu and swiglu.available(), native_rms_norm and rms_norm.available()
     switched = switchable_layers(model)
     for m in switched:
-        m.forward = _mlp_forward(m, onednn) if _is_gated_mlp(m) else _norm_forward(m)  # type: ignore[method-assign]
+        m.forward = _mlp_forward(m, onednn, mlp_native) if _is_gated_mlp(m) else _norm_forward(m, norm_native)  # type: ignore[method-assign]
     try:
         yield
     finally:

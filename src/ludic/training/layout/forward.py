@@ -79,7 +79,8 @@ def micro_batch_kernels(
     onednn = onednn and choice.onednn_linear and not fsdp
     with (
         onednn_linears(model, onednn),
-        recomputing_layers(model, choice.recompute_layers and not fsdp, onednn=onednn),
+        recomputing_layers(model, choice.recompute_layers and not fsdp, onednn=onednn, native_swiglu=choice.swiglu,
+                           native_rms_norm=choice.rms_norm),  # fmt: skip
         tied_embedding_grads(model, choice.tied_embedding_grad and not fsdp),
         block_attention_kernel(model, enabled=mb.block_attention),
     ):
