@@ -37,19 +37,20 @@ def layer_part(rounds: int) -> dict[str, dict[str, float]]:
     flush = torch.empty(16 * 1024 * 1024)
     norm_w = torch.rand(HIDDEN, requires_grad=True)
     down_w = torch.randn(HIDDEN, INTERMEDIATE, requires_grad=True)
+    upstream = torch.randn(ROWS, HIDDEN)  # a dense gradient from the layer above, as in a step
 
     def norm(native: bool) -> float:
         x = torch.randn(ROWS, HIDDEN, requires_grad=True)
         _flush(flush)
         t = time.perf_counter()
-        RMSNormKeepInput.apply(x, norm_w, 1e-5, native).sum().backward()
+        RMSNormKeepInput.apply(x, norm_w, 1e-5, native).backward(upstream)
         return time.perf_counter() - t
 
     def mlp(native: bool) -> float:
         g, u = (torch.randn(ROWS, INTERMEDIATE, requires_grad=True) for _ in range(2))
         _flush(flush)
         t = time.perf_counter()
-        GatedMLPDown.apply(g, u, down_w, None, True, native).sum().backward()
+        GatedMLPDown.apply(g, u, down_w, None, True, native).backward(upstream)
         return time.perf_counter() - t
 
     out = {}
@@ -111,7 +112,7 @@ def step_part(model_dir: str, rounds: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", default=None, help="transformers folder (default: the catalogue's)")
-    parser.add_argument("--rounds", type=int, default=20, help="forward-backward pairs")
+    parser.add_argument("--rounds", type=int, default=20, help="forward-backward pairs (0: the per-layer part only)")
     parser.add_argument("--layer-rounds", type=int, default=40, help="per-layer pairs")
     args = parser.parse_args()
     if not (swiglu.available() and rms_norm.available()):
@@ -119,6 +120,8 @@ def main() -> None:
     print(f"threads {torch.get_num_threads()}; rows {ROWS}, hidden {HIDDEN}, intermediate {INTERMEDIATE}")
     for name, row in layer_part(args.layer_rounds).items():
         print(f"{name}: PyTorch {row['pytorch_ms']:.3f} ms, kernel {row['kernel_ms']:.3f} ms: {row['speedup']:.2f}x")
+    if args.rounds <= 0:
+        return
     if args.model is None:
         from ludic.models import prepared_path
 
