@@ -90,8 +90,41 @@ def test_weight_and_bias_gradients_equal_torchs(with_bias) -> None:
         assert grad_b is None
 
 
+def test_wide_layers_take_onednn_from_fewer_rows_than_narrow_ones() -> None:
+    wide, narrow = torch.nn.Linear(onednn.WIDE_FEATURES, onednn.WIDE_FEATURES), torch.nn.Linear(8, onednn.WIDE_FEATURES)
+    assert onednn.min_rows(onednn.WIDE_FEATURES, onednn.WIDE_FEATURES) == onednn.WIDE_MIN_ROWS < onednn.MIN_ROWS
+    with onednn_linears(wide), onednn_linears(narrow):
+        wide_few = wide(torch.randn(onednn.WIDE_MIN_ROWS - 1, onednn.WIDE_FEATURES, requires_grad=True))
+        wide_enough = wide(torch.randn(onednn.WIDE_MIN_ROWS, onednn.WIDE_FEATURES, requires_grad=True))
+        narrow_same = narrow(torch.randn(onednn.WIDE_MIN_ROWS, 8, requires_grad=True))
+    assert "OneDNN" not in type(wide_few.grad_fn).__name__
+    assert type(wide_enough.grad_fn).__name__ == "OneDNNLinearBackward"
+    assert "OneDNN" not in type(narrow_same.grad_fn).__name__  # 8 inputs: narrow, so MIN_ROWS applies
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_weight_gradient_takes_mkl_below_the_size_where_onednn_pays_with_threads(threads) -> None:
+def test_on_amd_cpus_the_weight_gradient_stays_on_mkl(threads, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onednn, "amd_cpu", lambda: True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert not onednn._weight_grad_pays(4688, 1536, 512) and not onednn._weight_grad_pays(600, 256, 256)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_cpu_vendor_is_read_from_proc_cpuinfo() -> None:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            vendor = next((line for line in f if line.startswith("vendor_id")), "")
+    except OSError:
+        vendor = ""
+    assert onednn.amd_cpu() == ("AuthenticAMD" in vendor)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_weight_gradient_takes_mkl_below_the_size_where_onednn_pays_with_threads(threads, monkeypatch) -> None:
+    monkeypatch.setattr(onednn, "amd_cpu", lambda: False)  # the Intel rule
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -101,8 +134,10 @@ def test_the_weight_gradient_takes_mkl_below_the_size_where_onednn_pays_with_thr
     assert large and small == (threads == 1)
 
 
+@pytest.mark.parametrize("amd", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_both_weight_gradient_paths_equal_torchs(threads) -> None:
+def test_both_weight_gradient_paths_equal_torchs(threads, amd, monkeypatch) -> None:
+    monkeypatch.setattr(onednn, "amd_cpu", lambda: amd)  # both CPU rules run here, whichever this CPU is
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -181,7 +216,7 @@ def test_the_input_gradient_reads_the_transposed_weight_as_a_view_with_the_copys
     grads = {}
     for view in (True, False):
         monkeypatch.setattr(onednn, "takes_transposed_weight", lambda view=view: view)
-        assert onednn._transposed(weight).is_contiguous() == (not view)
+        assert onednn.transposed_weight(weight).is_contiguous() == (not view)
         grads[view] = onednn.linear_grads(dy, x, weight, need_x=True, need_w=False, need_b=False)[0]
     assert torch.equal(grads[True], grads[False])
     torch.testing.assert_close(grads[True], dy @ weight, rtol=1e-5, atol=1e-4)

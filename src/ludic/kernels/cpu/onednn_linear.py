@@ -15,12 +15,17 @@ included) whose input and weight are plain fp32 CPU tensors runs as ``OneDNNLine
     grad weight  dW = dy^T x                  oneDNN's backward-weights primitive, which reduces over the
     grad bias    db = sum over rows of dy     rows itself (no transposed copies of x or dy), both at once
 
-Where oneDNN is not faster it is not used (measured per product, 1 and 2 threads, on 256-4,688 rows):
-inputs of fewer than ``MIN_ROWS`` rows run ``F.linear`` as they are (at 256 rows with 2 threads oneDNN is
-0.6x-0.8x). The backward-weights primitive runs 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on with one
-thread (128-1,536 features); with more threads it pays only from ``MIN_WEIGHT_GRAD_MACS`` multiply-adds
-(0.46x-0.95x below, e.g. 600-2,400 rows of a 128 -> 64 or 128 -> 128 layer), and the weight gradient
-stays on MKL under that.
+Where oneDNN is not faster it is not used (measured per product, 1 and 2 threads, on 128-4,688 rows,
+``bench/bench_train_matmuls.py``): inputs of fewer than ``min_rows`` rows run ``F.linear`` as they are:
+``MIN_ROWS`` for a layer narrower than ``WIDE_FEATURES`` on either side (at 256-600 rows of a 128- or
+256-wide layer oneDNN is 0.6x-0.95x with 2 threads), ``WIDE_MIN_ROWS`` for a wider one (SmolLM2-135M's
+576/1,536-wide layers at 256-470 rows, 2 threads, AMD EPYC Zen 4: forward 1.05x-1.24x, grad input
+1.03x-1.31x). The backward-weights primitive ran 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on with one
+thread on an Intel Xeon (Emerald Rapids; 128-1,536 features); with more threads it pays there only from
+``MIN_WEIGHT_GRAD_MACS`` multiply-adds (0.46x-0.95x below, e.g. 600-2,400 rows of a 128 -> 64 or 128 -> 128
+layer). On AMD CPUs it did not pay: 0.33x-1.02x MKL over every shape measured on a Zen 4 EPYC (128-1,536
+features, 128-4,688 rows, 1 and 2 threads, torch 2.13; 0.70x-0.93x at SmolLM2-135M's shapes from 470 rows),
+so there the weight gradient stays on MKL.
 
 Results equal torch's to fp32 rounding (relative gradient difference ~1e-6), not bit for bit; other
 dtypes, devices and tensor subclasses take torch's own path unchanged.
@@ -40,10 +45,29 @@ from torch import Tensor, nn
 from ludic.kernels.private_ops import LINEAR_BACKWARD_WEIGHTS, LINEAR_POINTWISE, works
 
 MIN_ROWS = 512
-"""Fewer input rows than this: ``F.linear`` (MKL), forward and backward."""
+"""Fewer input rows than this: ``F.linear`` (MKL), forward and backward (layers narrower than ``WIDE_FEATURES``)."""
+WIDE_FEATURES = 512
+WIDE_MIN_ROWS = 256
+"""A layer at least ``WIDE_FEATURES`` wide on both sides goes to oneDNN from this many rows."""
 MIN_WEIGHT_GRAD_MACS = 1 << 26
 """With more than one torch thread, the weight gradient goes to oneDNN only from this many multiply-adds
 (rows x in x out; e.g. 1,200 rows of a 256 -> 256 layer: 1.23x MKL at 2 threads)."""
+
+
+def min_rows(in_features: int, out_features: int) -> int:
+    """The fewest input rows from which a layer's forward and grad input pay on oneDNN (module docstring)."""
+    return WIDE_MIN_ROWS if min(in_features, out_features) >= WIDE_FEATURES else MIN_ROWS
+
+
+@functools.cache
+def amd_cpu() -> bool:
+    """This machine's CPU is AMD's (``/proc/cpuinfo``; False where it cannot be read): oneDNN's
+    backward-weights primitive measured slower than MKL there at every shape (module docstring)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("vendor_id") and "AuthenticAMD" in line for line in f)
+    except OSError:
+        return False
 
 
 def onednn_available() -> bool:
@@ -93,7 +117,7 @@ def linear_grads(
     (see the module docstring), else MKL."""
     grad_x = grad_w = grad_b = None
     if need_x:  # dx = dy @ W = dy @ (W^T)^T: oneDNN reads the transposed view as it is (no copy of W^T)
-        grad_x = inner_product(dy, _transposed(weight)) if onednn else dy.mm(weight)
+        grad_x = inner_product(dy, transposed_weight(weight)) if onednn else dy.mm(weight)
     if need_w and x is None:
         raise ValueError("linear_grads needs the layer's input x for the weight gradient")
     if need_w and onednn and _weight_grad_pays(*x.shape, dy.shape[1]):
@@ -104,7 +128,7 @@ def linear_grads(
     return grad_x, grad_w, grad_b
 
 
-def _transposed(weight: Tensor) -> Tensor:
+def transposed_weight(weight: Tensor) -> Tensor:
     """``W^T`` for oneDNN's inner product: the strided view where this torch's op reads one correctly
     (``takes_transposed_weight``), else a contiguous copy."""
     return weight.t() if takes_transposed_weight() else weight.t().contiguous()
@@ -125,6 +149,8 @@ def takes_transposed_weight() -> bool:
 
 
 def _weight_grad_pays(rows: int, in_features: int, out_features: int) -> bool:
+    if amd_cpu():
+        return False
     return torch.get_num_threads() == 1 or rows * in_features * out_features >= MIN_WEIGHT_GRAD_MACS
 
 
@@ -153,7 +179,7 @@ def runs_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
         and weight.dtype == torch.float32
         and (bias is None or bias.dtype == torch.float32)
         and x.dim() >= 2
-        and x.numel() >= MIN_ROWS * x.shape[-1]
+        and x.numel() >= min_rows(weight.shape[1], weight.shape[0]) * x.shape[-1]
     )
 
 
