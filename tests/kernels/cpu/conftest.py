@@ -10,7 +10,7 @@ from ludic.kernels.cpu import decode_attention, decode_gemm, native, rms_norm, s
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
     """The kernels' library built and probed again, into ``tmp_path``, in this test; forgotten after it."""
-    caches = (native.library, decode_gemm._library, decode_attention._library, swiglu._library, rms_norm._library)
+    caches = (native.library, decode_gemm._KERNEL, decode_attention._KERNEL, swiglu._KERNEL, rms_norm._KERNEL)
     monkeypatch.setenv(native.KERNELS_DIR_ENV, str(tmp_path))
     for cache in caches:
         cache.cache_clear()

@@ -20,7 +20,6 @@ SDPA calls (``ludic.kernels.select``'s ``decode_attention``). ``supports`` names
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 
 import torch
@@ -33,21 +32,14 @@ MAX_HEAD_DIM = 256
 MAX_GROUPS = 16
 
 
-@functools.cache
-def _library() -> tuple[ctypes.CDLL | None, str | None]:
-    """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
-    return native.checked(_probe, compared_with="PyTorch's attention", kernel="decoding attention",
-                          fallback="two SDPA calls a layer run instead", log=logger)  # fmt: skip
-
-
-def available() -> bool:
-    """This machine builds and runs the kernel (once per process; see the module docstring)."""
-    return _library()[0] is not None
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False (None when it is True)."""
-    return _library()[1]
+_KERNEL = native.ProbedKernel(
+    lambda lib: _probe(lib), kernel="decoding attention", compared_with="PyTorch's attention",
+    fallback="two SDPA calls a layer run instead", log=logger,
+)  # fmt: skip
+"""Loaded and probed against PyTorch once per process (``native.ProbedKernel``); a failure logged once."""
+available = _KERNEL.available
+unavailable_reason = _KERNEL.unavailable_reason
+_lib = _KERNEL.lib
 
 
 def supports(head_dim: int, groups: int) -> bool:
@@ -105,10 +97,7 @@ def attend(
     attention ``[rows, heads * d]`` of ``q [rows, heads, d]`` over the prompt (``k_pre``/``v_pre [P,
     kv_heads, W, d]``, ``pre_bias [P, W]`` with 0 or -inf, ``prompt [rows]`` each row's prompt) and the
     suffix columns ``[0, column]`` (``k_suf``/``v_suf [rows_allocated, kv_heads, max_new, d]``)."""
-    lib, reason = _library()
-    if lib is None:
-        raise RuntimeError(f"the decoding attention kernel is unavailable: {reason}")
-    return _attend(lib, q, k_new, v_new, k_pre, v_pre, pre_bias, prompt, k_suf, v_suf, column, scale)
+    return _attend(_lib(), q, k_new, v_new, k_pre, v_pre, pre_bias, prompt, k_suf, v_suf, column, scale)
 
 
 def _check(q, k_new, v_new, k_pre, v_pre, pre_bias, prompt, k_suf, v_suf, column: int) -> None:

@@ -22,7 +22,6 @@ oneDNN's packed matmuls (``ludic.kernels.select``'s ``decode_gemm``).
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 
 import torch
@@ -36,11 +35,14 @@ LANES = 16
 """Output columns per packed panel: ``pack`` needs ``out_features`` to be a multiple of this."""
 
 
-@functools.cache
-def _library() -> tuple[ctypes.CDLL | None, str | None]:
-    """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
-    return native.checked(_probe, compared_with="F.linear", kernel="decoding matmul",
-                          fallback="oneDNN's packed matmuls run instead", log=logger)  # fmt: skip
+_KERNEL = native.ProbedKernel(
+    lambda lib: _probe(lib), kernel="decoding matmul", compared_with="F.linear",
+    fallback="oneDNN's packed matmuls run instead", log=logger,
+)  # fmt: skip
+"""Loaded and probed against PyTorch once per process (``native.ProbedKernel``); a failure logged once."""
+available = _KERNEL.available
+unavailable_reason = _KERNEL.unavailable_reason
+_lib = _KERNEL.lib
 
 
 def _probe(lib: ctypes.CDLL) -> bool:
@@ -50,23 +52,6 @@ def _probe(lib: ctypes.CDLL) -> bool:
     bias = torch.linspace(0.1, 0.4, 112)
     got = _linear(lib, x, _pack(weight), bias)
     return torch.allclose(got, F.linear(x, weight, bias), atol=1e-5)
-
-
-def available() -> bool:
-    """This machine builds and runs the kernel (once per process; see the module docstring)."""
-    return _library()[0] is not None
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False (None when it is True)."""
-    return _library()[1]
-
-
-def _lib() -> ctypes.CDLL:
-    lib, reason = _library()
-    if lib is None:
-        raise RuntimeError(f"the decoding matmul kernel is unavailable: {reason}")
-    return lib
 
 
 def packable(weight: torch.Tensor) -> bool:

@@ -22,6 +22,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -147,3 +148,44 @@ def checked(
     if reason is not None:
         log.warning("ludic.kernels: the %s kernel is off: %s; %s", kernel, reason, fallback)
     return lib, reason
+
+
+class ProbedKernel:
+    """One kernel of the library as its module serves it: loaded and probed once per process (``checked``),
+    then ``available()``, ``unavailable_reason()`` and ``lib()`` (the library, or a RuntimeError naming why
+    not) for the module's callers; ``cache_clear()`` forgets the outcome (tests build again)."""
+
+    def __init__(
+        self, probe: Callable[[ctypes.CDLL], bool], *, kernel: str, compared_with: str, fallback: str,
+        log: logging.Logger,
+    ) -> None:  # fmt: skip
+        self.kernel = kernel
+        self._check = functools.partial(checked, probe, compared_with=compared_with, kernel=kernel, fallback=fallback, log=log)
+        self._outcome: tuple[ctypes.CDLL | None, str | None] | None = None
+        self._lock = threading.Lock()
+
+    def outcome(self) -> tuple[ctypes.CDLL | None, str | None]:
+        """(the library, None) or (None, why not); decided on first use."""
+        with self._lock:
+            if self._outcome is None:
+                self._outcome = self._check()
+            return self._outcome
+
+    def available(self) -> bool:
+        """This machine builds and runs the kernel (once per process)."""
+        return self.outcome()[0] is not None
+
+    def unavailable_reason(self) -> str | None:
+        """Why ``available()`` is False (None when it is True)."""
+        return self.outcome()[1]
+
+    def lib(self) -> ctypes.CDLL:
+        """The library, for a call into this kernel."""
+        lib, reason = self.outcome()
+        if lib is None:
+            raise RuntimeError(f"the {self.kernel} kernel is unavailable: {reason}")
+        return lib
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._outcome = None

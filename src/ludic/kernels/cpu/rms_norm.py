@@ -30,21 +30,14 @@ from ludic.kernels.cpu import native
 logger = logging.getLogger(__name__)
 
 
-@functools.cache
-def _library() -> tuple[ctypes.CDLL | None, str | None]:
-    """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
-    return native.checked(_probe, compared_with="PyTorch's RMSNorm", kernel="RMSNorm",
-                          fallback="PyTorch's ops run instead", log=logger)  # fmt: skip
-
-
-def available() -> bool:
-    """This machine builds and runs the kernel (once per process; see the module docstring)."""
-    return _library()[0] is not None
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False (None when it is True)."""
-    return _library()[1]
+_KERNEL = native.ProbedKernel(
+    lambda lib: _probe(lib), kernel="RMSNorm", compared_with="PyTorch's RMSNorm",
+    fallback="PyTorch's ops run instead", log=logger,
+)  # fmt: skip
+"""Loaded and probed against PyTorch once per process (``native.ProbedKernel``); a failure logged once."""
+available = _KERNEL.available
+unavailable_reason = _KERNEL.unavailable_reason
+_lib = _KERNEL.lib
 
 
 def takes(x: Tensor, weight: Tensor) -> bool:
@@ -73,13 +66,6 @@ def backward(
 ) -> tuple[Tensor | None, Tensor | None]:
     """(dx, dw) from ``forward``'s input, weight and ``r``, each None where not needed."""
     return _backward(_lib(), x, weight, r, dy, need_x, need_w)
-
-
-def _lib() -> ctypes.CDLL:
-    lib, reason = _library()
-    if lib is None:
-        raise RuntimeError(f"the RMSNorm kernel is unavailable: {reason}")
-    return lib
 
 
 def _check(x: Tensor, weight: Tensor, *more: Tensor) -> None:

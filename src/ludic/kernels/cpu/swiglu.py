@@ -31,21 +31,14 @@ from ludic.kernels.cpu import native
 logger = logging.getLogger(__name__)
 
 
-@functools.cache
-def _library() -> tuple[ctypes.CDLL | None, str | None]:
-    """(the loaded kernels, None) or (None, why not); tried once per process, a failure logged once."""
-    return native.checked(_probe, compared_with="PyTorch's silu", kernel="SwiGLU",
-                          fallback="PyTorch's elementwise ops run instead", log=logger)  # fmt: skip
-
-
-def available() -> bool:
-    """This machine builds and runs the kernel (once per process; see the module docstring)."""
-    return _library()[0] is not None
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False (None when it is True)."""
-    return _library()[1]
+_KERNEL = native.ProbedKernel(
+    lambda lib: _probe(lib), kernel="SwiGLU", compared_with="PyTorch's silu",
+    fallback="PyTorch's elementwise ops run instead", log=logger,
+)  # fmt: skip
+"""Loaded and probed against PyTorch once per process (``native.ProbedKernel``); a failure logged once."""
+available = _KERNEL.available
+unavailable_reason = _KERNEL.unavailable_reason
+_lib = _KERNEL.lib
 
 
 def takes(*tensors: Tensor) -> bool:
@@ -71,13 +64,6 @@ def forward(g: Tensor, u: Tensor) -> Tensor:
 def backward(g: Tensor, u: Tensor, dp: Tensor, *, want_p: bool = True) -> tuple[Tensor | None, Tensor, Tensor]:
     """(p, du, dg) in one pass; ``dg`` is written over ``dp`` (which the caller gives up); p None unless ``want_p``."""
     return _backward(_lib(), g, u, dp, want_p)
-
-
-def _lib() -> ctypes.CDLL:
-    lib, reason = _library()
-    if lib is None:
-        raise RuntimeError(f"the SwiGLU kernel is unavailable: {reason}")
-    return lib
 
 
 def _check(*tensors: Tensor) -> None:
