@@ -19,12 +19,12 @@ Where oneDNN is not faster it is not used (measured per product, 1 and 2 threads
 ``bench/bench_train_matmuls.py``): inputs of fewer than ``min_rows`` rows run ``F.linear`` as they are:
 ``MIN_ROWS`` for a layer narrower than ``WIDE_FEATURES`` on either side (at 256-600 rows of a 128- or
 256-wide layer oneDNN is 0.6x-0.95x with 2 threads), ``WIDE_MIN_ROWS`` for a wider one (SmolLM2-135M's
-576/1,536-wide layers at 256-470 rows, 2 threads, AMD EPYC Zen 4: forward 1.05x-1.24x, grad input
-1.03x-1.31x). The backward-weights primitive ran 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on with one
+576/1,536-wide layers at 256-470 rows, 2 threads, AMD EPYC Zen 4: forward 1.02x-1.16x, grad input
+1.06x-1.29x). The backward-weights primitive ran 1.3x-2x MKL's ``dy^T @ x`` from 600 rows on with one
 thread on an Intel Xeon (Emerald Rapids; 128-1,536 features); with more threads it pays there only from
 ``MIN_WEIGHT_GRAD_MACS`` multiply-adds (0.46x-0.95x below, e.g. 600-2,400 rows of a 128 -> 64 or 128 -> 128
 layer). On AMD CPUs it did not pay: 0.33x-1.02x MKL over every shape measured on a Zen 4 EPYC (128-1,536
-features, 128-4,688 rows, 1 and 2 threads, torch 2.13; 0.70x-0.93x at SmolLM2-135M's shapes from 470 rows),
+features, 128-4,688 rows, 1 and 2 threads, torch 2.13; 0.60x-1.02x at SmolLM2-135M's shapes at 470-600 rows),
 so there the weight gradient stays on MKL.
 
 Results equal torch's to fp32 rounding (relative gradient difference ~1e-6), not bit for bit; other
