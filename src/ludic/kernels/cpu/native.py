@@ -165,7 +165,11 @@ class ProbedKernel:
         self._lock = threading.Lock()
 
     def outcome(self) -> tuple[ctypes.CDLL | None, str | None]:
-        """(the library, None) or (None, why not); decided on first use."""
+        """(the library, None) or (None, why not); decided on first use (the lock only until then: every
+        decoding matmul asks)."""
+        outcome = self._outcome
+        if outcome is not None:
+            return outcome
         with self._lock:
             if self._outcome is None:
                 self._outcome = self._check()
