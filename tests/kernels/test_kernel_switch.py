@@ -19,7 +19,7 @@ import ludic.kernels.cpu.segment_attention as segments
 from ludic.inference import SamplingConfig, TransformersChatClient
 from ludic.inference.embedded._generation import BatchGenerator, RowRequest
 from ludic.kernels import CPU_KERNELS_ENV, KernelChoice, private_ops, select
-from ludic.kernels.cpu import decode_attention, decode_gemm, rms_norm, swiglu
+from ludic.kernels.cpu import decode_attention, decode_gemm, decode_layers, rms_norm, swiglu
 from ludic.testing import tiny_model_path
 from ludic.training.config import TrainerConfig
 from ludic.training.presets import make_grpo
@@ -27,7 +27,7 @@ from ludic.training.trainer import Trainer
 
 ALL_ON = KernelChoice(  # Ludic's own kernels: built here or not
     True, True, True, True, True, True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available(),
-    tied_embedding_grad=True, swiglu=swiglu.available(), rms_norm=rms_norm.available(),
+    decode_layers=decode_layers.available(), tied_embedding_grad=True, swiglu=swiglu.available(), rms_norm=rms_norm.available(),
 )
 
 
@@ -81,7 +81,7 @@ def test_a_missing_op_turns_off_only_its_kernels_and_is_logged_once(without, cap
     assert first == second == KernelChoice(
         onednn_linear=False, segment_attention=True, lean_decoder=True, packed_linear=True, shared_prefix_cache=True,
         recompute_layers=True, decode_gemm=decode_gemm.available(), decode_attention=decode_attention.available(),
-        tied_embedding_grad=True, swiglu=swiglu.available(), rms_norm=rms_norm.available(),
+        decode_layers=decode_layers.available(), tied_embedding_grad=True, swiglu=swiglu.available(), rms_norm=rms_norm.available(),
     )
     assert [r.getMessage().count("mkldnn_linear_backward_weights") for r in caplog.records] == [1]
     assert not onednn.onednn_available()  # a direct caller of the kernel falls back too

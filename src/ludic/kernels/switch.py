@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from ludic.kernels.cpu import decode_attention, decode_gemm, rms_norm, swiglu
+from ludic.kernels.cpu import decode_attention, decode_gemm, decode_layers, rms_norm, swiglu
 from ludic.kernels.private_ops import (
     FLASH_ATTENTION_CPU,
     LINEAR_BACKWARD_WEIGHTS,
@@ -56,6 +56,10 @@ class KernelChoice:
         compiled at first use); off (or where it cannot be built), oneDNN's packed matmuls (``packed_linear``).
     decode_attention: the shared-prefix cache's attention in one call of Ludic's own kernel a layer
         (``cpu/decode_attention.py``, compiled with ``decode_gemm``); off, two SDPA calls and their merge.
+    decode_layers: the lean decoder's step runs every layer in one call of Ludic's own kernel
+        (``cpu/decode_layers.py``, compiled with ``decode_gemm``; its matmuls and attention are those two kernels',
+        its norms, RoPE and gated SiLU its own) where the layers and the cache are of the kinds it takes; off, the
+        decoder's Python loop over the layers.
     tied_embedding_grad: training adds a tied input embedding's gradient into the weight's ``.grad`` row by
         row (``cpu/tied_embedding.py``); off, autograd builds it as a dense vocabulary-sized tensor.
     swiglu: ``recompute_layers``' gated MLPs run their elementwise part (SiLU, the gating product and their
@@ -73,6 +77,7 @@ class KernelChoice:
     recompute_layers: bool = False
     decode_gemm: bool = False
     decode_attention: bool = False
+    decode_layers: bool = False
     tied_embedding_grad: bool = False
     swiglu: bool = False
     rms_norm: bool = False
@@ -87,12 +92,16 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "recompute_layers": (),
     "decode_gemm": (),
     "decode_attention": (),
+    "decode_layers": (),
     "tied_embedding_grad": (),
     "swiglu": (),
     "rms_norm": (),
 }
 """The private ops each kernel calls (``private_ops``); the others are plain PyTorch ops."""
-BUILT = {"decode_gemm": decode_gemm, "decode_attention": decode_attention, "swiglu": swiglu, "rms_norm": rms_norm}
+BUILT = {
+    "decode_gemm": decode_gemm, "decode_attention": decode_attention, "decode_layers": decode_layers, "swiglu": swiglu,
+    "rms_norm": rms_norm,
+}  # fmt: skip
 """Kernels of Ludic's own, compiled on this machine: each needs its module's ``available()`` as well."""
 
 

@@ -72,7 +72,9 @@ class BatchGenerator:
         # SmolLM2's vocabulary; the main job's held-out eval peaked 0.2 GB lower without them)
         self.last_logits_only = "logits_to_keep" in inspect.signature(model.forward).parameters
         kernels, lean = select(device, cpu_kernels), lean and lean_unsupported(model) is None
-        self.lean = LeanDecoder(model, exact=exact, packed=kernels.packed_linear, gemm=kernels.decode_gemm) if lean and kernels.lean_decoder else None
+        self.lean = LeanDecoder(
+            model, exact=exact, packed=kernels.packed_linear, gemm=kernels.decode_gemm, layers=kernels.decode_layers
+        ) if lean and kernels.lean_decoder else None  # fmt: skip
         self.share_prefix = share_prefix and not exact and kernels.shared_prefix_cache  # one K/V per prompt
         self.native_attention = kernels.decode_attention  # the shared-prefix cache's attention in one native call
 

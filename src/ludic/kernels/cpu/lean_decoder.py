@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ludic.kernels.cpu import decode_gemm
+from ludic.kernels.cpu import decode_gemm, decode_layers
 from ludic.kernels.cpu.lean_matmuls import (
     can_pack,
     gemm_linear,
@@ -159,12 +159,16 @@ def _plus(y: torch.Tensor, delta: LoraDelta | None) -> torch.Tensor:
 class LeanDecoder:
     """One decoding step (one new token per live row) straight through a model's weights."""
 
-    def __init__(self, model: torch.nn.Module, *, exact: bool = False, packed: bool = True, gemm: bool = True) -> None:
+    def __init__(
+        self, model: torch.nn.Module, *, exact: bool = False, packed: bool = True, gemm: bool = True, layers: bool = True
+    ) -> None:
         """``exact``: run the model's own matmuls (``F.linear``), so the logits equal its forward's bit for
         bit (with ``StaticKVCache``); otherwise, for fp32 weights on the CPU, packed matmuls (logits to fp32
         rounding), unless ``packed=False`` (``KernelChoice.packed_linear``): Ludic's AVX-512 decoding kernel
         (``decode_gemm.py``: 1.4x oneDNN at 32 rows on the Xeon measured) where it runs and ``gemm`` is set
-        (``KernelChoice.decode_gemm``), else oneDNN's (about 2x the default BLAS on the AMD EPYC measured)."""
+        (``KernelChoice.decode_gemm``), else oneDNN's (about 2x the default BLAS on the AMD EPYC measured). With
+        ``gemm`` and ``layers`` (``KernelChoice.decode_layers``) a step runs every layer in one native call
+        (``decode_layers.py``) where the bound layers and the cache are of the kinds it takes."""
         reason = lean_unsupported(model)
         if reason is not None:
             raise ValueError(f"LeanDecoder cannot run this model: {reason}")
@@ -172,6 +176,7 @@ class LeanDecoder:
         self.packed = packed and not exact and can_pack(model)
         self.gemm = self.packed and gemm and decode_gemm.available()
         self.linear = (gemm_linear if self.gemm else packed_linear) if self.packed else F.linear
+        self.native_layers = self.gemm and layers
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
@@ -233,6 +238,29 @@ class LeanDecoder:
         embed, layers, (norm_w, norm_eps, head_w, head_b), head_lora = weights
         linear = self.linear
         x = F.embedding(tokens, embed)  # [n, hidden]
+        table = self._layer_table(layers, cache)
+        if table is not None:  # every layer in one native call
+            x = decode_layers.run(table, x, cos, sin, cache, column)
+        else:
+            x = self._layers(layers, x, cos, sin, cache, column)
+        logits = linear(_rms_norm(x, norm_w, norm_eps), head_w, head_b)
+        return logits if head_lora is None else head_lora.finish(logits).contiguous()
+
+    def _layer_table(self, layers: list[LayerWeights], cache: StaticKVCache | SharedPrefixKVCache):
+        """``decode_layers``' table for this batch's layers and cache (built at its first step and kept on the
+        cache, with the layers it was built for), or None: the Python loop runs."""
+        if not self.native_layers or not isinstance(cache, SharedPrefixKVCache):
+            return None
+        if cache.layer_table_for is not layers:  # a new batch, or weights bound again mid-batch
+            cache.layer_table = decode_layers.layer_table(
+                layers, cache, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, scale=self.scaling
+            )
+            cache.layer_table_for = layers
+        return cache.layer_table
+
+    def _layers(self, layers: list[LayerWeights], x, cos, sin, cache: StaticKVCache | SharedPrefixKVCache, column: int):
+        """``x`` through every layer, op by op."""
+        linear = self.linear
         cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         cache.begin(column)
         for layer, w in enumerate(layers):
@@ -247,8 +275,7 @@ class LeanDecoder:
             else:
                 gate, up = (linear(h, *p) for p in w.gate_up)
             x = x + linear(F.silu(gate).mul_(up), *w.down)
-        logits = linear(_rms_norm(x, norm_w, norm_eps), head_w, head_b)
-        return logits if head_lora is None else head_lora.finish(logits).contiguous()
+        return x
 
     def _lora_layer(self, w: LayerWeights, lora: LayerLora, x, cos, sin, cache, layer: int) -> torch.Tensor:
         """``step``'s layer with each matmul's LoRA delta added to its output (``LoraDelta.finish``)."""

@@ -2,7 +2,8 @@
 
 The kernels (``decode_gemm.cpp``: the decoding matmuls; ``decode_attention.cpp``: the decoding step's
 attention over a shared prompt and each row's own tokens; ``swiglu.cpp``: training's gated-MLP elementwise
-part; ``rms_norm.cpp``: training's RMSNorms; ``simd_exp.h``: the shared exponential) are compiled together with the system's C++
+part; ``rms_norm.cpp``: training's RMSNorms; ``decode_layers.cpp``: a decoding step through every layer in one
+call; ``simd_exp.h``: the shared exponential) are compiled together with the system's C++
 compiler (``$CXX``, else ``c++``/``g++``) into ``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``),
 named by a hash of the sources and flags, and loaded with ``ctypes`` (calls release the GIL). They thread
 with OpenMP; loaded after torch, they share torch's OpenMP runtime (one thread pool) and take torch's
@@ -50,6 +51,8 @@ SIGNATURES: dict[str, list[type]] = {
     "ludic_rms_norm": [_P, _P, _P, _P, _I64, _I64, _F32, _I32],
     # x, w, r, dy, dx (or null), dw (or null), rows, hidden, threads
     "ludic_rms_norm_backward": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I32],
+    # x, cos, sin, per-layer pointer table, sizes, pre_bias, prompt, eps, scale, scratch, threads
+    "ludic_decode_layers": [_P, _P, _P, _P, _P, _P, _P, _F32, _F32, _P, _I32],
 }  # fmt: skip
 """Every exported function's argument types (all return void)."""
 

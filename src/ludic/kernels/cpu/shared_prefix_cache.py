@@ -64,6 +64,9 @@ class SharedPrefixKVCache:
         self.rows, self.width = rows, width
         self.column = 0  # the suffix column this step writes
         self.q_slots: torch.Tensor | None = None  # [prompts, kv_heads, slots, groups, head_dim], made by attend
+        # decode_layers' pointers into this cache and the bound layers it was built for (LeanDecoder._layer_table)
+        self.layer_table: object | None = None
+        self.layer_table_for: object | None = None
 
     def begin(self, column: int) -> None:
         """This step writes the token at ``column`` (counted from the prompts' first column, as in
