@@ -102,15 +102,14 @@ void rope(float* qkv, int64_t stride, int64_t rows, int64_t heads, int64_t d, co
 
 // p[r, :] = silu(gu[r, :I]) * gu[r, I:] for each row of gu [rows, 2I].
 void swiglu_rows(const float* gu, float* p, int64_t rows, int64_t I) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t r = 0; r < rows; ++r) {
         const float* g = gu + r * 2 * I;
         const float* u = g + I;
         for (int64_t k = 0; k < I; k += kLanes) {
             const __mmask16 m = tail_mask(I - k);
             const __m512 gv = _mm512_maskz_loadu_ps(m, g + k);
-            const __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, ludic::exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
-            _mm512_mask_storeu_ps(p + r * I + k, m, _mm512_mul_ps(_mm512_mul_ps(gv, s), _mm512_maskz_loadu_ps(m, u + k)));
+            const __m512 a = _mm512_mul_ps(gv, ludic::sigmoid16(gv));
+            _mm512_mask_storeu_ps(p + r * I + k, m, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, u + k)));
         }
     }
 }

@@ -1,4 +1,5 @@
-// exp(x) on 16 AVX-512 lanes, shared by Ludic's C++ kernels (decode_attention.cpp, swiglu.cpp).
+// exp(x) and sigmoid(x) on 16 AVX-512 lanes, shared by Ludic's C++ kernels (decode_attention.cpp, swiglu.cpp,
+// decode_layers.cpp).
 // A Cephes-style polynomial after range reduction by ln 2, about 1 ulp from expf.
 #pragma once
 
@@ -22,6 +23,12 @@ inline __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+// sigmoid(x) = 1 / (1 + exp(-x)) for 16 lanes (the gated MLP's SiLU is x * sigmoid(x)).
+inline __m512 sigmoid16(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
 }  // namespace ludic

@@ -21,11 +21,6 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-inline __m512 sigmoid16(__m512 g) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    return _mm512_div_ps(one, _mm512_add_ps(one, ludic::exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-}
-
 inline __mmask16 tail_mask(int64_t left) {
     return left >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
@@ -42,7 +37,7 @@ void ludic_swiglu(const float* g, const float* u, float* p, int64_t n, int threa
         const int64_t i = b * kLanes;
         const __mmask16 m = tail_mask(n - i);
         const __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
-        _mm512_mask_storeu_ps(p + i, m, _mm512_mul_ps(_mm512_mul_ps(gv, sigmoid16(gv)), uv));
+        _mm512_mask_storeu_ps(p + i, m, _mm512_mul_ps(_mm512_mul_ps(gv, ludic::sigmoid16(gv)), uv));
     }
 }
 
@@ -58,7 +53,7 @@ void ludic_swiglu_backward(const float* g, const float* u, const float* dp, floa
         const __mmask16 m = tail_mask(n - i);
         const __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
         const __m512 dv = _mm512_maskz_loadu_ps(m, dp + i);
-        const __m512 s = sigmoid16(gv), a = _mm512_mul_ps(gv, s);
+        const __m512 s = ludic::sigmoid16(gv), a = _mm512_mul_ps(gv, s);
         if (p != nullptr) _mm512_mask_storeu_ps(p + i, m, _mm512_mul_ps(a, uv));
         _mm512_mask_storeu_ps(du + i, m, _mm512_mul_ps(dv, a));
         // (dp * u) * s * (1 + g * (1 - s)), in aten's order: x * s * (1 + g * (1 - s))
