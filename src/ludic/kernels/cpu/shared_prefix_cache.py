@@ -72,6 +72,8 @@ class SharedPrefixKVCache:
         """This step writes the token at ``column`` (counted from the prompts' first column, as in
         ``StaticKVCache``) and attends over the prompt and the suffix up to it."""
         self.column = column - self.width
+        if self.native:  # the kernel finds each row's prompt itself: the slot layout below is the SDPA path's
+            return
         # where each live row's queries sit in the slot layout, viewed as [prompts * kv_heads * slots, ...]:
         # row r, KV head j -> (prompt(r) * kv_heads + j) * slots + slot(r); the same for every layer
         kv_heads = self.suffix.shape[3]
