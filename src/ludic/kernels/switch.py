@@ -52,7 +52,7 @@ class KernelChoice:
     shared_prefix_cache: rows sharing a prompt read its K/V once (``cpu/shared_prefix_cache.py``).
     recompute_layers: training's gated MLPs and RMSNorms keep less for the backward and recompute their
         elementwise parts there (``cpu/recompute.py``); off, autograd keeps what the layers' own ops save.
-    decode_gemm: the lean decoder's matmuls through Ludic's own AVX-512 kernel (``cpu/decode_gemm.py``,
+    decode_gemm: the lean decoder's matmuls through Ludic's own AVX-512 or AVX2 kernel (``cpu/decode_gemm.py``,
         compiled at first use); off (or where it cannot be built), oneDNN's packed matmuls (``packed_linear``).
     decode_attention: the shared-prefix cache's attention in one call of Ludic's own kernel a layer
         (``cpu/decode_attention.py``, compiled with ``decode_gemm``); off, two SDPA calls and their merge.

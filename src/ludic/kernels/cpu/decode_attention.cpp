@@ -1,4 +1,4 @@
-// The embedded engine's decoding attention on AVX-512: one new token per row, over its prompt's K/V (kept
+// The embedded engine's decoding attention on 16 lanes (simd16.h: AVX-512 or AVX2): one new token per row, over its prompt's K/V (kept
 // once per distinct prompt) and over the row's own decoded tokens, in one softmax.
 //
 // Built and loaded by native.py, called by decode_attention.py (see its docstring for why and for the
@@ -13,7 +13,6 @@
 // this step's k/v into its own suffix slot, then runs its query heads together so every key and value
 // line is read once for all of them. The exponential is a Cephes-style polynomial (about 1 ulp), so
 // values match softmax-then-matmul to fp32 rounding (tests), not bit for bit.
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 
@@ -25,26 +24,11 @@
 
 namespace {
 
+using namespace ludic;
+
 constexpr int kLanes = 16;
 constexpr int kMaxGroups = 16;
 constexpr int kMaxDim = 256;
-
-// One vector whose lane t is the sum of a[t]'s 16 lanes: pairwise unpacks and shuffles, 45 operations for
-// 16 dot products instead of a horizontal sum each.
-inline __m512 lane_sums(const __m512* a) {
-    __m512 b[8], c[4];
-    for (int m = 0; m < 8; ++m)  // within each 128-bit lane: a[2m] at positions 0, 2; a[2m+1] at 1, 3
-        b[m] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * m], a[2 * m + 1]), _mm512_unpackhi_ps(a[2 * m], a[2 * m + 1]));
-    for (int m = 0; m < 4; ++m)  // each 128-bit lane: a[4m .. 4m+3]'s sums over that lane, in order
-        c[m] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * m], b[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(b[2 * m], b[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                    _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                    _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(d0, d1, _MM_SHUFFLE(3, 1, 3, 1)));
-}
 
 // s[g * stride + t] = q_g . key_t (+ bias_t) for t in [0, count); keys [count][d]; q [groups][d]. Keys go
 // 16 at a time, one accumulator each, summed across lanes together (a padding column's -inf bias stays -inf).
@@ -52,38 +36,38 @@ inline void scores(const float* q, int64_t groups, int64_t d, const float* keys,
                    const float* bias, float* s, int64_t stride) {
     for (int64_t t0 = 0; t0 < count; t0 += kLanes) {
         const int64_t nk = count - t0 < kLanes ? count - t0 : kLanes;
-        const __mmask16 live = nk == kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << nk) - 1);
-        const __m512 add = bias != nullptr ? _mm512_maskz_loadu_ps(live, bias + t0) : _mm512_setzero_ps();
+        const Mask live = tail_mask(nk);
+        const V plus = bias != nullptr ? load(live, bias + t0) : zero();
         const float* key[kLanes];  // past the last key: the last key again (read, never stored)
         for (int t = 0; t < kLanes; ++t) key[t] = keys + (t0 + (t < nk ? t : nk - 1)) * d;
         for (int64_t g = 0; g < groups; ++g) {
-            __m512 acc[kLanes];
-            for (int t = 0; t < kLanes; ++t) acc[t] = _mm512_setzero_ps();
+            V acc[kLanes];
+            for (int t = 0; t < kLanes; ++t) acc[t] = zero();
             for (int64_t i = 0; i < d; i += kLanes) {
-                const __m512 qv = _mm512_loadu_ps(q + g * d + i);
-                for (int t = 0; t < kLanes; ++t) acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(key[t] + i), acc[t]);
+                const V qv = load(q + g * d + i);
+                for (int t = 0; t < kLanes; ++t) acc[t] = fmadd(qv, load(key[t] + i), acc[t]);
             }
-            _mm512_mask_storeu_ps(s + g * stride + t0, live, _mm512_add_ps(lane_sums(acc), add));
+            store(s + g * stride + t0, live, add(lane_sums(acc), plus));
         }
     }
 }
 
 // s[0, n) <- exp(s - max) in place; returns the sum (one pass for the max, one for exp and sum).
 inline float softmax_numerators(float* s, int64_t n) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
+    V mx = set1(-INFINITY);
     int64_t t = 0;
-    for (; t + kLanes <= n; t += kLanes) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
-    float m = _mm512_reduce_max_ps(mx);
+    for (; t + kLanes <= n; t += kLanes) mx = max(mx, load(s + t));
+    float m = largest(mx);
     for (; t < n; ++t) m = s[t] > m ? s[t] : m;
-    const __m512 vm = _mm512_set1_ps(m);
-    __m512 sum = _mm512_setzero_ps();
+    const V vm = set1(m);
+    V total = zero();
     for (t = 0; t < n; t += kLanes) {
-        const __mmask16 k = n - t >= kLanes ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - t)) - 1);
-        const __m512 e = ludic::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm));
-        _mm512_mask_storeu_ps(s + t, k, e);
-        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+        const Mask k = tail_mask(n - t);
+        const V e = exp16(sub(load(k, s + t), vm));
+        store(s + t, k, e);
+        total = add(total, keep(k, e));
     }
-    return _mm512_reduce_add_ps(sum);
+    return sum(total);
 }
 
 // o[:] = inv * (sum_t p[t] * values_a_t (t < count_a) + sum_t p[count_a + t] * values_b_t (t < count_b)), for
@@ -93,21 +77,21 @@ inline void weigh(const float* p, const float* values_a, int64_t count_a, const 
                   int64_t d, float inv, float* o) {
     constexpr int kMax = kMaxDim / kLanes;
     const int chunks = C > 0 ? C : static_cast<int>(d / kLanes);
-    __m512 acc[C > 0 ? C : kMax];
-    for (int c = 0; c < chunks; ++c) acc[c] = _mm512_setzero_ps();
+    V acc[C > 0 ? C : kMax];
+    for (int c = 0; c < chunks; ++c) acc[c] = zero();
     for (int part = 0; part < 2; ++part) {
         const float* values = part == 0 ? values_a : values_b;
         const float* w = part == 0 ? p : p + count_a;
         const int64_t count = part == 0 ? count_a : count_b;
         for (int64_t t = 0; t < count; ++t) {
             if (w[t] == 0.0f) continue;  // a padding column
-            const __m512 vw = _mm512_set1_ps(w[t]);
+            const V vw = set1(w[t]);
             for (int c = 0; c < chunks; ++c)
-                acc[c] = _mm512_fmadd_ps(vw, _mm512_loadu_ps(values + t * d + c * kLanes), acc[c]);
+                acc[c] = fmadd(vw, load(values + t * d + c * kLanes), acc[c]);
         }
     }
-    const __m512 vi = _mm512_set1_ps(inv);
-    for (int c = 0; c < chunks; ++c) _mm512_storeu_ps(o + c * kLanes, _mm512_mul_ps(acc[c], vi));
+    const V vi = set1(inv);
+    for (int c = 0; c < chunks; ++c) store(o + c * kLanes, mul(acc[c], vi));
 }
 
 }  // namespace

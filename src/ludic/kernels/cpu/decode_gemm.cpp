@@ -1,48 +1,60 @@
-// The embedded engine's decoding matmul on AVX-512: y[M, N] = x[M, K] W^T (+ b) for a few dozen rows M.
+// The embedded engine's decoding matmul on 16 lanes (simd16.h: AVX-512 or AVX2): y[M, N] = x[M, K] W^T (+ b)
+// for a few dozen rows M.
 //
 // Built and loaded by decode_gemm.py (see its docstring for why and for the measurements). W is packed
 // there once per batch as [P = ceil(N / 16)][K][16]: panel p holds output columns 16p..16p+15, one 64-byte
 // line per k, so a panel streams from memory in order. Threads (OpenMP: torch's own runtime, loaded
-// first) take contiguous runs of groups of 3 panels (48 columns); within a group, rows go 8 at a time
-// through a register block of 8 x 3 accumulators (24 of the 32 zmm registers), k from 0 to K-1 in order,
-// so each output is one fp32 sum of K fused multiply-adds. While a group's later row blocks run from
+// first) take contiguous runs of groups of panels; within a group, rows go a block at a time through a
+// register block of accumulators, k from 0 to K-1 in order, so each output is one fp32 sum of K fused
+// multiply-adds. AVX-512: groups of 3 panels (48 columns), blocks of 8 rows (8 x 3 accumulators, 24 of the
+// 32 zmm registers); AVX2: one panel, 6 rows (6 x 2 accumulators, 12 of the 16 ymm registers). While a group's later row blocks run from
 // cache (or its only block, under 16 rows), they prefetch the next group's panels, spread evenly over
 // their k steps, so the weight stream from memory overlaps the arithmetic instead of stalling the first
 // row block of every group.
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 
+#include "simd16.h"
+
 namespace {
 
-constexpr int kLanes = 16;  // floats per zmm register and per panel line
+using namespace ludic;
+
+constexpr int kLanes = 16;  // floats per panel line
+#if defined(__AVX512F__)
 constexpr int kRowBlock = 8;
-constexpr int kGroup = 3;   // panels per thread work item
+constexpr int kGroup = 3;  // panels per thread work item
+#else
+constexpr int kRowBlock = 6;
+constexpr int kGroup = 1;
+#endif
+static_assert(kRowBlock <= 8, "group() handles the rows after the full blocks in a switch up to 7");
 
 // acc[r][j] = sum_k x[r, k] * panel_j[k, :] for MR rows and NP panels; stores (plus bias) to y.
 // ``prefetch``: null, or memory whose 64-byte lines [lo, hi) are prefetched, spread evenly over k.
 template <int MR, int NP>
 inline void block(const float* x, int64_t K, const float* panels, float* y, int64_t ldy, const float* bias,
                   int64_t n0, int64_t N, const char* prefetch, int64_t lo, int64_t hi) {
-    __m512 acc[MR][NP];
+    constexpr int kRegs = NP * kPerV, kRegLanes = kLanes / kPerV;  // machine registers across the NP panels
+    R acc[MR][kRegs];
     for (int r = 0; r < MR; ++r)
-        for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_setzero_ps();
+        for (int j = 0; j < kRegs; ++j) acc[r][j] = r_zero();
     const int64_t span = prefetch != nullptr ? hi - lo : 0;
     int64_t line = lo, owed = 0;  // lines [lo, lo + span * (k + 1) / K) are prefetched by the end of step k
     for (int64_t k = 0; k < K; ++k) {
-        __m512 w[NP];
-        for (int j = 0; j < NP; ++j) w[j] = _mm512_loadu_ps(panels + (j * K + k) * kLanes);
+        R w[kRegs];
+        for (int j = 0; j < kRegs; ++j) w[j] = r_load(panels + ((j / kPerV) * K + k) * kLanes + (j % kPerV) * kRegLanes);
         for (owed += span; owed >= K; owed -= K, ++line) _mm_prefetch(prefetch + line * 64, _MM_HINT_T1);
         for (int r = 0; r < MR; ++r) {
-            const __m512 xr = _mm512_set1_ps(x[r * K + k]);
-            for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_fmadd_ps(xr, w[j], acc[r][j]);
+            const R xr = r_set1(x[r * K + k]);
+            for (int j = 0; j < kRegs; ++j) acc[r][j] = r_fmadd(xr, w[j], acc[r][j]);
         }
     }
     for (int j = 0; j < NP; ++j) {
         const int64_t n = n0 + j * kLanes, left = N - n;
-        const __mmask16 mask = left >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-        const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + n) : _mm512_setzero_ps();
-        for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(y + r * ldy + n, mask, _mm512_add_ps(acc[r][j], b));
+        const Mask mask = tail_mask(left);
+        const V b = bias != nullptr ? load(mask, bias + n) : zero();
+        for (int r = 0; r < MR; ++r) store(y + r * ldy + n, mask, add(join(&acc[r][j * kPerV]), b));
     }
 }
 
@@ -74,6 +86,16 @@ void group(const float* x, int64_t M, int64_t K, const float* panels, float* y, 
     }
 }
 
+// group<np> for the np (1..NP) panels of a work item (the last may have fewer than kGroup).
+template <int NP>
+void run_group(int64_t np, const float* x, int64_t M, int64_t K, const float* panels, float* y, int64_t N,
+               const float* bias, int64_t n0, const char* next, int64_t next_lines) {
+    if constexpr (NP > 1) {
+        if (np < NP) return run_group<NP - 1>(np, x, M, K, panels, y, N, bias, n0, next, next_lines);
+    }
+    group<NP>(x, M, K, panels, y, N, bias, n0, next, next_lines);
+}
+
 }  // namespace
 
 extern "C" {
@@ -97,9 +119,7 @@ void ludic_decode_gemm(const float* x, int64_t M, int64_t K, const float* packed
                 ahead = reinterpret_cast<const char*>(panels + kGroup * K * kLanes);
                 lines = nq * K * kLanes * static_cast<int64_t>(sizeof(float)) / 64;
             }
-            if (np == 3) group<3>(x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
-            else if (np == 2) group<2>(x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
-            else group<1>(x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
+            run_group<kGroup>(np, x, M, K, panels, y, N, bias, p0 * kLanes, ahead, lines);
         }
     }
 }

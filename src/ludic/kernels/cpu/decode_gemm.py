@@ -1,4 +1,4 @@
-"""The embedded engine's decoding matmuls through Ludic's own AVX-512 kernel (``decode_gemm.cpp``).
+"""The embedded engine's decoding matmuls through Ludic's own AVX-512 or AVX2 kernel (``decode_gemm.cpp``).
 
 A decoding step multiplies every weight of the model by one row per live sequence (4-64 rows), so the
 step is a stream of the whole model from memory plus a few FLOPs per byte. oneDNN's packed inner product
@@ -14,7 +14,7 @@ of K fused multiply-adds in order, so values match ``F.linear`` to fp32 rounding
 
 The kernel is built with Ludic's other C++ kernels into one library at first use (``native.py``: the
 compiler, the cache folder, the OpenMP runtime it shares with torch). ``available()`` is False, with the
-reason logged once, where that library cannot be built here (off x86-64 Linux, without AVX-512 or a
+reason logged once, where that library cannot be built here (off x86-64 Linux, without AVX2 or a
 compiler) or when the kernel gives other values than ``F.linear`` on a probe; the lean decoder then keeps
 oneDNN's packed matmuls (``ludic.kernels.select``'s ``decode_gemm``).
 """

@@ -1,6 +1,6 @@
 // The embedded engine's decoding step through every decoder layer in one call: a Llama-style layer (pre-norm
 // RMSNorms, RoPE on q and k, grouped-query attention over the shared-prefix cache, a SiLU-gated MLP) for each
-// of `layers`, on AVX-512.
+// of `layers`, on 16 lanes (simd16.h: AVX-512 or AVX2).
 //
 // Built and loaded by native.py, called by decode_layers.py (see its docstring for why and for the
 // measurements). Per layer, for the live rows' hidden states x [rows, hidden], updated in place:
@@ -16,7 +16,6 @@
 // The products and the attention are the same functions the Python loop calls; the RMSNorm, RoPE, SiLU and
 // residual adds are written here, so values match that loop to fp32 rounding (other sum orders, simd_exp.h's
 // exponential), not bit for bit (tests).
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 
@@ -36,6 +35,8 @@ void ludic_decode_attention(const float* q, int64_t q_stride, const float* k_new
 
 namespace {
 
+using namespace ludic;
+
 constexpr int64_t kLanes = 16;
 
 // The per-layer pointers a call reads, in this order (decode_layers.py's TABLE).
@@ -47,40 +48,36 @@ enum Slot : int64_t {
 // The call's sizes, in this order (decode_layers.py's DIMS).
 enum Dim : int64_t { kRows, kHidden, kInter, kHeads, kKvHeads, kHeadDim, kWidth, kMaxNew, kColumn, kLayers, kDims };
 
-inline __mmask16 tail_mask(int64_t left) {
-    return left >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-
 // For each row: x += y (when y is not null), then h = w * x / sqrt(mean(x^2) + eps).
 void add_rms_norm(float* x, const float* y, const float* w, float* h, int64_t rows, int64_t H, float eps,
                   int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
         float* xi = x + i * H;
-        __m512 acc = _mm512_setzero_ps();
+        V acc = zero();
         for (int64_t k = 0; k < H; k += kLanes) {
-            const __mmask16 m = tail_mask(H - k);
-            __m512 v = _mm512_maskz_loadu_ps(m, xi + k);
+            const Mask m = tail_mask(H - k);
+            V v = load(m, xi + k);
             if (y != nullptr) {
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, y + i * H + k));
-                _mm512_mask_storeu_ps(xi + k, m, v);
+                v = add(v, load(m, y + i * H + k));
+                store(xi + k, m, v);
             }
-            acc = _mm512_fmadd_ps(v, v, acc);
+            acc = fmadd(v, v, acc);
         }
-        const __m512 r = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(acc) / static_cast<float>(H) + eps));
+        const V r = set1(1.0f / std::sqrt(sum(acc) / static_cast<float>(H) + eps));
         for (int64_t k = 0; k < H; k += kLanes) {
-            const __mmask16 m = tail_mask(H - k);
-            const __m512 n = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xi + k), r);
-            _mm512_mask_storeu_ps(h + i * H + k, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + k), n));
+            const Mask m = tail_mask(H - k);
+            const V n = mul(load(m, xi + k), r);
+            store(h + i * H + k, m, mul(load(m, w + k), n));
         }
     }
 }
 
 // x += y over n values.
-void add(float* x, const float* y, int64_t n) {
+void add_rows(float* x, const float* y, int64_t n) {
     for (int64_t k = 0; k < n; k += kLanes) {
-        const __mmask16 m = tail_mask(n - k);
-        _mm512_mask_storeu_ps(x + k, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k)));
+        const Mask m = tail_mask(n - k);
+        store(x + k, m, add(load(m, x + k), load(m, y + k)));
     }
 }
 
@@ -106,10 +103,10 @@ void swiglu_rows(const float* gu, float* p, int64_t rows, int64_t I) {
         const float* g = gu + r * 2 * I;
         const float* u = g + I;
         for (int64_t k = 0; k < I; k += kLanes) {
-            const __mmask16 m = tail_mask(I - k);
-            const __m512 gv = _mm512_maskz_loadu_ps(m, g + k);
-            const __m512 a = _mm512_mul_ps(gv, ludic::sigmoid16(gv));
-            _mm512_mask_storeu_ps(p + r * I + k, m, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, u + k)));
+            const Mask m = tail_mask(I - k);
+            const V gv = load(m, g + k);
+            const V a = mul(gv, sigmoid16(gv));
+            store(p + r * I + k, m, mul(a, load(m, u + k)));
         }
     }
 }
@@ -150,7 +147,7 @@ void ludic_decode_layers(float* x, const float* cos, const float* sin, const voi
         ludic_decode_gemm(p, rows, I, f(kDown), H, f(kDownBias), y, threads);
         pending = y;
     }
-    if (pending != nullptr) add(x, pending, rows * H);
+    if (pending != nullptr) add_rows(x, pending, rows * H);
 }
 
 }  // extern "C"

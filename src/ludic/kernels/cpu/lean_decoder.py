@@ -9,7 +9,7 @@ columns -> o_proj -> RMSNorm -> SiLU MLP, then the final norm and the output lay
 packing; q/k/v and gate/up as one matmul each, whose columns are the same dot products; RoPE for q and
 k at once, by ``roll``), so with ``exact=True`` the logits equal the Hugging Face forward's (test). By
 default, for fp32 weights on the CPU, the matmuls run on packed weights instead of the BLAS behind
-``F.linear``: Ludic's AVX-512 decoding kernel (``decode_gemm.py``) where this machine builds it, else
+``F.linear``: Ludic's decoding kernel (AVX-512 or AVX2) (``decode_gemm.py``) where this machine builds it, else
 oneDNN's packed inner product (on the AMD EPYC this was measured on, about 2x the BLAS at these shapes):
 another order of sums, so the logits match to fp32 rounding (within 1e-5, test) and greedy tokens
 still equal ``model.generate``'s (test). The weights are read from the model's own parameters at every
@@ -93,7 +93,7 @@ class LeanDecoder:
     ) -> None:
         """``exact``: run the model's own matmuls (``F.linear``), so the logits equal its forward's bit for
         bit (with ``StaticKVCache``); otherwise, for fp32 weights on the CPU, packed matmuls (logits to fp32
-        rounding), unless ``packed=False`` (``KernelChoice.packed_linear``): Ludic's AVX-512 decoding kernel
+        rounding), unless ``packed=False`` (``KernelChoice.packed_linear``): Ludic's decoding kernel (AVX-512 or AVX2)
         (``decode_gemm.py``: 1.4x oneDNN at 32 rows on the Xeon measured) where it runs and ``gemm`` is set
         (``KernelChoice.decode_gemm``), else oneDNN's (about 2x the default BLAS on the AMD EPYC measured). With
         ``gemm`` and ``layers`` (``KernelChoice.decode_layers``) a step runs every layer in one native call

@@ -3,12 +3,12 @@
 The kernels (``decode_gemm.cpp``: the decoding matmuls; ``decode_attention.cpp``: the decoding step's
 attention over a shared prompt and each row's own tokens; ``swiglu.cpp``: training's gated-MLP elementwise
 part; ``rms_norm.cpp``: training's RMSNorms; ``decode_layers.cpp``: a decoding step through every layer in one
-call; ``simd_exp.h``: the shared exponential) are compiled together with the system's C++
-compiler (``$CXX``, else ``c++``/``g++``) into ``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``),
-named by a hash of the sources and flags, and loaded with ``ctypes`` (calls release the GIL). They thread
+call; ``simd16.h``: 16 fp32 lanes on AVX-512 or AVX2; ``simd_exp.h``: the shared exponential) are compiled
+together, for the widest instruction set this CPU runs (``isa()``), with the system's C++ compiler (``$CXX``, else ``c++``/``g++``) into ``$LUDIC_KERNELS_DIR`` (default ``~/.cache/ludic/kernels``),
+named by a hash of the sources and flags (one library per instruction set), and loaded with ``ctypes`` (calls release the GIL). They thread
 with OpenMP; loaded after torch, they share torch's OpenMP runtime (one thread pool) and take torch's
 thread count at each call. ``library()`` says why not, once per process, off x86-64 Linux, on a CPU
-without AVX-512 (as torch sees it), or without a working compiler; each kernel's module probes its own
+without AVX2 or AVX-512 (as torch sees it), or without a working compiler; each kernel's module probes its own
 function against PyTorch before the library serves it and otherwise keeps PyTorch's path.
 """
 
@@ -31,8 +31,11 @@ import torch
 
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cpp")))
 HEADERS = tuple(sorted(Path(__file__).parent.glob("*.h")))
-FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+BASE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+ISA_FLAGS = {"avx512": ("-mavx512f", "-mfma"), "avx2": ("-mavx2", "-mfma")}
+"""The instruction sets the kernels are built for (``simd16.h``), widest first."""
 KERNELS_DIR_ENV = "LUDIC_KERNELS_DIR"
+ISA_ENV = "LUDIC_KERNELS_ISA"
 BUILD_TIMEOUT_S = 300
 
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -68,13 +71,46 @@ def compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
 
 
+def cpu_isas() -> tuple[str, ...]:
+    """The instruction sets of ``ISA_FLAGS`` this CPU runs, widest first (torch's own dispatch level: its AVX2
+    level needs FMA as well)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.startswith("AVX512"):
+        return ("avx512", "avx2")
+    return ("avx2",) if capability == "AVX2" else ()
+
+
+def isa() -> str | None:
+    """The instruction set to build for: ``$LUDIC_KERNELS_ISA`` (``avx512`` or ``avx2``: an AVX-512 machine
+    can run and measure the AVX2 build; ``off``: none, every kernel on its PyTorch path) when set, else the
+    widest this CPU runs; None when it runs none."""
+    requested = os.environ.get(ISA_ENV, "").strip().lower()
+    if requested in ("", "auto"):
+        return next(iter(cpu_isas()), None)
+    if requested != "off" and requested not in ISA_FLAGS:
+        raise ValueError(f"${ISA_ENV}={os.environ[ISA_ENV]!r}: expected auto, {', '.join(ISA_FLAGS)} or off")
+    return requested if requested in cpu_isas() else None
+
+
+def flags() -> tuple[str, ...]:
+    """The compiler flags for ``isa()`` (which must not be None)."""
+    chosen = isa()
+    assert chosen is not None
+    return (BASE_FLAGS[0], *ISA_FLAGS[chosen], *BASE_FLAGS[1:])
+
+
 def unsupported() -> str | None:
     """Why this machine cannot run the kernels at all (None when they can be built here)."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"it is built for x86-64 Linux, not {platform.system()} {platform.machine()}"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if not capability.startswith("AVX512"):
-        return f"this CPU runs torch's {capability} kernels, not AVX-512"
+    if isa() is None:
+        capability = torch.backends.cpu.get_cpu_capability()
+        wanted = os.environ.get(ISA_ENV, "").strip().lower()
+        if wanted == "off":
+            return f"${ISA_ENV}=off"
+        if wanted not in ("", "auto"):
+            return f"${ISA_ENV}={wanted} asks for instructions this CPU lacks (torch runs its {capability} kernels)"
+        return f"this CPU runs torch's {capability} kernels, not AVX2 or AVX-512"
     if compiler() is None:
         return "no C++ compiler was found ($CXX, c++, g++)"
     return None
@@ -85,8 +121,8 @@ def library_path(cxx: str) -> Path:
     digest = hashlib.sha256()
     for source in SOURCES + HEADERS:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    digest.update(" ".join((cxx, *FLAGS)).encode())
-    return kernels_dir() / f"ludic_kernels-{digest.hexdigest()[:16]}.so"
+    digest.update(" ".join((cxx, *flags())).encode())
+    return kernels_dir() / f"ludic_kernels-{isa()}-{digest.hexdigest()[:16]}.so"
 
 
 def _build(cxx: str, target: Path) -> None:
@@ -96,7 +132,7 @@ def _build(cxx: str, target: Path) -> None:
     os.close(fd)
     try:
         done = subprocess.run(
-            [cxx, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+            [cxx, *flags(), *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
         )
         if done.returncode != 0:
             raise RuntimeError(f"{cxx} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")

@@ -1,4 +1,4 @@
-// RMSNorm on AVX-512, forward and backward, one pass over each row's memory.
+// RMSNorm on 16 lanes (simd16.h: AVX-512 or AVX2), forward and backward, one pass over each row's memory.
 //
 // Built and loaded by native.py, called by rms_norm.py (see its docstring for why and for the
 // measurements). For a row x of H values and the weight w, with r = 1 / sqrt(mean(x^2) + eps), n = x * r:
@@ -11,20 +11,19 @@
 // A row (H floats: 576 at SmolLM2-135M) stays in L1 between its two sweeps (the sums, then the outputs), so
 // x and dy come from memory once and dx goes back once. Threads take contiguous runs of rows; dw is summed per
 // thread and the threads' sums added in thread order (the same bits for the same thread count).
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 
 #include <cmath>
 #include <vector>
 
+#include "simd16.h"
+
 namespace {
 
-constexpr int64_t kLanes = 16;
+using namespace ludic;
 
-inline __mmask16 tail_mask(int64_t left) {
-    return left >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
+constexpr int64_t kLanes = 16;
 
 }  // namespace
 
@@ -36,18 +35,18 @@ void ludic_rms_norm(const float* x, const float* w, float* y, float* r, int64_t 
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
         const float* xi = x + i * H;
-        __m512 acc = _mm512_setzero_ps();
+        V acc = zero();
         for (int64_t k = 0; k < H; k += kLanes) {
-            const __m512 v = _mm512_maskz_loadu_ps(tail_mask(H - k), xi + k);
-            acc = _mm512_fmadd_ps(v, v, acc);
+            const V v = load(tail_mask(H - k), xi + k);
+            acc = fmadd(v, v, acc);
         }
-        const float ri = 1.0f / std::sqrt(_mm512_reduce_add_ps(acc) / static_cast<float>(H) + eps);
+        const float ri = 1.0f / std::sqrt(sum(acc) / static_cast<float>(H) + eps);
         r[i] = ri;
-        const __m512 rv = _mm512_set1_ps(ri);
+        const V rv = set1(ri);
         for (int64_t k = 0; k < H; k += kLanes) {
-            const __mmask16 m = tail_mask(H - k);
-            const __m512 n = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xi + k), rv);
-            _mm512_mask_storeu_ps(y + i * H + k, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + k), n));
+            const Mask m = tail_mask(H - k);
+            const V n = mul(load(m, xi + k), rv);
+            store(y + i * H + k, m, mul(load(m, w + k), n));
         }
     }
 }
@@ -64,22 +63,22 @@ void ludic_rms_norm_backward(const float* x, const float* w, const float* r, con
         float* dw_t = dw != nullptr ? partial.data() + static_cast<size_t>(t) * H : nullptr;
         for (int64_t i = begin; i < end; ++i) {
             const float *xi = x + i * H, *dyi = dy + i * H;
-            const __m512 rv = _mm512_set1_ps(r[i]);
-            __m512 dot = _mm512_setzero_ps();
+            const V rv = set1(r[i]);
+            V dot = zero();
             for (int64_t k = 0; k < H; k += kLanes) {
-                const __mmask16 m = tail_mask(H - k);
-                const __m512 n = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xi + k), rv);
-                const __m512 g = _mm512_maskz_loadu_ps(m, dyi + k);
-                dot = _mm512_fmadd_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, w + k)), n, dot);
-                if (dw_t != nullptr) _mm512_mask_storeu_ps(dw_t + k, m, _mm512_fmadd_ps(g, n, _mm512_maskz_loadu_ps(m, dw_t + k)));
+                const Mask m = tail_mask(H - k);
+                const V n = mul(load(m, xi + k), rv);
+                const V g = load(m, dyi + k);
+                dot = fmadd(mul(g, load(m, w + k)), n, dot);
+                if (dw_t != nullptr) store(dw_t + k, m, fmadd(g, n, load(m, dw_t + k)));
             }
             if (dx == nullptr) continue;
-            const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(dot) / static_cast<float>(H));
+            const V mean = set1(sum(dot) / static_cast<float>(H));
             for (int64_t k = 0; k < H; k += kLanes) {
-                const __mmask16 m = tail_mask(H - k);
-                const __m512 n = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xi + k), rv);
-                const __m512 dn = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dyi + k), _mm512_maskz_loadu_ps(m, w + k));
-                _mm512_mask_storeu_ps(dx + i * H + k, m, _mm512_mul_ps(rv, _mm512_fnmadd_ps(n, mean, dn)));
+                const Mask m = tail_mask(H - k);
+                const V n = mul(load(m, xi + k), rv);
+                const V dn = mul(load(m, dyi + k), load(m, w + k));
+                store(dx + i * H + k, m, mul(rv, fnmadd(n, mean, dn)));
             }
         }
     }

@@ -1,4 +1,4 @@
-// A gated MLP's elementwise part on AVX-512, forward and backward, one pass over memory each.
+// A gated MLP's elementwise part on 16 lanes (simd16.h: AVX-512 or AVX2), forward and backward, one pass over memory each.
 //
 // Built and loaded by native.py, called by swiglu.py (see its docstring for why and for the
 // measurements). With s = sigmoid(g) = 1 / (1 + exp(-g)) and a = silu(g) = g * s:
@@ -11,7 +11,6 @@
 // PyTorch runs these as separate ops (silu, mul; silu, mul, mul, mul_, silu_backward), each a pass over
 // [rows, intermediate] tensors that do not fit in cache. Here each element is read and written once.
 // The exponential is simd_exp.h's (about 1 ulp), so values match PyTorch's to fp32 rounding, not bit for bit.
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 
@@ -19,11 +18,9 @@
 
 namespace {
 
-constexpr int64_t kLanes = 16;
+using namespace ludic;
 
-inline __mmask16 tail_mask(int64_t left) {
-    return left >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
+constexpr int64_t kLanes = 16;
 
 }  // namespace
 
@@ -35,9 +32,9 @@ void ludic_swiglu(const float* g, const float* u, float* p, int64_t n, int threa
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
         const int64_t i = b * kLanes;
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
-        _mm512_mask_storeu_ps(p + i, m, _mm512_mul_ps(_mm512_mul_ps(gv, ludic::sigmoid16(gv)), uv));
+        const Mask m = tail_mask(n - i);
+        const V gv = load(m, g + i), uv = load(m, u + i);
+        store(p + i, m, mul(mul(gv, sigmoid16(gv)), uv));
     }
 }
 
@@ -46,20 +43,20 @@ void ludic_swiglu(const float* g, const float* u, float* p, int64_t n, int threa
 void ludic_swiglu_backward(const float* g, const float* u, const float* dp, float* p, float* du, float* dg,
                            int64_t n, int threads) {
     const int64_t blocks = (n + kLanes - 1) / kLanes;
-    const __m512 one = _mm512_set1_ps(1.0f);
+    const V one = set1(1.0f);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
         const int64_t i = b * kLanes;
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
-        const __m512 dv = _mm512_maskz_loadu_ps(m, dp + i);
-        const __m512 s = ludic::sigmoid16(gv), a = _mm512_mul_ps(gv, s);
-        if (p != nullptr) _mm512_mask_storeu_ps(p + i, m, _mm512_mul_ps(a, uv));
-        _mm512_mask_storeu_ps(du + i, m, _mm512_mul_ps(dv, a));
+        const Mask m = tail_mask(n - i);
+        const V gv = load(m, g + i), uv = load(m, u + i);
+        const V dv = load(m, dp + i);
+        const V s = sigmoid16(gv), a = mul(gv, s);
+        if (p != nullptr) store(p + i, m, mul(a, uv));
+        store(du + i, m, mul(dv, a));
         // (dp * u) * s * (1 + g * (1 - s)), in aten's order: x * s * (1 + g * (1 - s))
-        const __m512 x = _mm512_mul_ps(dv, uv);
-        const __m512 slope = _mm512_fmadd_ps(gv, _mm512_sub_ps(one, s), one);
-        _mm512_mask_storeu_ps(dg + i, m, _mm512_mul_ps(_mm512_mul_ps(x, s), slope));
+        const V x = mul(dv, uv);
+        const V slope = fmadd(gv, sub(one, s), one);
+        store(dg + i, m, mul(mul(x, s), slope));
     }
 }
 
