@@ -8,7 +8,7 @@
 // register block of accumulators, k from 0 to K-1 in order, so each output is one fp32 sum of K fused
 // multiply-adds. AVX-512: groups of 3 panels (48 columns), blocks of 8 rows (8 x 3 accumulators, 24 of the
 // 32 zmm registers); AVX2: one panel, 6 rows (6 x 2 accumulators, 12 of the 16 ymm registers). While a group's later row blocks run from
-// cache (or its only block, under 16 rows), they prefetch the next group's panels, spread evenly over
+// cache (or its only block, under two blocks of rows), they prefetch the next group's panels, spread evenly over
 // their k steps, so the weight stream from memory overlaps the arithmetic instead of stalling the first
 // row block of every group.
 #include <omp.h>
