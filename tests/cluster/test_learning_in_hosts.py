@@ -77,6 +77,7 @@ def held_out(run: SimulatedCluster, step: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # its own bounds: the warm start 300 s, the run 600 s (300 steps: ~6.5 min on a Zen 3)
 def test_a_full_run_in_the_network_learns_the_quickstart_task_into_the_single_host_band(
     host_network, tmp_path: Path
 ) -> None:
