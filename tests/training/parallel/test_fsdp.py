@@ -57,6 +57,27 @@ def assert_close_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], 
     assert worst <= atol, f"parameters differ by {worst}"
 
 
+def assert_trained_alike(
+    a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], initial: dict[str, torch.Tensor]
+) -> None:
+    """Two runs took the same optimisation steps, up to fp32 reduction order.
+
+    Adam divides each gradient by its own root-mean-square: where clipping (max_grad_norm=1e-3) leaves an
+    element's gradient near Adam's eps (1e-8), a last-bit difference in the reduction order (two ranks against
+    one process, AVX2 against AVX-512 matmuls) moves that element by a visible fraction of lr (1e-2). On an AMD
+    EPYC Zen 3 three steps gave one element 2.2e-5 apart. So each tensor's difference is held to a thousandth of
+    how far training moved it (a wrong batch, scale or averaging makes them differ like the move itself), and no
+    element may differ by a hundredth of one step's lr.
+    """
+    assert a.keys() == b.keys() and len(a.keys() & initial.keys()) >= len(a) - 1
+    for name in a.keys() & initial.keys():  # a tied output layer is saved once, under the embedding's name
+        moved = (a[name] - initial[name]).norm().item()
+        apart = (a[name] - b[name]).norm().item()
+        assert apart <= 1e-3 * moved + 1e-7, f"{name}: runs {apart:.3g} apart after moving {moved:.3g}"
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= 1e-4, f"parameters differ by {worst}"
+
+
 @pytest.fixture(scope="module")
 def runs(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One process unsharded, and two FSDP2 ranks that also checkpoint after step 2 and export."""
@@ -84,7 +105,7 @@ def test_two_ranks_train_exactly_like_one_process_on_the_same_global_batch(runs,
     trained_one, trained_two = params(runs["one"]), params(runs["two"])
     moved = max((trained_one[k] - initial[k]).abs().max().item() for k in initial)
     assert moved > 1e-3  # training changed the weights far beyond the tolerance below
-    assert_close_params(trained_one, trained_two)
+    assert_trained_alike(trained_one, trained_two, initial)
 
 
 @pytest.mark.slow
@@ -150,7 +171,7 @@ def test_lora_under_fsdp_publishes_the_same_merged_weights_as_one_process(model_
     base = load_file(str(model_dir / "model.safetensors"))
     q = "model.layers.0.self_attn.q_proj.weight"
     assert (two[q] - base[q]).abs().max() > 1e-3  # the adapter's delta is merged in
-    assert_close_params(one, two)
+    assert_trained_alike(one, two, base)
 
 
 def wait_healthy(proc: subprocess.Popen, url: str) -> None:
