@@ -74,8 +74,7 @@ def assert_trained_alike(
         moved = (a[name] - initial[name]).norm().item()
         apart = (a[name] - b[name]).norm().item()
         assert apart <= 1e-3 * moved + 1e-7, f"{name}: runs {apart:.3g} apart after moving {moved:.3g}"
-    worst = max((a[k] - b[k]).abs().max().item() for k in a)
-    assert worst <= 1e-4, f"parameters differ by {worst}"
+    assert_close_params(a, b, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
