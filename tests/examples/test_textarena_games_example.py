@@ -4,30 +4,31 @@ FrozenLake-v0's default run, seed 0, 256 held-out games) and both games' runs wo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ludic.testing import alone_process_env
+
 pytest.importorskip("textarena")
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "ecosystem" / "textarena_games.py"
-# The example is one process (no server, no thread) and the only thing computing while the test waits: both
-# cores' threads, as a user runs it (1.45x faster here than one; every held-out move the same, seed 0).
-ALONE_THREADS = str(min(2, os.cpu_count() or 1))
 
 
 def _run(out: Path, *flags: str, timeout: float) -> tuple[dict, str]:
+    # The example is one process (no server, no thread) and the only thing computing while the test waits: both
+    # cores' threads, as a user runs it (1.45x faster here than one; every held-out move the same, seed 0).
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--output-dir", str(out), *flags],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": ALONE_THREADS},
+        capture_output=True, text=True, timeout=timeout, env=alone_process_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "summary.json").read_text()), done.stdout
 
 
 @pytest.mark.parametrize("game", ["FrozenLake-v0", "TicTacToe-v0"])
+@pytest.mark.slow  # the example's process per game: ~13 s each
 def test_a_tiny_run_reports_three_evaluations_with_intervals(tmp_path: Path, game: str) -> None:
     report, stdout = _run(
         tmp_path / "run", "--game", game, "--eval-games", "8", "--sft-moves", "16", "--sft-steps", "1",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from demonstrations import game_turns  # noqa: E402
 from train_tic_tac_toe import ratio_interval, wilson  # noqa: E402
 
 from ludic.envs import TicTacToeEnv  # noqa: E402
+from ludic.testing import alone_process_env  # noqa: E402
 
 
 def test_demonstration_turns_are_the_latest_observation_and_the_heuristic_move() -> None:
@@ -84,7 +84,7 @@ def _run(out: Path, *flags: str, timeout: int) -> dict:
     cmd = [sys.executable, str(TTT / "train_tic_tac_toe.py"), "--output-dir", str(out), *flags]
     # one process, alone on the machine while the test waits: both cores' threads, as a user runs it (1.5x
     # faster here than one thread, the same summary for seed 0)
-    env = {**os.environ, "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1))}
+    env = alone_process_env()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[quickstart]" not in proc.stdout and "[tic_tac_toe]" in proc.stdout
@@ -93,6 +93,7 @@ def _run(out: Path, *flags: str, timeout: int) -> dict:
 
 @pytest.mark.integration
 @pytest.mark.timeout(240)
+@pytest.mark.slow  # the example's process, SFT + GRPO + eval: ~13 s
 def test_train_script_runs_sft_grpo_and_eval(tmp_path: Path) -> None:
     out = tmp_path / "run"
     report = _run(out, "--steps", "2", "--sft-steps", "2", "--sft-games", "4", "--group-size", "2",

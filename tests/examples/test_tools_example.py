@@ -18,7 +18,7 @@ import pytest
 
 from ludic.inference.server._tool_calls import ToolMode, prefill_text
 from ludic.inference.tool_parsers import HermesToolParser
-from ludic.testing import CHATML_TEMPLATE, build_tiny_model
+from ludic.testing import CHATML_TEMPLATE, alone_process_env, build_tiny_model
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tools"
 sys.path.insert(0, str(EXAMPLE))
@@ -115,7 +115,7 @@ def test_on_smollm2_the_tool_agent_ends_above_the_agent_without_it(tmp_path: Pat
         pytest.fail(f"{model} is missing: bash scripts/setup.sh pulls it (ludic models pull smollm2-135m-instruct)")
     # the server generates while this process waits, and this process trains while the server waits: each
     # has the machine to itself in turn, so both take both cores' threads, as a user's run does
-    env = {**os.environ, "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1))}
+    env = alone_process_env()
     args = ["--model", str(model), "--output-dir", str(tmp_path), "--eval-episodes", "8", "--sft-steps", "5",
             "--sft-batch", "8", "--sft-lr", "1e-4", "--lr", "2e-5", "--steps", "1", "--prompts", "2",
             "--group-size", "2"]  # fmt: skip

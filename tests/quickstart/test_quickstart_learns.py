@@ -8,12 +8,13 @@ only thing computing while the test waits). Slow (about 2-3 minutes per seed on 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ludic.testing import alone_process_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 def test_quickstart_reward_rises_by_half(seed: int, tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "ludic.cli", "quickstart", "--seed", str(seed), "--no-live",
             "--output-dir", str(tmp_path)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1))}
+    env = alone_process_env()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=880, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "summary.json").read_text())
