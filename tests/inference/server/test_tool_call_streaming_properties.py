@@ -120,6 +120,23 @@ def test_a_key_written_twice_makes_the_reply_plain_content_as_streaming_could_no
     assert accumulate(deltas) == {0: ("f", '{"a": 1, "b": 2, "a')}  # nothing past the point it went wrong
 
 
+def test_a_call_that_proves_malformed_mid_value_keeps_what_went_out_and_finishes_nothing() -> None:
+    text = 'Let me see. <tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>'
+    parser = HermesToolParser()
+    assert parser.parse(text).tool_calls == []  # the whole reply is plain content
+    stream = call_stream(parser)
+    assert stream is not None
+    deltas = [d for n in range(len(text) + 1) for d in stream.update(text[:n])]
+    # sure until '<', which cannot begin a value
+    assert accumulate(deltas) == {0: ("calculator", '{"expression": ')}
+    assert stream.finish(parser.parse(text).tool_calls) == []
+    # the same reply read in two decode steps: what the second step made sure never went out
+    coalesced = call_stream(parser)
+    assert coalesced is not None
+    first = coalesced.update(text[: text.index('"expression"') + 5])
+    assert accumulate(first + coalesced.update(text)) == {0: ("calculator", '{"expr')}
+
+
 def test_arguments_given_as_a_json_string_are_sent_whole_at_the_end() -> None:
     text = '{"name": "f", "parameters": "{\\"x\\": 1}"}'
     parser = Llama3JsonToolParser()

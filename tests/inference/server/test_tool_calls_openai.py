@@ -382,9 +382,13 @@ def test_the_sdks_stream_helper_rebuilds_the_non_streamed_call(tool_url: str) ->
 def test_a_call_that_proves_malformed_after_it_began_streaming_ends_as_content(tool_url: str) -> None:
     chunks = streamed_chunks(tool_url, messages=BROKEN_QUESTION)
     deltas = [d for c in chunks if c["choices"] for d in c["choices"][0]["delta"].get("tool_calls", [])]
-    # its name and first fragments went out while it was still well formed; streamed text cannot be taken back
-    assert deltas[0]["function"] == {"name": "calculator", "arguments": ""}
-    assert "".join(d["function"]["arguments"] for d in deltas) == '{"expression": '
+    # what of the call went out while it was still well formed stays out (streamed text cannot be taken back);
+    # how much that is depends on how many tokens each decode step caught up on (tokens that came while a chunk
+    # was being sent are read together), so a loaded machine may send less of it, or none. The character-by-
+    # character case, where all of '{"expression": ' goes out, is test_tool_call_streaming_properties.py's.
+    if deltas:
+        assert deltas[0]["function"] == {"name": "calculator", "arguments": ""}
+        assert '{"expression": '.startswith("".join(d["function"]["arguments"] for d in deltas))
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     last = chunks[-1]["choices"][0]
     assert (content, last["finish_reason"]) == (BROKEN_TEXT, "stop")  # as the non-streamed reply: plain content
