@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 
 @pytest.mark.skipif(not decode_attention.available(), reason=f"the kernel cannot run here: {decode_attention.unavailable_reason()}")
+@pytest.mark.slow  # the bench's attention part: ~9 s
 def test_the_attention_part_checks_both_paths_agree_and_reports_each_length():
     import bench_decode_attention as bench
 

@@ -138,8 +138,17 @@ def restore_modules() -> Iterator[None]:
     sys.path[:] = path
 
 
-@pytest.mark.parametrize("feature", FEATURES)
-@pytest.mark.parametrize("backend", BACKENDS)
+def _cases() -> list:
+    """Every (backend, feature); a case on a server restarts it when the last one published (10-12 s a case on a
+    2-core machine, mostly the server's start), so those run with the slow tests (CI runs them)."""
+    return [
+        pytest.param(backend, feature, id=f"{backend}-{feature}", marks=[pytest.mark.slow] if backend in REMOTE else [])
+        for backend in BACKENDS
+        for feature in FEATURES
+    ]
+
+
+@pytest.mark.parametrize(("backend", "feature"), _cases())
 def test_each_combination_runs_one_step_or_is_refused(
     tmp_path: Path, model_dir: Path, server: Server, backend: str, feature: str
 ) -> None:

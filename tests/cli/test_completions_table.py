@@ -23,6 +23,7 @@ from .run_configs import write_run_config
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow  # a run with every logger: ~7 s
 def test_a_run_logs_its_sampled_completions_everywhere(
     tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

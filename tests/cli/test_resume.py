@@ -43,6 +43,7 @@ def _assert_same_weights(a: dict, b: dict) -> None:
         assert (a[key] - b[key]).abs().max().item() == 0.0, key
 
 
+@pytest.mark.slow  # three runs of 10-20 steps: ~5 s
 def test_ten_plus_ten_resumed_steps_equal_twenty_straight(tmp_path: Path, model_dir: Path) -> None:
     train_from_config(load_config(_config(tmp_path / "straight", model_dir, steps=20)))
     split = tmp_path / "split"

@@ -116,6 +116,7 @@ def _assert_whole(items: list, *, group_size: int, steps: int) -> None:
     assert set(groups.values()) == {group_size}, groups
 
 
+@pytest.mark.slow  # two servers and an actor run: ~22 s
 def test_actor_pushes_whole_batches_that_the_trainers_batch_source_reads(tmp_path, servers, redis) -> None:
     run_id = f"t{uuid.uuid4().hex[:8]}"
     config = _config(tmp_path, servers, redis, run_id, tasks=2)
@@ -149,6 +150,7 @@ def test_actor_pushes_whole_batches_that_the_trainers_batch_source_reads(tmp_pat
     _assert_whole(items, group_size=2, steps=1)
 
 
+@pytest.mark.slow  # an actor process run and stopped: ~8 s
 def test_sigterm_mid_run_stops_the_actor_and_leaves_only_whole_batches(tmp_path, servers, redis) -> None:
     run_id = f"t{uuid.uuid4().hex[:8]}"
     config = _config(tmp_path, servers, redis, run_id, tables="max_staleness = 100\n")
@@ -177,6 +179,7 @@ def test_actor_without_cluster_table_is_refused_naming_it(tmp_path) -> None:
     assert "ludic actor needs a [cluster] table" in err
 
 
+@pytest.mark.slow  # waits out the servers' connection bounds: ~8 s
 def test_an_actor_whose_servers_are_all_down_exits_naming_them(tmp_path, redis) -> None:
     from ludic.inference.weight_sync.process_group import free_port
 

@@ -59,6 +59,7 @@ def test_a_rate_limited_link_takes_its_bytes_time_and_only_one_way(host_network)
         link_shaper.forward("lo", "lo", 0.0, 0.0, rate_kbit=-1)
 
 
+@pytest.mark.slow  # real link delays: ~7 s
 def test_pulling_a_shaped_hosts_cable_loses_what_the_relay_holds_and_plugging_it_back_restores_it(
     host_network,
 ) -> None:

@@ -20,6 +20,7 @@ run_id = "netns"
 """
 
 
+@pytest.mark.slow  # every role in its own host: ~20 s
 def test_short_run_with_redis_server_actor_and_trainer_on_hosts_of_their_own(cluster) -> None:
     run = cluster(["redis", "server0", "actor0", "trainer0"])
     config = run.write_config(steps=2, server_hosts=["server0"], redis_host="redis", trainer_hosts=["trainer0"],

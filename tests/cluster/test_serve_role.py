@@ -50,6 +50,7 @@ def test_loopback_addresses_are_told_apart_from_public_ones() -> None:
     assert [is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "example.org", "")] == [False] * 5
 
 
+@pytest.mark.slow  # a `ludic serve` process: ~9 s
 def test_serve_on_loopback_serves_the_model_and_requires_the_token(tmp_path) -> None:
     port = free_port()
     env = {**os.environ, "T_SERVE_KEY": "serve-token", "OMP_NUM_THREADS": "1"}

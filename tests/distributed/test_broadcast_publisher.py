@@ -193,6 +193,7 @@ def sft_items() -> list:
             "policy_version": 0}) for i in range(4)]  # fmt: skip
 
 
+@pytest.mark.slow  # a server of its own and a trainer step: ~12 s
 def test_a_trainer_step_publishes_over_gloo_and_the_probe_reports_its_gap(dirs):
     """A fresh server: the trainer publishes version 1, and versions never go backwards."""
     with running_server(dirs[0]) as server:

@@ -62,6 +62,7 @@ def _local(model: torch.nn.Module) -> float:
         return model(input_ids=torch.tensor([PROMPT])).logits[0, -1].log_softmax(-1).max().item()
 
 
+@pytest.mark.slow  # a server and a trainer process: ~12 s
 def test_a_resumed_trainer_restores_its_checkpoint_on_a_server_already_serving_later_versions(
     tmp_path,
 ) -> None:
@@ -92,6 +93,7 @@ def test_a_resumed_trainer_restores_its_checkpoint_on_a_server_already_serving_l
         assert _served(url)[0] == 3
 
 
+@pytest.mark.slow  # a server and a trainer process: ~11 s
 def test_a_declared_restore_changes_nothing_served_until_its_update_loads(tmp_path) -> None:
     model_dir = build_tiny_model(
         tmp_path / "model", seed=0, hidden_size=64, num_layers=2, intermediate_size=128

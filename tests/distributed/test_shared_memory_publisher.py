@@ -143,6 +143,7 @@ def test_mapping_a_buffer_of_another_host_or_user_fails_with_a_clear_error():
         map_peer_buffer(os.getpid(), 10_000, 64)
 
 
+@pytest.mark.slow  # a server killed and started again: ~20 s
 def test_a_server_killed_and_restarted_fails_one_publish_clearly_then_takes_the_next(dirs):
     """The restarted server has other buffers under another pid: the publisher must map those, not reuse
     its mappings of the dead server's (they would take the bytes and the new server would serve garbage)."""

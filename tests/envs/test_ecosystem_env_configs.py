@@ -21,6 +21,7 @@ EXAMPLES = ROOT / "examples" / "ecosystem"
         ("verifiers_episode.toml", "verifiers.v1"),
     ],
 )
+@pytest.mark.slow  # a `ludic train --dry-run` process each, importing verifiers or TextArena: 8-19 s
 def test_example_config_passes_the_dry_run(config: str, package: str) -> None:
     pytest.importorskip(package)
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}

@@ -50,6 +50,7 @@ def test_env_rewards_the_right_final_number(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
+@pytest.mark.slow  # two example processes: ~15 s
 def test_train_and_eval_scripts_run_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "run"
     common = ["--output-dir", str(out), "--eval-episodes", "4", "--max-new-tokens", "8"]

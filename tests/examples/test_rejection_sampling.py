@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from ludic.testing import tiny_model_path
 from ludic.training.batching import OfflineBatchSource
 
@@ -42,6 +44,7 @@ async def test_draws_and_losses_are_rejected(tmp_path):
     assert all(r["steps"][-1]["info"]["result"] == "win" for r in kept)
 
 
+@pytest.mark.slow  # ~5 s of sampling
 async def test_tiny_policy_samples_on_the_embedded_engine_and_keeps_only_wins(tmp_path):
     module = _load()
     out = tmp_path / "wins.jsonl"
