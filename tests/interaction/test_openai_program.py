@@ -14,6 +14,7 @@ import torch
 openai = pytest.importorskip("openai")
 
 from ludic.envs.letter_repeat import LetterRepeatEnv  # noqa: E402
+from ludic.inference.call_recorder import EPISODE  # noqa: E402
 from ludic.interaction.openai_program import OpenAIProgramProtocol, ProgramTask  # noqa: E402
 from ludic.training.algorithm import RLAlgorithm  # noqa: E402
 from ludic.training.batching.rollout_engine import RolloutEngine  # noqa: E402
@@ -152,7 +153,12 @@ async def leaves_a_call_in_flight(client: Any, task: ProgramTask) -> str:
     await client.chat.completions.create(model=task.model, messages=messages, max_tokens=2)
     task_ref = asyncio.ensure_future(client.chat.completions.create(model=task.model, messages=messages, max_tokens=50))
     task_ref.add_done_callback(lambda t: t.cancelled() or t.exception())  # it fails once the client closes
-    await asyncio.sleep(0.05)
+    # return as soon as the call has gone out: a fixed sleep let a fast CPU's server answer all 50 tokens first
+    # (the episode then held two whole calls). The reply cannot be read before this loop's next turn sees the
+    # count: a turn's I/O callbacks run after the ones already queued, and sleep(0) queues this coroutine first.
+    recorder = EPISODE.get()
+    while recorder.in_flight == 0 and not task_ref.done():
+        await asyncio.sleep(0)
     leaves_a_call_in_flight.pending = task_ref  # type: ignore[attr-defined]  (kept alive, not awaited)
     return "aaaa"
 
