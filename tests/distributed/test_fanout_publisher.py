@@ -85,6 +85,12 @@ def test_every_server_gets_each_version_and_a_stalled_one_is_named_bounded_and_c
     v1 = _logprob(a)
     assert v1 == pytest.approx(_logprob(b), abs=1e-6) and v1 != pytest.approx(initial, abs=1e-6)
     assert fan.last_stats["publish_servers_ok"] == 2.0 and fan.last_stats["publish_servers_failed"] == 0.0
+    # The stalled upload goes out on a new connection. The one kept from version 1's upload has a receive window
+    # the kernel grew while B read that upload (up to net.ipv4.tcp_rmem's maximum, 32 MB on one Zen 5 host): the
+    # whole ~16 MB blob then fits in the stopped B's socket buffer and B applies it when it resumes. A new
+    # connection's window grows only as B reads, so there the upload stalls, as a hung server's would.
+    fan.close()
+    fan = _publisher([a, b], monkeypatch, timeout_s=3.0)
 
     os.kill(proc_b.pid, signal.SIGSTOP)  # B's port still accepts connections; nothing reads the upload
     try:
