@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 
+from ludic.kernels.cpu.cores import usable_cores
+
 MAX_ALONE_THREADS = 2
 """Threads for a child computing alone: beyond two, the tiny and small models here gain little."""
 
 
 def alone_threads() -> int:
     """Intra-op threads for a child process that has the machine to itself while the test waits."""
-    return max(1, min(MAX_ALONE_THREADS, os.cpu_count() or 1))
+    return min(MAX_ALONE_THREADS, usable_cores())
 
 
 def alone_process_env() -> dict[str, str]:

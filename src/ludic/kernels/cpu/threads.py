@@ -27,6 +27,8 @@ from collections.abc import Iterator
 
 import torch
 
+from ludic.kernels.cpu.cores import usable_cores
+
 ENV = "LUDIC_CPU_THREADS"
 MODES = ("auto", "fixed")
 CHECK_INTERVAL_S = 0.25
@@ -72,20 +74,13 @@ def _running_own() -> int:
     return max(count, 1)
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 class CpuThreads:
     """The process's one view of the free cores; ``fit()`` on a computing thread sets its intra-op count."""
 
     def __init__(self, *, interval_s: float = CHECK_INTERVAL_S, samples: int = SAMPLES) -> None:
         self.interval_s = interval_s
         self.max_threads = torch.get_num_threads()  # what OMP_NUM_THREADS / torch chose: the ceiling
-        self.cores = _cores()
+        self.cores = usable_cores()
         self._others: deque[int] = deque(maxlen=samples)
         self._checked = -float("inf")
         self._users = 0
