@@ -78,12 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def shared_model_dir(args: argparse.Namespace) -> str:
-    """``--model``, or a tiny model rank 0 builds and names to the others."""
+def shared_model_dir(args: argparse.Namespace, scratch: str) -> str:
+    """``--model``, or a tiny model rank 0 builds in its ``scratch`` and names to the others."""
     if args.model is not None:
         return args.model
     if torch.distributed.get_rank() == 0:
-        return broadcast_json(str(build_tiny_model(tempfile.mkdtemp(prefix="ludic-fsdp2-"), seed=args.seed)))
+        return broadcast_json(str(build_tiny_model(scratch, seed=args.seed)))
     return broadcast_json(None)
 
 
@@ -158,9 +158,14 @@ def grpo_trainer(model: Any, args: argparse.Namespace, r0: Rank0 | None, device:
 
 async def run(args: argparse.Namespace) -> dict[str, float]:
     """Every rank runs this; only rank 0 generates, evaluates and prints. Returns rank 0's figures."""
+    with tempfile.TemporaryDirectory(prefix="ludic-fsdp2-") as scratch:  # a built tiny model, removed after
+        return await train(args, shared_model_dir(args, scratch))
+
+
+async def train(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
+    """Warm start, GRPO and the held-out evaluations on ``model_dir``, sharded over the ranks."""
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     torch.manual_seed(args.seed)
-    model_dir = shared_model_dir(args)
     device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     shard_model(model, FSDPConfig(param_dtype=args.param_dtype, cpu_offload=args.cpu_offload,

@@ -55,11 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--publish", choices=("blob", "gloo", "shm"), default="blob",
                    help="how the trainer sends weights to the server (run_trainer.py --publish)")
     args = p.parse_args(argv)
-    model_dir = args.model_dir
-    if model_dir is None:
-        from ludic.testing import build_tiny_model
+    if args.model_dir is not None:
+        return run(args, args.model_dir)
+    from ludic.testing import build_tiny_model
 
-        model_dir = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="ludic-pipeline-model-"))))
+    with tempfile.TemporaryDirectory(prefix="ludic-pipeline-model-") as scratch:  # the tiny model, removed after
+        return run(args, str(build_tiny_model(Path(scratch))))
+
+
+def run(args: argparse.Namespace, model_dir: str) -> int:
+    """Redis, the server, the actors and the trainer on ``model_dir``; the trainer's exit code."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     batch = args.prompts * args.group_size
     procs: list[subprocess.Popen] = []

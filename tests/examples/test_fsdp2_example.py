@@ -27,9 +27,12 @@ def free_port() -> int:
 def run_example(out: Path, *flags: str) -> str:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
            f"--master_port={free_port()}", str(SCRIPT), "--output-dir", str(out), *flags]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    scratch = out / "tmp"  # the ranks' temporary folder: rank 0 builds the tiny model there
+    scratch.mkdir(parents=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TMPDIR": str(scratch)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in scratch.glob("ludic-*")) == []  # the tiny model is removed after
     return proc.stdout
 
 

@@ -17,11 +17,12 @@ pytestmark = pytest.mark.slow
 def test_run_local_publishes_every_step_over_shared_memory(tmp_path):
     """A failed publish would stop the trainer (PublishError): four steps and a clean exit mean four
     updates went through the server's shared buffers."""
-    out = tmp_path / "run"
+    out, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
     result = subprocess.run(
         [sys.executable, str(EXAMPLE / "run_local.py"), "--actors", "1", "--steps", "4", "--prompts", "1",
          "--group-size", "4", "--output-dir", str(out), "--publish", "shm"],
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch)}, capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -29,3 +30,4 @@ def test_run_local_publishes_every_step_over_shared_memory(tmp_path):
     assert steps == ["step 1", "step 2", "step 3", "step 4"]
     state = json.loads((out / "step_000004" / "trainer_state.json").read_text())
     assert state["metadata"]["batch_source"]["consumed"] >= 16
+    assert sorted(p.name for p in scratch.glob("ludic-*")) == []  # its tiny model and Redis directories removed

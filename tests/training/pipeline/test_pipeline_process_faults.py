@@ -133,14 +133,17 @@ class _Recording:
 
 
 def test_run_local_trains_with_two_actor_processes_and_a_weight_server(tmp_path):
-    """The example end to end: Redis, `python -m ludic.inference.server`, 2 actors, the trainer."""
-    out = tmp_path / "run"
+    """The example end to end: Redis, `python -m ludic.inference.server`, 2 actors, the trainer; the tiny
+    model and Redis directories it made in the temporary folder are gone after."""
+    out, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
     result = subprocess.run(
         [sys.executable, str(EXAMPLE / "run_local.py"), "--actors", "2", "--steps", "4",
          "--prompts", "1", "--group-size", "4", "--output-dir", str(out)],
-        env=_env(), capture_output=True, text=True, timeout=300,
+        env={**_env(), "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert sorted(p.name for p in scratch.glob("ludic-*")) == []
     steps = [line for line in result.stdout.splitlines() if line.startswith("step ")]
     assert [s.split(":")[0] for s in steps] == ["step 1", "step 2", "step 3", "step 4"]
     assert all(float(s.rsplit("staleness ", 1)[1].split()[0]) <= 1.0 for s in steps)  # "staleness 0.00 0.1 s"

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(60)  # the old code hangs in each of these
 
 @pytest.fixture
 def stalled_redis():
-    """A private Redis, SIGSTOPped once the test asks for it (``stop()``), SIGCONTed and stopped afterwards."""
+    """A private Redis, SIGSTOPped once the test asks for it (``stop()``), SIGCONTed and closed afterwards."""
     server = RedisServer().start()
     pid = server.process.pid
 
@@ -35,7 +35,7 @@ def stalled_redis():
         yield server, stop
     finally:
         os.kill(pid, signal.SIGCONT)
-        server.stop()
+        server.close()  # stops it and removes its data directory
 
 
 async def test_a_call_to_a_stalled_redis_fails_within_its_bound_naming_redis_and_the_command(stalled_redis, run_id):
