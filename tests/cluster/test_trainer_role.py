@@ -19,7 +19,7 @@ import pytest
 
 from ludic.cli.distributed_run import distributed_errors
 from ludic.config import load_config
-from ludic.testing import build_tiny_model
+from ludic.testing import build_tiny_model, torchrun_argv
 from ludic.testing.run_config import tiny_run_toml
 from ludic.testing.server_process import start_server, stop_server
 from ludic.training.pipeline.redis_server import RedisServer
@@ -65,9 +65,9 @@ trainer_procs_per_node = 2
 def _torchrun(config: Path, nproc: int, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
     from ludic.inference.weight_sync.process_group import free_port
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "ludic.cli", "train",
-           str(config), *extra]  # fmt: skip
+    cmd = torchrun_argv(config.parent / "torchrun", "--nnodes", "1", "--nproc_per_node", str(nproc),
+                        "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "ludic.cli", "train",
+                        str(config), *extra)  # fmt: skip
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -7,11 +7,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM
+
+from ludic.testing import torchrun_argv
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "fsdp2_training" / "train_fsdp2.py"
 MIN_GAIN = 0.3
@@ -25,8 +26,8 @@ def free_port() -> int:
 
 
 def run_example(out: Path, *flags: str) -> str:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", str(SCRIPT), "--output-dir", str(out), *flags]  # fmt: skip
+    cmd = torchrun_argv(out / "torchrun", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                        f"--master_port={free_port()}", str(SCRIPT), "--output-dir", str(out), *flags)  # fmt: skip
     scratch = out / "tmp"  # the ranks' temporary folder: rank 0 builds the tiny model there
     scratch.mkdir(parents=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TMPDIR": str(scratch)}

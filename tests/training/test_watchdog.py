@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ludic.testing import torchrun_argv
 from ludic.training.watchdog import STALL_EXIT_CODE, StepWatchdog, watch_steps
 
 WORKER = Path(__file__).with_name("watchdog_worker.py")
@@ -93,10 +94,10 @@ def _free_port() -> int:
 
 
 @pytest.mark.timeout(120)
-def test_under_torchrun_rank_0s_watchdog_names_its_rank_and_the_collective_and_ends_the_job() -> None:
+def test_under_torchrun_rank_0s_watchdog_names_its_rank_and_the_collective_and_ends_the_job(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", str(WORKER), "torchrun", "3.0"]  # fmt: skip
+    cmd = torchrun_argv(tmp_path / "torchrun", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                        f"--master_port={_free_port()}", str(WORKER), "torchrun", "3.0")  # fmt: skip
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110)
     took = time.monotonic() - started

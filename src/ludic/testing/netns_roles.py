@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from ludic.testing.netns import HostNetwork
 from ludic.testing.run_config import tiny_run_toml
+from ludic.testing.torchrun import torchrun_argv
 from ludic.training.pipeline.redis_server import RedisServer
 
 T = TypeVar("T")
@@ -106,11 +107,11 @@ class SimulatedCluster:
         procs = []
         for host in hosts:
             is_host = "true" if host == hosts[0] else "false"
-            argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}",
-                    "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",
-                    f"--rdzv_id={RUN_NAME}", f"--local_addr={self.net.address(host)}",
-                    f"--rdzv_conf=is_host={is_host}",
-                    "-m", "ludic.cli", "train", str(config), *extra]  # fmt: skip
+            argv = torchrun_argv(self.workdir / f"torchrun-{host}", f"--nnodes={len(hosts)}",
+                                 "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",
+                                 f"--rdzv_id={RUN_NAME}", f"--local_addr={self.net.address(host)}",
+                                 f"--rdzv_conf=is_host={is_host}",
+                                 "-m", "ludic.cli", "train", str(config), *extra)  # fmt: skip
             procs.append(self.start(f"trainer-{host}", host, argv))
         return procs
 

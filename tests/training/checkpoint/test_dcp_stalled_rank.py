@@ -8,10 +8,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from ludic.testing import torchrun_argv
 
 WORKER = Path(__file__).with_name("dcp_stall_worker.py")
 BOUND_S = 2.0
@@ -21,8 +22,8 @@ def _run(mode: str, out: Path) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={port}", str(WORKER), mode, str(out)]  # fmt: skip
+    cmd = torchrun_argv(out / "torchrun", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                        f"--master_port={port}", str(WORKER), mode, str(out))  # fmt: skip
     proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert (out / "saved0").is_file() and (out / "saved1").is_file()  # step 1 saved by both: the save works

@@ -13,12 +13,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from ludic.testing import torchrun_argv
 from ludic.timeouts import WaitTimeout
 from ludic.training.parallel.collective_timeout import (
     PeerLost,
@@ -35,8 +35,8 @@ def _run(mode: str, out: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={port}", str(WORKER), mode, str(out)]  # fmt: skip
+    cmd = torchrun_argv(out / "torchrun", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                        f"--master_port={port}", str(WORKER), mode, str(out))  # fmt: skip
     proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
@@ -120,9 +120,9 @@ def test_a_peer_rank_killed_mid_run_stops_the_other_at_once_with_peer_lost_namin
     port = _free_port()
     procs = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}",
-               "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER),
-               "peer_killed", str(tmp_path)]  # fmt: skip
+        cmd = torchrun_argv(tmp_path / f"torchrun{node}", "--nnodes=2", f"--node_rank={node}",
+                            "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER),
+                            "peer_killed", str(tmp_path))  # fmt: skip
         procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))  # fmt: skip
     try:

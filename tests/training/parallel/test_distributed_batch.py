@@ -7,11 +7,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ludic.testing import torchrun_argv
 from ludic.training.parallel.batch import item_from_json, item_to_json
 from ludic.training.types import ActorTokenLogps, SampleAttachments, SAWItem
 
@@ -27,8 +27,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     out = tmp_path_factory.mktemp("rank0_source")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", str(WORKER), str(out)]  # fmt: skip
+    cmd = torchrun_argv(out / "torchrun", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                        f"--master_port={free_port()}", str(WORKER), str(out))  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from ludic.testing import torchrun_argv
 from ludic.training.parallel.step import DataParallelGroup, balanced_share
 from ludic.training.types import SAWItem
 
@@ -39,8 +40,8 @@ def run_worker(model: Path, out: Path, *args: str, nproc: int = 2) -> dict:
     if nproc == 1:
         cmd = [sys.executable, str(WORKER)]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(WORKER)]  # fmt: skip
+        cmd = torchrun_argv(out / "torchrun", f"--nproc_per_node={nproc}",
+                            "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(WORKER))  # fmt: skip
     cmd += ["--model", str(model), "--out", str(out), *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
