@@ -44,7 +44,8 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tempfile.mkdtemp(), seed=0))
+    with tempfile.TemporaryDirectory(prefix="ludic-bench-model-") as tmp:  # removed once loaded
+        model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp, seed=0))
     print("| reply tokens | grad norm, length_normalize=False | True | ratio |")
     for length in (4, 16, 64):
         off, on = grad_norm(model, length, False), grad_norm(model, length, True)

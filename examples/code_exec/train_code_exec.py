@@ -73,9 +73,10 @@ async def main(
     metrics_path: Path | None = None,
 ) -> dict[str, float]:
     problems = load_problems()
-    model_dir = model_dir or str(build_tiny_model(tempfile.mkdtemp()))
-    client = TransformersChatClient(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    with tempfile.TemporaryDirectory(prefix="ludic-code-exec-model-") as tmp:  # a built tiny model: removed once loaded
+        model_dir = model_dir or str(build_tiny_model(tmp))
+        client = TransformersChatClient(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
     executor = shared_executor("bubblewrap", limits=SandboxLimits(wall_s=5, cpu_s=2), pool_size=pool_size)
 
     def env(index: int) -> CodeExecEnv:

@@ -137,8 +137,11 @@ def zombies():
     return found
 
 async def main():
-    runner = BubblewrapRunner()
-    code_dir = Path(tempfile.mkdtemp()); code_dir.chmod(0o755)
+    with tempfile.TemporaryDirectory(prefix="ludic-pid1-code-") as tmp:  # removed after
+        await run_all(BubblewrapRunner(), Path(tmp))
+
+async def run_all(runner, code_dir):
+    code_dir.chmod(0o755)
     report = {"pid": os.getpid(), "killed": [], "after": []}
     for code, key, wall in (("import time\\nwhile True: time.sleep(1)\\n", "killed", 0.5), ("print(1)\\n", "after", 5)):
         (code_dir / "solution.py").write_text(code); (code_dir / "solution.py").chmod(0o644)
