@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ludic.testing import build_tiny_model
+from ludic.testing import build_tiny_model, torchrun_argv
 
 pytestmark = pytest.mark.gpu
 WORKER = Path(__file__).parents[1] / "training" / "parallel" / "fsdp_worker.py"
@@ -21,8 +21,8 @@ needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL FSDP2
 
 
 def run(model: Path, out: Path, *extra: str, nproc: int) -> list[dict]:
-    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run",
-                                                    f"--nproc_per_node={nproc}", "--master_port=29533"]  # fmt: skip
+    launcher = [sys.executable] if nproc == 1 else torchrun_argv(out / "torchrun", f"--nproc_per_node={nproc}",
+                                                                 "--master_port=29533")  # fmt: skip
     cmd = [*launcher, str(WORKER), "--model", str(model), "--out", str(out), "--steps", "3", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ})
     assert proc.returncode == 0, proc.stderr[-3000:]
