@@ -69,13 +69,14 @@ def _last_block(text: str, marker: re.Pattern[str]) -> str | None:
 
 
 def _exact_block(text: str, marker: re.Pattern[str]) -> str | None:
+    """The content when ``text`` is exactly one ``<tag>...</tag>`` block, its opening paired with the
+    first closing after it (as in :func:`_last_block`), so ``<a>1</a><a>2</a>`` is two blocks, not one
+    holding ``1</a><a>2``."""
     first = marker.match(text)
     if first is None or first.group(1):
         return None
-    closing = None
-    for m in marker.finditer(text, first.end()):
-        closing = m
-    if closing is None or not closing.group(1) or closing.end() != len(text):
+    closing = next((m for m in marker.finditer(text, first.end()) if m.group(1)), None)
+    if closing is None or closing.end() != len(text):
         return None
     return text[first.end() : closing.start()]
 

@@ -12,12 +12,23 @@ import re
 from ludic.context.base import ContextStrategy
 from ludic.types import Message
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+_OPEN, _CLOSE = "<think>", "</think>"
+_SPACE = re.compile(r"\s*")
 
 
 def strip_thinking(text: str, placeholder: str = "") -> str:
-    """Replace every ``<think>...</think>`` block (and the whitespace after it) with ``placeholder``."""
-    return _THINK_BLOCK.sub(placeholder, text)
+    """Replace every ``<think>...</think>`` block (and the whitespace after it) with ``placeholder``.
+
+    Each opening pairs with the first closing after it, as the regex ``<think>.*?</think>\\s*`` would,
+    but in one pass with ``str.find``: the regex rescanned to the end from every unclosed ``<think>``
+    (quadratic), and read ``placeholder`` as a template (``\\1`` raised, ``\\g<0>`` kept the block).
+    """
+    kept: list[str] = []
+    done = 0
+    while (start := text.find(_OPEN, done)) >= 0 and (end := text.find(_CLOSE, start + len(_OPEN))) >= 0:
+        kept += [text[done:start], placeholder]
+        done = _SPACE.match(text, end + len(_CLOSE)).end()  # type: ignore[union-attr]
+    return "".join(kept) + text[done:]
 
 
 class TruncatedThinkingContext(ContextStrategy):

@@ -34,15 +34,30 @@ def render(board: list[str]) -> str:
     return "\n".join("|".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
 
 
+CELLS = "123456789"
+SHOWN = 40
+"""Characters of a refused reply quoted back in the reason (the reason becomes the next prompt)."""
+
+
 def parse_cell(action: str, board: list[str]) -> tuple[int | None, str | None]:
-    """(cell, None) for a legal move, else (None, reason)."""
+    """(cell, None) for a legal move, else (None, reason).
+
+    Only the ASCII digits 1-9 are cells: ``str.isdigit`` also passes "٠" (``int`` gives 0, i.e. cell 9
+    through ``board[-1]``) and "²" (``int`` raises)."""
     text = action.strip()
-    if not (text.isdigit() and len(text) == 1 and text != "0"):
-        return None, f"'{text}' is not a cell number 1-9"
+    if len(text) != 1 or text not in CELLS:
+        return None, f"{_quoted(text)} is not a cell number 1-9"
     cell = int(text)
     if board[cell - 1] != " ":
         return None, f"cell {cell} is already taken"
     return cell, None
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a repr (control characters visible), cut to :data:`SHOWN` characters."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r}... ({len(text)} characters)"
 
 
 def _completing_move(board: list[str], mark: str) -> int | None:

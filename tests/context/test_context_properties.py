@@ -1,0 +1,121 @@
+"""Context strategies on any dialog: what they promise to keep is sent once, in order, and never changed.
+
+Invariants: ``strip_thinking`` removes exactly the ``<think>...</think>`` blocks a lazy regex finds (each
+opening with the first closing after it, and the whitespace after), in time linear in the text; the
+prompt of ``FullDialog`` is the history, of ``RecentMessages`` the system prompt plus the last ``keep``
+messages, of ``TruncatedThinkingContext`` the history with only assistant thinking removed; building a
+prompt never changes the history, and changing a prompt never changes it either.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ludic.context import FullDialog, RecentMessages, TruncatedThinkingContext, strip_thinking
+from ludic.types import ChatResponse
+
+FAST = settings(max_examples=200, deadline=None)
+
+_pieces = st.sampled_from(
+    ["<think>", "</think>", "<think", "think>", "<THINK>", " ", "\n", "\u2028", "\x85", "x"]
+)
+_texts = st.lists(_pieces | st.text(max_size=4), max_size=12).map("".join) | st.text(max_size=60)
+_events = st.lists(
+    st.tuples(st.sampled_from(["obs", "reply", "tool", "end"]), _texts), max_size=8
+)  # one episode's hooks after on_env_reset
+
+
+def _reference_strip(text: str, placeholder: str) -> str:
+    return re.sub(r"<think>.*?</think>\s*", lambda _: placeholder, text, flags=re.DOTALL)
+
+
+@FAST
+@given(_texts, st.sampled_from(["", "[thought] ", "\\1 \\g<0>"]))
+def test_strip_thinking_removes_what_a_lazy_regex_finds(text: str, placeholder: str) -> None:
+    assert strip_thinking(text, placeholder) == _reference_strip(text, placeholder)
+
+
+def test_strip_thinking_is_linear_on_unclosed_blocks() -> None:
+    text = "<think>" * 100_000 + "x</think"  # 700 kB, no block ever closes
+    started = time.perf_counter()
+    assert strip_thinking(text) == text
+    assert strip_thinking("<think>a</think> " * 100_000 + "<think>" * 100_000) == "<think>" * 100_000
+    # linear: milliseconds; the lazy regex took minutes (quadratic)
+    assert time.perf_counter() - started < 5.0
+
+
+def _played(ctx, first: str, events: list[tuple[str, str]]):
+    ctx.on_env_reset(first, {})
+    for kind, text in events:
+        if kind == "obs":
+            ctx.on_after_step(text, {})
+        elif kind == "reply":
+            ctx.on_after_act(ChatResponse(text=text))
+        elif kind == "tool":
+            ctx.append_message({"role": "tool", "name": "f", "content": text})
+        else:
+            ctx.on_after_step(None, {})
+    return ctx
+
+
+def _prompt_keeps_history_intact(ctx) -> list[dict]:
+    """The prompt; checks building it and then changing it leaves the history as it was."""
+    history = copy.deepcopy(ctx.messages)
+    prompt = ctx.on_before_act()
+    assert ctx.messages == history
+    for message in prompt:
+        message["content"] = "changed"
+    assert ctx.messages == history
+    return ctx.on_before_act()
+
+
+_systems = st.none() | st.text(max_size=5)
+
+
+@FAST
+@given(_systems, _texts, _events)
+def test_full_dialog_sends_every_message_once_in_order(system: str | None, first: str, events) -> None:
+    ctx = _played(FullDialog(system_prompt=system), first, events)
+    prompt = _prompt_keeps_history_intact(ctx)
+    expected = [{"role": "system", "content": system}] if system else []
+    expected.append({"role": "user", "content": first})
+    for kind, text in events:
+        role = {"obs": "user", "reply": "assistant", "tool": "tool"}.get(kind)
+        if role is not None:
+            expected.append({"role": role, "content": text} | ({"name": "f"} if role == "tool" else {}))
+    assert prompt == ctx.messages == expected
+
+
+@FAST
+@given(_systems, _texts, _events, st.integers(1, 10))
+def test_recent_messages_sends_the_system_prompt_and_the_last_keep_messages(
+    system: str | None, first: str, events, keep: int
+) -> None:
+    ctx = _played(RecentMessages(keep=keep, system_prompt=system), first, events)
+    prompt = _prompt_keeps_history_intact(ctx)
+    history = ctx.messages
+    head = history[:1] if system else []
+    assert prompt == head + history[len(head) :][-keep:]
+    assert len(prompt) == len(head) + min(keep, len(history) - len(head))
+    assert [m["role"] for m in prompt].count("system") == len(head)
+
+
+@FAST
+@given(_systems, _texts, _events, st.sampled_from(["", "[thought] "]))
+def test_truncated_thinking_changes_only_assistant_thinking_in_the_prompt(
+    system: str | None, first: str, events, placeholder: str
+) -> None:
+    ctx = _played(TruncatedThinkingContext(system_prompt=system, placeholder=placeholder), first, events)
+    prompt = _prompt_keeps_history_intact(ctx)
+    history = ctx.messages
+    assert len(prompt) == len(history)
+    for sent, kept in zip(prompt, history):
+        if kept["role"] == "assistant":
+            assert sent == {**kept, "content": _reference_strip(kept["content"], placeholder)}
+        else:
+            assert sent == kept
