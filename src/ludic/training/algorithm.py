@@ -123,7 +123,9 @@ def center_weights(normalize: bool = False) -> PreprocessFn:
         weights = [w for it in batch.items for w in credit_units(it)]
         if not weights:
             return set_items(batch, list(batch.items))
-        mean = statistics.fmean(weights)
+        # the correctly rounded mean (not fmean's rounded sum / n), so tied weights centre to exactly 0
+        # rather than +-1 ulp, which ``/ (std + 1e-8)`` would blow up: w_i - mean(w)
+        mean = float(statistics.mean(weights))
         scale = statistics.pstdev(weights) + 1e-8 if normalize else 1.0
         for item in batch.items:
             item.weight = (item.weight - mean) / scale

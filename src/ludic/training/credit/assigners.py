@@ -7,8 +7,9 @@ the wrong size is an error, never a silent mis-normalisation.
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,37 @@ from ludic.types import Rollout
 
 ADV_EPS = 1e-8
 """Added to every standard deviation before dividing by it."""
+
+
+def check_rollouts(rollouts: list[Rollout]) -> list[Rollout]:
+    """``rollouts``, refused with ValueError if two share an id or a step index (their credit keys
+    ``(rollout.id, step.index)`` would collide, one silently overwriting the other) or a reward is NaN/inf
+    (it would reach the loss as a NaN weight, or poison its whole group's mean and std)."""
+    for rid, count in Counter(r.id for r in rollouts).items():
+        if count > 1:
+            raise ValueError(
+                f"rollout id {rid!r} appears {count} times in the batch; credit is keyed (rollout.id, "
+                "step.index), so each rollout needs its own id (copy a rollout with a fresh id to reuse it)"
+            )
+    for r in rollouts:
+        indices = [s.index for s in r.steps]
+        if len(set(indices)) != len(indices):
+            raise ValueError(
+                f"rollout {r.id!r} has repeated step indices {indices}; each step needs its own index"
+            )
+        for s in r.steps:
+            if not math.isfinite(s.reward):
+                raise ValueError(
+                    f"rollout {r.id!r} step {s.index} has a non-finite reward ({s.reward!r}); fix the env or "
+                    "reward function, or drop the rollout before credit assignment"
+                )
+    return rollouts
+
+
+def group_mean(values: list[float]) -> float:
+    """The correctly rounded mean: ``fmean`` rounds its sum first, so n tied rewards could centre to
+    +-1 ulp instead of 0, which ``/ (std + 1e-8)`` then blows up (11.9 for five rewards of 858993459.9999999)."""
+    return float(statistics.mean(values))
 
 
 def _per_rollout(rollouts: list[Rollout], values: dict[str, float]) -> dict[RolloutStepKey, float]:
@@ -67,7 +99,7 @@ class MonteCarloReturn:
 
     def compute(self, rollouts: list[Rollout]) -> dict[RolloutStepKey, float]:
         out: dict[RolloutStepKey, float] = {}
-        for r in rollouts:
+        for r in check_rollouts(rollouts):
             g = 0.0
             for step in reversed(r.steps):
                 g = step.reward + self.gamma * g
@@ -95,9 +127,9 @@ class GroupNormalizedReturn:
 
     def compute(self, rollouts: list[Rollout]) -> dict[RolloutStepKey, float]:
         adv: dict[str, float] = {}
-        for group in group_rollouts(rollouts, self.group_size):
+        for group in group_rollouts(check_rollouts(rollouts), self.group_size):
             rewards = [r.total_reward for r in group]
-            mean = statistics.fmean(rewards)
+            mean = group_mean(rewards)
             scale = statistics.pstdev(rewards) + ADV_EPS if self.normalize_adv else 1.0
             for r, reward in zip(group, rewards):
                 a = (reward - mean) / scale
@@ -127,8 +159,8 @@ class HybridNormalizedReturn:
 
     def compute(self, rollouts: list[Rollout]) -> dict[RolloutStepKey, float]:
         centred: dict[str, float] = {}
-        for group in group_rollouts(rollouts, self.group_size):
-            mean = statistics.fmean(r.total_reward for r in group)
+        for group in group_rollouts(check_rollouts(rollouts), self.group_size):
+            mean = group_mean([r.total_reward for r in group])
             centred.update({r.id: r.total_reward - mean for r in group})
         scale = (statistics.pstdev(centred.values()) if centred else 0.0) + ADV_EPS
         adv = {rid: a / scale for rid, a in centred.items()}
@@ -152,7 +184,7 @@ class EpisodicReturn:
     """Every step gets the episode's total reward (undiscounted, no baseline)."""
 
     def compute(self, rollouts: list[Rollout]) -> dict[RolloutStepKey, float]:
-        return _per_rollout(rollouts, {r.id: r.total_reward for r in rollouts})
+        return _per_rollout(rollouts, {r.id: r.total_reward for r in check_rollouts(rollouts)})
 
 
 @dataclass
@@ -160,4 +192,4 @@ class PerStepReward:
     """Every step gets its own immediate reward (bandit-style credit)."""
 
     def compute(self, rollouts: list[Rollout]) -> dict[RolloutStepKey, float]:
-        return {(r.id, s.index): float(s.reward) for r in rollouts for s in r.steps}
+        return {(r.id, s.index): float(s.reward) for r in check_rollouts(rollouts) for s in r.steps}

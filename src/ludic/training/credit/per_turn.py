@@ -13,7 +13,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ludic.training.credit.assigners import ADV_EPS, group_rollouts
+from ludic.training.credit.assigners import ADV_EPS, check_rollouts, group_mean, group_rollouts
 from ludic.training.types import RolloutStepKey
 from ludic.types import Rollout
 
@@ -50,7 +50,7 @@ class PerTurnReturn:
             raise ValueError("PerTurnReturn(normalize_adv=True) needs group_size: it normalises within groups")
 
     def compute(self, rollouts: list[Rollout]) -> dict[RolloutStepKey, float]:
-        returns = {r.id: reward_to_go(r, self.gamma) for r in rollouts}
+        returns = {r.id: reward_to_go(r, self.gamma) for r in check_rollouts(rollouts)}
         out: dict[RolloutStepKey, float] = {}
         if self.group_size is None:
             for r in rollouts:
@@ -73,7 +73,7 @@ class PerTurnReturn:
         for r in group:
             for t, (step, g) in enumerate(zip(r.steps, returns[r.id], strict=True)):
                 peers = by_turn[t]
-                a = g - statistics.fmean(peers)
+                a = g - group_mean(peers)
                 if self.normalize_adv:
                     a /= statistics.pstdev(peers) + ADV_EPS
                 out[(r.id, step.index)] = a
