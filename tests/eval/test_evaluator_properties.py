@@ -1,0 +1,73 @@
+"""Property-based tests of the Evaluator's summary: every average equals a direct float64 computation over the
+episodes the engine returned, each episode counted once; a seat that never moved (``meta["empty"]``) is
+counted apart and never averaged in as a reward of 0; episodes the engine lost are counted as failed."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ludic.eval import Evaluator
+from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic.types import Rollout, Step, TokenTrace
+
+PROPS = settings(max_examples=200, deadline=None)
+rewards = st.floats(-1e3, 1e3, allow_nan=False)
+
+
+class FixedEngine:
+    """Returns the given rollouts, as a RolloutEngine returns the episodes that did not fail."""
+
+    def __init__(self, rollouts: list[Rollout]) -> None:
+        self.rollouts = rollouts
+
+    async def generate_rollouts(self, *, requests, max_steps, concurrency):
+        return list(self.rollouts)
+
+
+@st.composite
+def episodes(draw: st.DrawFn) -> Rollout:
+    """A played episode of 1-4 steps (each with a reward, a parse-error flag and a completion length), or
+    an empty seat."""
+    if draw(st.booleans()) and draw(st.booleans()):
+        return Rollout(steps=[], meta={"empty": True})
+    steps = [
+        Step(i, "o", "a", None, draw(rewards), False, False, info={"parse_error": draw(st.booleans())},
+             trace=TokenTrace(prompt_token_ids=[1], completion_token_ids=[7] * draw(st.integers(0, 9))))
+        for i in range(draw(st.integers(1, 4)))
+    ]  # fmt: skip
+    return Rollout(steps=steps)
+
+
+def summarise(rollouts: list[Rollout], n_requests: int) -> dict[str, float]:
+    requests = [RolloutRequest(EnvSpec("e"), ProtocolSpec("p"), env_seed=i) for i in range(n_requests)]
+    ev = Evaluator(engine=FixedEngine(rollouts), requests=requests, max_steps=4)
+    return asyncio.run(ev.evaluate())
+
+
+def mean(xs: list[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else math.nan
+
+
+@PROPS
+@given(st.lists(episodes(), min_size=1, max_size=12), st.integers(0, 4))
+def test_the_summary_equals_a_direct_computation_over_each_episode_once(
+    played: list[Rollout], lost: int
+) -> None:
+    stats = summarise(played, n_requests=len(played) + lost)
+    non_empty = [r for r in played if r.steps]
+    steps = [s for r in played for s in r.steps]
+    expected = {
+        "eval/num_episodes": float(len(played)),
+        "eval/failed_rollouts": float(lost),
+        "eval/empty_rollouts": float(len(played) - len(non_empty)),
+        "eval/avg_total_reward": mean([math.fsum(s.reward for s in r.steps) for r in non_empty]),
+        "eval/parse_error_rate": mean([float(s.info["parse_error"]) for s in steps]),
+        "eval/avg_completion_length": mean([float(len(s.trace.completion_token_ids)) for s in steps]),
+    }
+    for key, value in expected.items():
+        assert stats[key] == pytest.approx(value, rel=1e-9, abs=1e-9, nan_ok=True), key
