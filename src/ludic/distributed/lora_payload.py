@@ -81,6 +81,9 @@ def _adapter_layers(model: nn.Module, base: nn.Module, adapter: str) -> list[tup
             raise ValueError(f"adapter publishing supports linear LoRA layers; {name} is an embedding: use lora='merged'")
         if adapter not in module.lora_A:
             continue
+        if not isinstance(module.lora_A[adapter], nn.Linear):  # a conv's A is [r, in, k...]: no ``B @ A``
+            raise ValueError(f"{name}: adapter publishing supports linear LoRA layers, this one adapts a "
+                             f"{type(module.base_layer).__name__}: use lora='merged'")  # fmt: skip
         if (getattr(module, "lora_magnitude_vector", None) or {}).get(adapter) is not None:
             raise ValueError(f"adapter publishing does not support DoRA ({name}): use lora='merged'")
         if module.r[adapter] != module.lora_A[adapter].weight.shape[0] or getattr(module, "merged", False):

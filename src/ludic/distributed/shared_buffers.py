@@ -29,11 +29,10 @@ class PeerBuffers:
 
     def view(self, reservation: dict[str, Any], nbytes: int) -> Tensor:
         """The first ``nbytes`` of the buffer a ``/ludic/reserve_weight_buffer`` reply names, writable."""
-        try:
-            key = (int(reservation["pid"]), int(reservation["buffer"]))
-            fd, file_bytes = int(reservation["fd"]), int(reservation["file_bytes"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise RuntimeError(f"the server's buffer reservation is malformed: {reservation!r:.200}") from exc
+        if nbytes < 0:
+            raise ValueError(f"a call of {nbytes} bytes: sizes are non-negative")
+        pid, buffer_id, fd, file_bytes = _reservation_fields(reservation)
+        key = (pid, buffer_id)
         if file_bytes < nbytes:
             raise RuntimeError(f"the server reserved {file_bytes} bytes for a call of {nbytes}")
         mapped = self._maps.get(key)
@@ -53,3 +52,15 @@ class PeerBuffers:
 
     def __len__(self) -> int:
         return len(self._maps)
+
+
+def _reservation_fields(reservation: Any) -> tuple[int, int, int, int]:
+    """``(pid, buffer, fd, file_bytes)`` of a reservation, each a JSON int; RuntimeError naming a field that is
+    not. Read with ``int()``, ``true`` became pid 1, ``2.9`` fd 2, and Infinity raised OverflowError."""
+    fields = ("pid", "buffer", "fd", "file_bytes")
+    values = [reservation.get(k) for k in fields] if isinstance(reservation, dict) else [None] * len(fields)
+    bad = [k for k, v in zip(fields, values, strict=True) if type(v) is not int]
+    if bad:
+        raise RuntimeError(f"the server's buffer reservation is malformed (int {bad}): {reservation!r:.200}")
+    pid, buffer_id, fd, file_bytes = values
+    return pid, buffer_id, fd, file_bytes

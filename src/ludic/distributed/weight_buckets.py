@@ -10,10 +10,18 @@ WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
 
 
 def named_tensors(source: WeightSource) -> Iterator[tuple[str, Tensor]]:
+    """``source``'s pairs, each checked as it is walked: a tensor under a non-empty name not seen before (a
+    server that loads each call as it comes, vLLM's, loaded a repeated name twice, the last one winning)."""
     pairs = source.items() if isinstance(source, Mapping) else source
+    seen: set[str] = set()
     for name, tensor in pairs:
+        if not isinstance(name, str):
+            raise TypeError(f"publish: {name!r:.100} is a {type(name).__name__}, expected a str name")
+        if not name or name in seen:
+            raise ValueError(f"publish: {name!r:.100} " + ("is sent twice" if name else "is no name"))
         if not isinstance(tensor, Tensor):
             raise TypeError(f"publish: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
+        seen.add(name)
         yield name, tensor
 
 
