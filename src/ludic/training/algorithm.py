@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ludic.training.credit.assigners import group_mean
 from ludic.training.loss.base import Loss
 from ludic.training.sampling_temperature import nucleus_sampled
 from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
@@ -123,9 +124,7 @@ def center_weights(normalize: bool = False) -> PreprocessFn:
         weights = [w for it in batch.items for w in credit_units(it)]
         if not weights:
             return set_items(batch, list(batch.items))
-        # the correctly rounded mean (not fmean's rounded sum / n), so tied weights centre to exactly 0
-        # rather than +-1 ulp, which ``/ (std + 1e-8)`` would blow up: w_i - mean(w)
-        mean = float(statistics.mean(weights))
+        mean = group_mean(weights)  # correctly rounded: tied weights centre to exactly 0; w_i - mean(w)
         scale = statistics.pstdev(weights) + 1e-8 if normalize else 1.0
         for item in batch.items:
             item.weight = (item.weight - mean) / scale

@@ -34,7 +34,6 @@ from ludic.types import Rollout, Step
 
 EPS = 1e-8
 PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
-SHAPES = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
 
 # rewards on a 1/4 grid: sums, means and shifts of them are exact in float64, so invariances hold tightly
 grid_rewards = st.integers(-40, 40).map(lambda k: k / 4)
@@ -206,7 +205,7 @@ ORDER_ASSIGNERS: list[Callable[[int], CreditAssigner]] = [
 ]
 
 
-@SHAPES
+@PROPS
 @given(
     grouped_batches(any_rewards),
     st.randoms(use_true_random=False),
@@ -229,7 +228,7 @@ GROUPED: list[Callable[[int], CreditAssigner]] = [
 ]
 
 
-@SHAPES
+@PROPS
 @given(grouped_batches(), st.data(), st.sampled_from(range(len(GROUPED))))
 def test_a_group_of_the_wrong_size_is_named(
     batch: tuple[int, list[Rollout]], data: st.DataObject, which: int
@@ -251,7 +250,7 @@ def test_a_group_of_the_wrong_size_is_named(
         GROUPED[which](group_size).compute(broken)
 
 
-@SHAPES
+@PROPS
 @given(grouped_batches(), st.data(), st.sampled_from(range(len(GROUPED))))
 def test_a_rollout_without_a_group_id_is_named(
     batch: tuple[int, list[Rollout]], data: st.DataObject, which: int
@@ -273,7 +272,7 @@ ALL_ASSIGNERS: list[Callable[[int], CreditAssigner]] = [
 ]
 
 
-@SHAPES
+@PROPS
 @given(grouped_batches(), st.data(), st.sampled_from(range(len(ALL_ASSIGNERS))))
 def test_two_rollouts_sharing_an_id_are_refused(
     batch: tuple[int, list[Rollout]], data: st.DataObject, which: int
@@ -287,7 +286,7 @@ def test_two_rollouts_sharing_an_id_are_refused(
         ALL_ASSIGNERS[which](group_size + (a is b)).compute(rollouts)
 
 
-@SHAPES
+@PROPS
 @given(
     grouped_batches(),
     st.data(),
