@@ -15,17 +15,23 @@ from ludic.types import Rollout, Step, TokenTrace
 
 
 class ScriptedEngine:
-    """Stands in for RolloutEngine: one rollout per request with a scripted reward; drops the last
-    ``fail`` requests as an engine does with episodes that crashed."""
+    """Stands in for RolloutEngine: one rollout per request with a scripted reward; the last ``fail``
+    requests crash, each returned as one ``meta["failed"]`` rollout when ``include_failed`` (else dropped),
+    as the engine does."""
 
     def __init__(self, rewards: list[float], fail: int = 0) -> None:
         self.rewards = rewards
         self.fail = fail
         self.calls: list[dict] = []
 
-    async def generate_rollouts(self, *, requests, max_steps, concurrency):
-        self.calls.append({"requests": list(requests), "max_steps": max_steps, "concurrency": concurrency})
+    async def generate_rollouts(self, *, requests, max_steps, concurrency, include_failed=False):
+        self.calls.append({"requests": list(requests), "max_steps": max_steps, "concurrency": concurrency,
+                           "include_failed": include_failed})  # fmt: skip
         rollouts = []
+        if include_failed:
+            for req in list(requests)[len(requests) - self.fail :]:
+                error = {"type": "RuntimeError", "message": "crashed"}
+                rollouts.append(Rollout(meta={"request_meta": req.meta, "failed": True, "error": error}))
         for req, reward in list(zip(requests, self.rewards))[: len(requests) - self.fail]:
             step = Step(
                 index=0,
@@ -79,9 +85,13 @@ async def test_concurrency_can_be_overridden_per_call() -> None:
 
 async def test_failed_rollouts_are_counted() -> None:
     engine = ScriptedEngine([1.0, 1.0, 1.0], fail=1)
-    stats = await Evaluator(engine=engine, requests=_requests(3), max_steps=1).evaluate()
+    ev = Evaluator(engine=engine, requests=_requests(3), max_steps=1)
+    stats = await ev.evaluate()
+    assert engine.calls[0]["include_failed"] is True
     assert stats["eval/num_episodes"] == 2.0
     assert stats["eval/failed_rollouts"] == 1.0
+    assert stats["eval/avg_total_reward"] == 1.0  # the failed episode is not averaged in as a reward of 0
+    assert len(ev.last_rollouts) == 2 and [r.meta["error"]["message"] for r in ev.last_failed] == ["crashed"]
 
 
 async def test_sampling_override_replaces_every_request_decoding_but_keeps_seeds() -> None:

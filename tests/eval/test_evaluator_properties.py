@@ -1,6 +1,7 @@
 """Property-based tests of the Evaluator's summary: every average equals a direct float64 computation over the
 episodes the engine returned, each episode counted once; a seat that never moved (``meta["empty"]``) is
-counted apart and never averaged in as a reward of 0; episodes the engine lost are counted as failed."""
+counted apart and never averaged in as a reward of 0; failed episodes (``meta["failed"]``) are counted as
+failed and left out of every average."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ rewards = st.floats(-1e3, 1e3, allow_nan=False)
 
 
 class FixedEngine:
-    """Returns the given rollouts, as a RolloutEngine returns the episodes that did not fail."""
+    """Returns the given rollouts, dropping the failed ones unless ``include_failed``, as a RolloutEngine does."""
 
     def __init__(self, rollouts: list[Rollout]) -> None:
         self.rollouts = rollouts
 
-    async def generate_rollouts(self, *, requests, max_steps, concurrency):
-        return list(self.rollouts)
+    async def generate_rollouts(self, *, requests, max_steps, concurrency, include_failed=False):
+        return [r for r in self.rollouts if include_failed or not r.meta.get("failed")]
 
 
 @st.composite
@@ -41,6 +42,11 @@ def episodes(draw: st.DrawFn) -> Rollout:
         for i in range(draw(st.integers(1, 4)))
     ]  # fmt: skip
     return Rollout(steps=steps)
+
+
+def failed_episode() -> Rollout:
+    """A failed episode as the engine records it: one stepless rollout, whatever its number of seats."""
+    return Rollout(steps=[], meta={"failed": True, "error": {"type": "RuntimeError", "message": "boom"}})
 
 
 def summarise(rollouts: list[Rollout], n_requests: int) -> dict[str, float]:
@@ -58,7 +64,7 @@ def mean(xs: list[float]) -> float:
 def test_the_summary_equals_a_direct_computation_over_each_episode_once(
     played: list[Rollout], lost: int
 ) -> None:
-    stats = summarise(played, n_requests=len(played) + lost)
+    stats = summarise(played + [failed_episode() for _ in range(lost)], n_requests=len(played) + lost)
     non_empty = [r for r in played if r.steps]
     steps = [s for r in played for s in r.steps]
     expected = {

@@ -27,7 +27,8 @@ class Evaluator:
     """Run ``requests`` through a RolloutEngine and summarise them.
 
     engine: a ``RolloutEngine`` (anything with ``async generate_rollouts(*, requests, max_steps,
-        concurrency)``).
+        concurrency, include_failed)``); it is called with ``include_failed=True`` and must then return
+        each failed episode as one rollout with ``meta["failed"]``, as ``RolloutEngine`` does.
     requests: the fixed evaluation requests (held-out env seeds).
     max_steps: env steps per episode.
     reducers: ``{name: Reducer}`` applied to per-step records (meta paths as in training); outputs
@@ -36,8 +37,30 @@ class Evaluator:
         each request's own inference settings. Per-request sampling seeds are kept, so sampled
         evaluation is reproducible.
     concurrency: episodes in flight (overridable per call).
-    out_dir: if set, each call writes ``eval_step_<step>.jsonl`` (one line per episode) and
-        ``eval_step_<step>_summary.json`` (``eval_call_<n>...`` when called without a step).
+    out_dir: if set, each call writes ``eval_step_<step>.jsonl`` (one line per rollout that did not
+        fail) and ``eval_step_<step>_summary.json`` (``eval_call_<n>...`` when called without a step).
+
+    ``evaluate`` returns:
+
+    - ``eval/num_episodes``: the rollouts that did not fail, one per seat per episode (a two-seat game
+      counts 2), empty seats included; the same rollouts as ``last_rollouts``.
+    - ``eval/failed_rollouts``: failed *episodes* (an env, protocol or client that raised, a timeout).
+      The engine records a failed episode as one rollout with ``meta["failed"]`` (and ``meta["error"]``),
+      whatever its number of seats; failed episodes are kept in ``last_failed`` and left out of every
+      other stat.
+    - ``eval/empty_rollouts``: seats that never moved (``meta["empty"]``: the game ended before their
+      turn); counted apart, never averaged in as a reward of 0.
+    - ``eval/avg_total_reward``: the mean total reward of the rollouts that played (neither failed nor
+      empty); ``eval/parse_error_rate`` and ``eval/avg_completion_length``: over their steps; reducers
+      read their steps too. NaN when there is nothing to average.
+    - ``eval/seconds``: wall time of the call.
+
+    A NaN or infinite reward raises ValueError naming the rollout, seat, step and env seed, as credit
+    assignment does in training (``ludic.training.credit.assigners.check_rollouts``). Neither silent
+    choice serves a researcher: a NaN mean hides which episode broke, and a mean that left such episodes
+    out would be over whichever episodes the reward function could score, not over the fixed set that
+    makes evaluations at different steps comparable. ``last_rollouts`` still holds the episodes, to look
+    at.
     """
 
     def __init__(
@@ -65,6 +88,9 @@ class Evaluator:
         self.concurrency = concurrency
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.last_rollouts: list[Rollout] = []
+        """The latest call's rollouts that did not fail (one per seat per episode)."""
+        self.last_failed: list[Rollout] = []
+        """The latest call's failed episodes, one rollout each (``meta["error"]`` says why)."""
         self.calls = 0
 
     @staticmethod
@@ -75,6 +101,7 @@ class Evaluator:
 
     @property
     def target_episodes(self) -> int:
+        """Episodes asked for (each request's ``num_episodes``); a multi-seat episode returns one rollout per seat."""
         return sum(r.num_episodes for r in self.requests)
 
     async def evaluate(self, *, concurrency: int | None = None, step: int | None = None) -> dict[str, float]:
@@ -82,26 +109,32 @@ class Evaluator:
         self.calls += 1
         start = time.perf_counter()
         rollouts = await self.engine.generate_rollouts(
-            requests=self.requests, max_steps=self.max_steps, concurrency=concurrency or self.concurrency
+            requests=self.requests,
+            max_steps=self.max_steps,
+            concurrency=concurrency or self.concurrency,
+            include_failed=True,
         )
-        self.last_rollouts = list(rollouts)
-        stats = self._summarise(self.last_rollouts)
+        self.last_rollouts = [r for r in rollouts if not r.meta.get("failed")]
+        self.last_failed = [r for r in rollouts if r.meta.get("failed")]
+        stats = self._summarise(self.last_rollouts, failed_episodes=len(self.last_failed))
         stats["eval/seconds"] = time.perf_counter() - start
         if self.out_dir is not None:
             self._write(self.last_rollouts, stats, step)
         return stats
 
-    def _summarise(self, rollouts: list[Rollout]) -> dict[str, float]:
+    def _summarise(self, rollouts: list[Rollout], *, failed_episodes: int) -> dict[str, float]:
+        """``rollouts``: those that did not fail; ``failed_episodes``: how many episodes failed."""
         n = len(rollouts)
         # a seat that never moved (the game ended before its turn: ``meta["empty"]``) played nothing:
         # counted apart, never averaged in as a reward of 0
         played = [r for r in rollouts if not r.meta.get("empty")]
+        _check_finite(played)
         rewards = [r.total_reward for r in played]
         steps = [s for r in rollouts for s in r.steps]
         completion_lengths = [len(s.trace.completion_token_ids) for s in steps if s.trace is not None]
         stats = {
             "eval/num_episodes": float(n),
-            "eval/failed_rollouts": float(max(self.target_episodes - n, 0)),
+            "eval/failed_rollouts": float(failed_episodes),
             "eval/empty_rollouts": float(n - len(played)),
             "eval/avg_total_reward": _mean(rewards),
             "eval/parse_error_rate": _mean([float(bool(s.info.get("parse_error"))) for s in steps]),
@@ -123,6 +156,24 @@ class Evaluator:
                 f.write(json.dumps(episode_record(rollout), default=str) + "\n")
         summary = {"step": step, **stats}
         (self.out_dir / f"eval_{tag}_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _check_finite(rollouts: list[Rollout]) -> None:
+    """ValueError for the first rollout whose reward is NaN or infinite (a step's, or a total that overflowed)."""
+    for r in rollouts:
+        if math.isfinite(r.total_reward):
+            continue
+        bad = next((s for s in r.steps if not math.isfinite(s.reward)), None)
+        if bad is not None:
+            where = f"step {bad.index} has a non-finite reward ({bad.reward!r})"
+        else:
+            where = f"total reward is {r.total_reward!r}"
+        engine_meta = r.meta.get("engine") if isinstance(r.meta.get("engine"), dict) else {}
+        raise ValueError(
+            f"evaluation rollout {r.id!r} (agent {r.meta.get('agent_id')!r}, env_seed "
+            f"{engine_meta.get('env_seed')!r}, request_meta {r.meta.get('request_meta')!r}): {where}; "
+            "fix the env or reward function (Evaluator.last_rollouts holds the episodes)"
+        )
 
 
 def _mean(values: list[float]) -> float:
