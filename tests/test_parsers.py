@@ -129,3 +129,50 @@ def test_parsers_run_in_linear_time_on_megabyte_adversarial_replies(text):
     think_prefix_parser()(text)
     boxed_parser()("\\boxed{" + text)
     assert time.perf_counter() - started < 10.0  # linear: well under 1 s at 1 MB; quadratic would take minutes
+
+
+def test_boxed_parser_fails_when_the_last_box_is_cut_off_rather_than_taking_an_earlier_one():
+    # A reply truncated by the token limit: its final answer is unknown, and 12 is what the model replaced.
+    result = boxed_parser(error_reward=-2.0)("\\boxed{12} so the answer is \\boxed{1")
+    assert result.action is None and result.reward == -2.0
+    assert boxed_parser()("\\boxed{12} so the answer is \\boxed{13}").action == "13"
+    assert boxed_parser()("\\boxed{1 \\boxed{2}").action == "2"  # the last box closes: its content
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("\\boxed{a\\}b}", "a\\}b"),  # was "a\\": the escaped brace closed the box
+        ("\\boxed{\\left\\{ x \\right.}", "\\left\\{ x \\right."),  # was a format error
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("\\boxed{a \\\\}", "a \\\\"),  # \\ is a line break: the brace after it closes
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{\\}", None),  # was "\\": only an escaped brace, never closed
+    ],
+)
+def test_boxed_parser_reads_latex_escaped_braces_as_content(reply, answer):
+    assert boxed_parser()(reply).action == answer
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 100_000,
+        "\\boxed{" * 100_000 + "}" * 100_000,
+        "\\boxed{" + "{" * 500_000,
+        "\\boxed{" + "\\\\" * 500_000,
+    ],
+)
+def test_boxed_parser_is_linear_on_many_openings(text):
+    import time
+
+    started = time.perf_counter()
+    boxed_parser()(text)
+    assert time.perf_counter() - started < 1.0  # about 0.1 s at worst; quadratic would be minutes
+
+
+def test_think_prefix_parser_matches_the_tag_in_any_case_like_xml_tag_parser():
+    parse = think_prefix_parser()
+    assert parse("<Think>hmm</Think> B2").action == "B2"  # was a format error
+    assert parse("\n<THINK>hmm</think>B2").action == "B2"
+    assert parse("<think>a</THINK> b</think> c").action == "b</think> c"  # the first closing ends the block

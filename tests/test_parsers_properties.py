@@ -2,7 +2,8 @@
 
 Invariants (``ludic.parsers``): a result is either a failure (``action`` None, the parser's error reward,
 an ``obs`` saying what was expected) or an action that is a non-empty, stripped piece of the reply, taken
-by the rule each parser's docstring states; each is checked against a plain reference (a lazy regex).
+by the rule each parser's docstring states; each is checked against a plain reference (a lazy regex, or a walk
+over the characters).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ludic.parsers import ParseResult, boxed_parser, compose_parsers, think_pref
 
 FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
 
-# Replies built from the pieces that matter (markers in any case, braces, whitespace) and any unicode.
+# Replies built from the pieces that matter (markers in any case, braces, escaped braces, whitespace) and
+# any unicode.
 _pieces = st.sampled_from(
     [
         "<a>",
@@ -28,9 +30,14 @@ _pieces = st.sampled_from(
         "</",
         "<think>",
         "</think>",
+        "<THINK>",
+        "</Think>",
         "\\boxed{",
         "{",
         "}",
+        "\\{",
+        "\\}",
+        "\\\\",
         " ",
         "\n",
         "x",
@@ -96,35 +103,70 @@ def test_exact_xml_tag_parser_refuses_two_blocks_and_reads_one_back(
 @given(_replies | _any_text)
 def test_think_prefix_parser_answers_with_what_follows_the_first_closing_think(reply: str) -> None:
     result = think_prefix_parser(success_reward=0.25)(reply)
-    head = reply.lstrip()
-    closing = head.find("</think>")
-    wanted = head[closing + len("</think>") :].strip() if head.startswith("<think>") and closing >= 7 else ""
+    whole = re.match(r"\s*<think>.*?</think>(.*)", reply, re.IGNORECASE | re.DOTALL)  # tags in any case
+    wanted = whole.group(1).strip() if whole else ""
     if _failed(result, -1.0):
         assert not wanted
     else:
         assert _accepted(result, reply, 0.25) == wanted
 
 
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth < 0:
-            return False
-    return depth == 0
+def _reference_boxed(reply: str) -> str | None:
+    """The text after the last ``\\boxed{`` up to the brace closing it, one character at a time; an
+    escaped brace or backslash (``\\{``, ``\\}``, ``\\\\``) is two characters of content."""
+    start = reply.rfind("\\boxed{")
+    if start < 0:
+        return None
+    begin = j = start + len("\\boxed{")
+    depth = 1
+    while j < len(reply):
+        if reply[j] == "\\" and reply[j + 1 : j + 2] in ("\\", "{", "}"):
+            j += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(reply[j], 0)
+        if depth == 0:
+            return reply[begin:j]
+        j += 1
+    return None
 
 
 @FAST
 @given(_replies | _any_text)
-def test_boxed_parser_takes_the_balanced_content_of_the_last_box(reply: str) -> None:
+def test_boxed_parser_takes_the_content_of_the_last_box_up_to_its_closing_brace(reply: str) -> None:
     result = boxed_parser()(reply)
+    wanted = (_reference_boxed(reply) or "").strip()
     if _failed(result, -1.0):
-        return
-    action = _accepted(result, reply, 0.0)
-    start = reply.rfind("\\boxed{") + len("\\boxed{")
-    content = reply[start:]
-    end = next(i for i in range(len(content) + 1) if _balanced(content[:i]) and content[i : i + 1] == "}")
-    assert _balanced(action) and content[:end].strip() == action
+        assert not wanted
+    else:
+        assert _accepted(result, reply, 0.0) == wanted
+
+
+# LaTeX answers: balanced groups of commands, escaped braces and line breaks (\\), never a lone backslash.
+_latex_atoms = st.sampled_from(["x", "1", " ", "+", "\\frac", "\\{", "\\}", "\\\\", "\\left.", "\\right."])
+_latex = st.recursive(
+    st.lists(_latex_atoms, max_size=4).map("".join),
+    lambda inner: st.lists(inner.map(lambda s: "{" + s + "}") | _latex_atoms, max_size=4).map("".join),
+    max_leaves=12,
+)
+_no_backslash = st.text(st.characters(blacklist_characters="\\"), max_size=8)
+
+
+@FAST
+@given(_replies | _any_text, _latex, _no_backslash)
+def test_boxed_parser_reads_a_latex_answer_back_whatever_precedes_it(
+    prefix: str, answer: str, suffix: str
+) -> None:
+    result = boxed_parser()(f"{prefix}\\boxed{{{answer}}}{suffix}")
+    assert result.action == (answer.strip() or None)
+
+
+@FAST
+@given(_replies | _any_text, _latex, st.text(st.characters(blacklist_characters="\\}"), max_size=8))
+def test_boxed_parser_fails_on_a_reply_cut_off_inside_its_last_box(
+    prefix: str, answer: str, cut: str
+) -> None:
+    # whatever boxes came before: the last answer is unknown, not the one before it
+    assert _failed(boxed_parser()(f"{prefix}\\boxed{{{answer}{cut}"), -1.0)
 
 
 @FAST

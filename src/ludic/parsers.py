@@ -84,16 +84,26 @@ def _exact_block(text: str, marker: re.Pattern[str]) -> str | None:
 xml_parser = xml_tag_parser
 
 
+_THINK = re.compile(r"<(/?)think>", re.IGNORECASE)  # the same markers as ludic.context.strip_thinking
+
+
 def think_prefix_parser(success_reward: float = 0.0, error_reward: float = -1.0) -> Parser:
-    """Require the reply to start with ``<think>...</think>``; the action is what follows it."""
-    prefix = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)
+    """Require the reply to start with ``<think>...</think>``; the action is what follows it.
+
+    The block ends at the first closing tag. Tag names match case-insensitively (``<Think>``, ``<THINK>``),
+    as in :func:`xml_tag_parser` and in ``ludic.context.strip_thinking``, which removes the same blocks.
+    """
     expected = "Expected your reply to start with <think>...</think> followed by your answer."
 
     def parse(text: str) -> ParseResult:
-        m = prefix.fullmatch(text)
-        if m is None:
+        head = text.lstrip()
+        opening = _THINK.match(head)
+        closing = None
+        if opening is not None and not opening.group(1):
+            closing = next((m for m in _THINK.finditer(head, opening.end()) if m.group(1)), None)
+        if closing is None:
             return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
-        answer = m.group(2).strip()
+        answer = head[closing.end() :].strip()
         if not answer:
             return ParseResult(action=None, reward=error_reward, obs=f"No answer after </think>. {expected}")
         return ParseResult(action=answer, reward=success_reward, obs=None)
@@ -101,29 +111,43 @@ def think_prefix_parser(success_reward: float = 0.0, error_reward: float = -1.0)
     return parse
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``, honouring nested braces; None if absent/unbalanced."""
+_BRACE = re.compile(r"\\[\\{}]|[{}]")  # a brace, or an escaped brace or backslash (\{ \} \\), which is none
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{``, up to the brace that closes it; None if absent or unclosed.
+
+    Braces nest (``\\boxed{\\frac{1}{2}}``); LaTeX's escaped braces are content, not nesting
+    (``\\boxed{\\{1, 2\\}}``, ``\\boxed{\\left\\{ x \\right.}``), and ``\\\\}`` is a line break then a closing
+    brace. One pass over the braces after the last ``\\boxed{``: linear in the reply.
+    """
     start = text.rfind("\\boxed{")
     if start < 0:
         return None
-    i = start + len("\\boxed{")
+    begin = start + len("\\boxed{")
     depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
+    for m in _BRACE.finditer(text, begin):
+        if m.group() == "{":
             depth += 1
-        elif text[j] == "}":
+        elif m.group() == "}":
             depth -= 1
             if depth == 0:
-                return text[i:j]
+                return text[begin : m.start()]
     return None
 
 
 def boxed_parser(success_reward: float = 0.0, error_reward: float = -1.0) -> Parser:
-    """Extract the last ``\\boxed{...}`` answer (math convention); nested braces are kept."""
+    """Extract the answer in the last ``\\boxed{...}`` (the MATH benchmark's convention); braces nest.
+
+    Only the last ``\\boxed{`` counts: when it never closes, as in a reply cut off by the token limit
+    (``\\boxed{12} so the answer is \\boxed{1``), the reply is a format error, not ``12``, an answer the
+    model went on to replace. Escaped braces (``\\{``, ``\\}``) are content, not nesting. An empty box is a
+    format error. Only ``\\boxed{`` is read (not ``\\boxed {`` or ``\\fbox{``).
+    """
     expected = "Expected the final answer as \\boxed{...}, e.g. \\boxed{42}."
 
     def parse(text: str) -> ParseResult:
-        content = _last_boxed(text)
+        content = last_boxed(text)
         if content is None or not content.strip():
             return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
         return ParseResult(action=content.strip(), reward=success_reward, obs=None)
@@ -162,6 +186,7 @@ __all__ = [
     "Parser",
     "boxed_parser",
     "compose_parsers",
+    "last_boxed",
     "think_prefix_parser",
     "xml_parser",
     "xml_tag_parser",

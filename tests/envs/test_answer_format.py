@@ -22,6 +22,9 @@ from ludic.envs.dataset_qa_env import DatasetQAEnv
         ("boxed", r"so \boxed{\frac{1}{2}} and \boxed{4}", "4"),
         ("boxed", r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
         ("boxed", r"\boxed{unclosed", None),
+        ("boxed", r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # escaped braces are content (as boxed_parser reads them)
+        ("boxed", r"\boxed{a\}b}", r"a\}b"),
+        ("boxed", r"\boxed{7} then \boxed{\}", None),  # the last box never closes
         ("tag:answer", "think <answer> 12 </answer> then <answer>13</answer>", "13"),
         ("tag:answer", "<answer>12", None),
         ("last_line", "work\n\n  12  \n", "12"),

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ludic.parsers import last_boxed
+
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 MAX_REPLY_CHARS = 1_000_000
@@ -40,16 +42,10 @@ def _last_number(reply: str) -> str | None:
 
 
 def _boxed(reply: str) -> str | None:
-    """The content of the last ``\\boxed{...}``, braces balanced (``\\boxed{\\frac{1}{2}}``)."""
-    start = reply.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 1, start + len("\\boxed{")
-    for j in range(i, len(reply)):
-        depth += {"{": 1, "}": -1}.get(reply[j], 0)
-        if depth == 0:
-            return reply[i:j].strip()
-    return None  # unclosed: no answer
+    """The content of the last ``\\boxed{...}`` (``ludic.parsers.last_boxed``: braces nest, escaped braces are
+    content, an unclosed last box is no answer)."""
+    content = last_boxed(reply)
+    return content.strip() if content is not None else None
 
 
 def _tag(name: str) -> Callable[[str], str | None]:
