@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 
 from ludic.types import ChatResponse, Info, Message, Obs
+
+
+def copy_messages(messages: list[Message]) -> list[Message]:
+    """Copies of ``messages`` that share no dict or list with them (``tool_calls`` nests both), so a caller
+    that edits a prompt or ``ctx.messages`` (``msgs[-1]["content"] += ...``) never edits the history."""
+    return copy.deepcopy(messages)
 
 
 class ContextStrategy(ABC):
@@ -17,8 +24,8 @@ class ContextStrategy(ABC):
 
     @property
     def messages(self) -> list[Message]:
-        """The full recorded history (never trimmed)."""
-        return list(self._messages)
+        """The full recorded history (never trimmed), as copies: changing them never changes the history."""
+        return copy_messages(self._messages)
 
     @property
     def system_prompt(self) -> str | None:
@@ -26,8 +33,8 @@ class ContextStrategy(ABC):
         return self._system_prompt
 
     def append_message(self, message: Message) -> None:
-        """Record an extra message (e.g. a tool result) in the history."""
-        self._messages.append(dict(message))  # type: ignore[arg-type]
+        """Record a copy of an extra message (e.g. a tool result) in the history."""
+        self._messages.append(copy.deepcopy(message))
 
     def reset(self, system_prompt: str | None = None) -> None:
         """Clear the history, keeping (or replacing) the system prompt."""
@@ -43,7 +50,8 @@ class ContextStrategy(ABC):
 
     @abstractmethod
     def on_before_act(self) -> list[Message]:
-        """The messages to send to the model for the next action."""
+        """The messages to send to the model for the next action: copies (:func:`copy_messages`), never
+        the recorded dicts, so the caller may edit them."""
 
     def on_after_act(self, response: ChatResponse) -> None:
         """Record the assistant's reply."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ludic.context.base import ContextStrategy
+from ludic.context.base import ContextStrategy, copy_messages
 from ludic.types import Message
 
 
@@ -10,4 +10,4 @@ class FullDialog(ContextStrategy):
     """Keeps and sends the entire history (system prompt, observations, replies, tool results)."""
 
     def on_before_act(self) -> list[Message]:
-        return [dict(m) for m in self._messages]  # type: ignore[misc]
+        return copy_messages(self._messages)

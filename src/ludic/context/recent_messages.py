@@ -8,12 +8,18 @@ rejected reply), so every turn costs the same.
 
 from __future__ import annotations
 
-from ludic.context.base import ContextStrategy
+from ludic.context.base import ContextStrategy, copy_messages
 from ludic.types import Message
 
 
 class RecentMessages(ContextStrategy):
-    """Sends the system prompt (if any) and the last ``keep`` messages; the full history is kept."""
+    """Sends the system prompt (if any) and the last ``keep`` messages; the full history is kept.
+
+    A tool exchange is never split: when the window would start with a ``tool`` message, it widens back
+    to the message before the tool results (the assistant message whose ``tool_calls`` they answer), so
+    ``keep=1`` after a tool round sends that assistant message and all its results. A ``tool`` message
+    with no tool call before it is refused by OpenAI-compatible APIs and by chat templates.
+    """
 
     def __init__(self, keep: int = 1, system_prompt: str | None = None) -> None:
         if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
@@ -22,6 +28,9 @@ class RecentMessages(ContextStrategy):
         super().__init__(system_prompt)
 
     def on_before_act(self) -> list[Message]:
-        messages = [dict(m) for m in self._messages]
-        head = messages[:1] if messages and messages[0]["role"] == "system" else []
-        return head + messages[len(head) :][-self.keep :]  # type: ignore[return-value]
+        messages = self._messages
+        head = 1 if messages and messages[0].get("role") == "system" else 0
+        start = max(head, len(messages) - self.keep)
+        while start > head and messages[start].get("role") == "tool":
+            start -= 1
+        return copy_messages(messages[:head] + messages[start:])

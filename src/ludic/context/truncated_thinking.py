@@ -9,25 +9,30 @@ from __future__ import annotations
 
 import re
 
-from ludic.context.base import ContextStrategy
+from ludic.context.base import ContextStrategy, copy_messages
 from ludic.types import Message
 
-_OPEN, _CLOSE = "<think>", "</think>"
+_THINK = re.compile(r"<(/?)think>", re.IGNORECASE)  # the same markers as ludic.parsers.think_prefix_parser
 _SPACE = re.compile(r"\s*")
 
 
 def strip_thinking(text: str, placeholder: str = "") -> str:
     """Replace every ``<think>...</think>`` block (and the whitespace after it) with ``placeholder``.
 
-    Each opening pairs with the first closing after it, as the regex ``<think>.*?</think>\\s*`` would,
-    but in one pass with ``str.find``: the regex rescanned to the end from every unclosed ``<think>``
+    Tag names match case-insensitively (``<Think>``, ``<THINK>``), as in ``think_prefix_parser``. Each
+    opening pairs with the first closing after it, as the regex ``<think>.*?</think>\\s*`` (IGNORECASE)
+    would, but in one pass over the tags: the regex rescanned to the end from every unclosed ``<think>``
     (quadratic), and read ``placeholder`` as a template (``\\1`` raised, ``\\g<0>`` kept the block).
     """
     kept: list[str] = []
-    done = 0
-    while (start := text.find(_OPEN, done)) >= 0 and (end := text.find(_CLOSE, start + len(_OPEN))) >= 0:
-        kept += [text[done:start], placeholder]
-        done = _SPACE.match(text, end + len(_CLOSE)).end()  # type: ignore[union-attr]
+    done, opened = 0, -1
+    for tag in _THINK.finditer(text):
+        if not tag.group(1):
+            if opened < 0:
+                opened = tag.start()
+        elif opened >= 0:
+            kept += [text[done:opened], placeholder]
+            done, opened = _SPACE.match(text, tag.end()).end(), -1  # type: ignore[union-attr]
     return "".join(kept) + text[done:]
 
 
@@ -42,10 +47,8 @@ class TruncatedThinkingContext(ContextStrategy):
         super().__init__(system_prompt)
 
     def on_before_act(self) -> list[Message]:
-        prompt: list[Message] = []
-        for msg in self._messages:
-            msg = dict(msg)  # type: ignore[assignment]
+        prompt = copy_messages(self._messages)
+        for msg in prompt:
             if msg.get("role") == "assistant" and isinstance(msg.get("content"), str):
                 msg["content"] = strip_thinking(msg["content"], self.placeholder)
-            prompt.append(msg)
         return prompt
