@@ -140,9 +140,10 @@ def mean_interval(values: list[float], z: float = 1.96) -> dict[str, float]:
 
 
 async def held_out(evaluator: Evaluator) -> dict[str, float]:
-    """``mean_interval`` of the total reward over the evaluator's episodes."""
+    """``mean_interval`` of the total reward over the evaluator's episodes that played (a seat that never
+    moved, ``meta["empty"]``, is left out, as in ``eval/avg_total_reward``)."""
     await evaluator.evaluate()
-    return mean_interval([r.total_reward for r in evaluator.last_rollouts])
+    return mean_interval([r.total_reward for r in evaluator.last_rollouts if not r.meta.get("empty")])
 
 
 def print_report(report: dict[str, Any], prefix: str, out: Path) -> None:
