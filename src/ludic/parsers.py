@@ -84,7 +84,9 @@ def _exact_block(text: str, marker: re.Pattern[str]) -> str | None:
 xml_parser = xml_tag_parser
 
 
-_THINK = re.compile(r"<(/?)think>", re.IGNORECASE)  # the same markers as ludic.context.strip_thinking
+THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
+"""An opening or closing think tag in any case (group 1 is ``/`` for a closing one); ``think_prefix_parser``
+and ``ludic.context.strip_thinking`` read the same markers."""
 
 
 def think_prefix_parser(success_reward: float = 0.0, error_reward: float = -1.0) -> Parser:
@@ -97,10 +99,10 @@ def think_prefix_parser(success_reward: float = 0.0, error_reward: float = -1.0)
 
     def parse(text: str) -> ParseResult:
         head = text.lstrip()
-        opening = _THINK.match(head)
+        opening = THINK_TAG.match(head)
         closing = None
         if opening is not None and not opening.group(1):
-            closing = next((m for m in _THINK.finditer(head, opening.end()) if m.group(1)), None)
+            closing = next((m for m in THINK_TAG.finditer(head, opening.end()) if m.group(1)), None)
         if closing is None:
             return ParseResult(action=None, reward=error_reward, obs=f"Invalid format. {expected}")
         answer = head[closing.end() :].strip()

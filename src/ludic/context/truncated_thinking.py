@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from ludic.context.base import ContextStrategy, copy_messages
+from ludic.parsers import THINK_TAG
 from ludic.types import Message
 
-_THINK = re.compile(r"<(/?)think>", re.IGNORECASE)  # the same markers as ludic.parsers.think_prefix_parser
 _SPACE = re.compile(r"\s*")
 
 
@@ -26,7 +26,7 @@ def strip_thinking(text: str, placeholder: str = "") -> str:
     """
     kept: list[str] = []
     done, opened = 0, -1
-    for tag in _THINK.finditer(text):
+    for tag in THINK_TAG.finditer(text):
         if not tag.group(1):
             if opened < 0:
                 opened = tag.start()
