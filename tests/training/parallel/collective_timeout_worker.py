@@ -5,7 +5,9 @@
 naming rank 0. The failing rank writes what it caught to ``OUT/rank<R>.json``.
 ``peer_killed`` (one torchrun per rank, as on two hosts): both ranks loop over a step's collectives (rank 0's
 batch broadcast, the loss all-reduce) until the test SIGKILLs rank 1 (its pid in ``OUT/pid1``, written once
-both ranks are in the loop); rank 0 prints the traceback and exits 1, as ``ludic train`` under torchrun does."""
+both ranks are in the loop); rank 0 prints the traceback and exits 1, as ``ludic train`` under torchrun does.
+``norm_peer_killed`` (one torchrun per rank): rank 1 SIGKILLs itself once both hold sharded (DTensor)
+gradients; rank 0 then takes the global gradient norm and writes what it caught to ``OUT/rank0.json``."""
 
 from __future__ import annotations
 
@@ -62,10 +64,36 @@ def steps_until_killed(rank: int, out: Path) -> None:
     os._exit(0)
 
 
+def norm_after_peer_killed(rank: int, out: Path) -> None:
+    """The gradient norm's all-reduce runs inside ``get_total_norm`` (DTensor's reduction), not only in
+    ``full_tensor()``: a peer lost there must still be named."""
+    import signal
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2,))
+    grads = [distribute_tensor(torch.ones(8, 4), mesh, [Shard(0)]) for _ in range(3)]
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(1.0)  # rank 1's kernel has closed its sockets
+    try:
+        DataParallelGroup(active=True).total_norm(grads)
+        record = {"type": "none"}
+    except Exception as exc:
+        record = {"type": type(exc).__name__, "message": str(exc)}
+    (out / "rank0.part").write_text(json.dumps(record))
+    (out / "rank0.part").rename(out / "rank0.json")  # whole when the test sees it
+    os._exit(0)
+
+
 def main(mode: str, out: Path) -> None:
-    rank, _ = init_distributed("gloo", timeout_s=60.0 if mode == "peer_killed" else BOUND_S)
+    rank, _ = init_distributed("gloo", timeout_s=60.0 if mode.endswith("peer_killed") else BOUND_S)
     if mode == "peer_killed":
         steps_until_killed(rank, out)
+    if mode == "norm_peer_killed":
+        norm_after_peer_killed(rank, out)
     started = time.monotonic()
     try:
         if mode == "barrier":

@@ -146,3 +146,32 @@ def test_a_peer_rank_killed_mid_run_stops_the_other_at_once_with_peer_lost_namin
     assert named, output[-3000:]
     assert named.group(1) in ("broadcast of the step's batch", "all-reduce of the step's loss (sum)"), named.group(1)
     assert "resume from the last checkpoint" in output
+
+
+@pytest.mark.timeout(120)
+def test_a_peer_lost_in_the_gradient_norm_is_named(tmp_path) -> None:
+    """CI caught it: DTensor's ``get_total_norm`` all-reduces (and waits) itself, before ``full_tensor()``;
+    with only ``full_tensor()`` named, rank 0 died of gloo's unnamed "Read error ...: Connection reset by peer"."""
+    port = _free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = torchrun_argv(tmp_path / f"torchrun{node}", "--nnodes=2", f"--node_rank={node}",
+                            "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER),
+                            "norm_peer_killed", str(tmp_path))  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    record = tmp_path / "rank0.json"
+    try:
+        deadline = time.monotonic() + 90  # torchrun's agent itself lingers in its exit barrier: not waited for
+        while not record.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        output = procs[0].communicate()[0]
+        procs[1].wait()
+    assert record.exists(), output[-3000:]
+    got = json.loads(record.read_text())
+    assert got["type"] == "PeerLost", got
+    assert got["message"].startswith("torch.distributed all-reduce of the gradient norm on rank 0: lost rank 1"), got

@@ -137,12 +137,10 @@ class DataParallelGroup:
         """The global L2 norm of all gradients, over every shard on every rank."""
         if not grads:
             return torch.zeros(())
-        norm = torch.nn.utils.get_total_norm(grads)
-        full = getattr(norm, "full_tensor", None)
-        if not callable(full):
-            return norm
-        with named_collective("all-reduce of the gradient norm"):
-            return full()
+        with named_collective("all-reduce of the gradient norm"):  # DTensor grads all-reduce in get_total_norm
+            norm = torch.nn.utils.get_total_norm(grads)
+            full = getattr(norm, "full_tensor", None)
+            return full() if callable(full) else norm
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         return all_reduce_tensor(t, "sum", what="all-reduce of the step's loss") if self.active else t
