@@ -4,6 +4,7 @@ average; a NaN or infinite reward raises, naming the rollout, instead of turning
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -68,6 +69,21 @@ async def test_failed_two_seat_games_are_counted_as_episodes_and_left_out_of_the
     assert sorted(r.meta["agent_id"] for r in ev.last_rollouts) == ["o", "o", "x", "x"]
     assert sorted(r.meta["engine"]["env_seed"] for r in ev.last_failed) == [1, 3]  # one rollout per game
     assert all(r.meta["error"]["message"].startswith("game with seed") for r in ev.last_failed)
+
+
+async def test_failed_episodes_are_written_with_their_error_beside_the_others(tmp_path) -> None:
+    """Before, eval_step_N.jsonl held only the episodes that did not fail: a crashed game left no line."""
+    ev = _evaluator([0, 1, 2, 3])
+    ev.out_dir = tmp_path
+    await ev.evaluate(step=5)
+    lines = [json.loads(x) for x in (tmp_path / "eval_step_5.jsonl").read_text().splitlines()]
+    assert [x["failed"] for x in lines] == [False] * 4 + [True] * 2  # the seats that played, then the games
+    crashed = lines[4:]
+    assert sorted(x["env_seed"] for x in crashed) == [1, 3]
+    assert all(x["error"]["message"] == f"game with seed {x['env_seed']} crashed" for x in crashed)
+    assert all("error" not in x for x in lines[:4])
+    summary = json.loads((tmp_path / "eval_step_5_summary.json").read_text())
+    assert summary["eval/failed_rollouts"] == 2.0 and summary["eval/num_episodes"] == 4.0
 
 
 async def test_a_failed_two_seat_game_counts_once_not_once_per_seat() -> None:

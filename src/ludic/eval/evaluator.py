@@ -37,8 +37,9 @@ class Evaluator:
         each request's own inference settings. Per-request sampling seeds are kept, so sampled
         evaluation is reproducible.
     concurrency: episodes in flight (overridable per call).
-    out_dir: if set, each call writes ``eval_step_<step>.jsonl`` (one line per rollout that did not
-        fail) and ``eval_step_<step>_summary.json`` (``eval_call_<n>...`` when called without a step).
+    out_dir: if set, each call writes ``eval_step_<step>.jsonl`` (one line per rollout, then one per
+        failed episode with ``"failed": true`` and its ``"error"``) and ``eval_step_<step>_summary.json``
+        (``eval_call_<n>...`` when called without a step).
 
     ``evaluate`` returns:
 
@@ -119,7 +120,7 @@ class Evaluator:
         stats = self._summarise(self.last_rollouts, failed_episodes=len(self.last_failed))
         stats["eval/seconds"] = time.perf_counter() - start
         if self.out_dir is not None:
-            self._write(self.last_rollouts, stats, step)
+            self._write([*self.last_rollouts, *self.last_failed], stats, step)
         return stats
 
     def _summarise(self, rollouts: list[Rollout], *, failed_episodes: int) -> dict[str, float]:

@@ -37,10 +37,14 @@ def step_records(rollouts: list[Rollout]) -> list[dict[str, Any]]:
 
 
 def episode_record(rollout: Rollout) -> dict[str, Any]:
-    """A JSON-ready summary of one episode: reward, seeds, and each step's prompt and answer."""
+    """A JSON-ready summary of one episode: reward, seeds, and each step's prompt and answer; a failed
+    episode (``meta["failed"]``) has ``failed: true`` and the engine's ``error`` (type, message)."""
     engine_meta = rollout.meta.get("engine", {})
+    failed = bool(rollout.meta.get("failed"))
     return {
         "rollout_id": rollout.id,
+        "failed": failed,
+        **({"error": rollout.meta.get("error")} if failed else {}),
         "total_reward": rollout.total_reward,
         "length": rollout.length,
         "agent_id": rollout.meta.get("agent_id"),
