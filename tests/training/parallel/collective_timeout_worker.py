@@ -7,7 +7,7 @@ naming rank 0. The failing rank writes what it caught to ``OUT/rank<R>.json``.
 batch broadcast, the loss all-reduce) until the test SIGKILLs rank 1 (its pid in ``OUT/pid1``, written once
 both ranks are in the loop); rank 0 prints the traceback and exits 1, as ``ludic train`` under torchrun does.
 ``norm_peer_killed`` (one torchrun per rank): rank 1 SIGKILLs itself once both hold sharded (DTensor)
-gradients; rank 0 then takes the global gradient norm and writes what it caught to ``OUT/rank0.json``."""
+gradients; rank 0 then takes the global gradient norm and writes what it caught to ``OUT/rank<R>.json``."""
 
 from __future__ import annotations
 
