@@ -87,14 +87,9 @@ async def test_tool_instructions_go_into_the_sent_system_message_only():
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ("<tool_call>{not json}</tool_call>", "Error: invalid JSON in tool call (Expecting property name"),
         (_call("mul", {}), "Error: unknown tool 'mul'. Available tools: ['add', 'boom', 'lookup']"),
         (_call("boom", {}), "Error: tool 'boom' raised ValueError: no power"),
         (_call("add", {"a": 1}), "Error: tool 'add' raised TypeError:"),
-        (
-            '<tool_call>{"name": "add", "arguments": [1, 2]}</tool_call>',
-            "Error: 'arguments' must be a JSON object",
-        ),
     ],
 )
 async def test_tool_failures_become_tool_messages_and_the_loop_continues(body, expected):
@@ -105,6 +100,38 @@ async def test_tool_failures_become_tool_messages_and_the_loop_continues(body, e
     assert info["tool_calls"][0]["output"].startswith(expected)
     assert client.requests[1].messages[-1]["role"] == "tool"
     assert client.requests[1].messages[-1]["content"].startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("<tool_call>{not json}</tool_call>", "Error: invalid JSON in tool call (Expecting property name"),
+        ('<tool_call>{"name": "add", "arguments": [1, 2]}</tool_call>', "Error: 'arguments' must be a JSON object"),
+    ],
+)
+async def test_a_call_that_cannot_be_read_is_answered_by_a_user_message_not_an_orphan_tool_message(body, expected):
+    """Before, it got a tool message whose ``tool_call_id`` no assistant message listed (and the assistant
+    message an empty ``tool_calls``): OpenAI-compatible APIs refuse that history with a 400."""
+    agent, client = _tool_agent([body, "<answer>ok</answer>"])
+    parse, info = await agent.act()
+    assert parse.action == "ok"
+    assert info["tool_calls"][0]["error"] is True and info["tool_calls"][0]["output"].startswith(expected)
+    call_reply, told = client.requests[1].messages[-2:]
+    assert call_reply == {"role": "assistant", "content": body}  # what the model wrote, no tool_calls key
+    assert told["role"] == "user"
+    assert told["content"].startswith("Your tool call could not be read, so it did not run. " + expected)
+
+
+async def test_a_reply_with_a_readable_and_an_unreadable_call_lists_and_answers_only_the_readable_one():
+    body = _call("add", {"a": 2, "b": 3}) + "<tool_call>{oops}</tool_call>"
+    agent, client = _tool_agent([body, "<answer>5</answer>"])
+    _, info = await agent.act()
+    assert [(c["id"], c["error"]) for c in info["tool_calls"]] == [("call_0", False), ("call_1", True)]
+    reply, result, told = client.requests[1].messages[-3:]
+    assert reply["content"] == "<tool_call>{oops}</tool_call>"  # the unreadable block stays as written
+    assert [c["id"] for c in reply["tool_calls"]] == ["call_0"]
+    assert result == {"role": "tool", "tool_call_id": "call_0", "name": "add", "content": "5"}
+    assert told["role"] == "user" and "invalid JSON in tool call" in told["content"]
 
 
 async def test_async_tools_are_awaited():

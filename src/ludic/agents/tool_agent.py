@@ -13,9 +13,12 @@ kept in the context as an assistant message with ``tool_calls`` (and, where the 
 not render ``tool_calls``, as SmolLM2's does not, with the reply's whole text as its content, so the
 model sees its own call and the ids it sampled stay the prompt's), the calls run (in order, or
 concurrently when every tool called says it may), each result becomes a ``{"role": "tool",
-"tool_call_id", "name", "content"}`` message, and the model is asked again. A missing tool,
-invalid JSON arguments, a tool that raises or a result that cannot be written as JSON becomes a
-tool message saying what went wrong and the loop goes on. Synchronous tools run in a worker thread
+"tool_call_id", "name", "content"}`` message, and the model is asked again. A missing tool, a tool
+that raises or a result that cannot be written as JSON becomes a tool message saying what went wrong
+and the loop goes on. A call that cannot be read (invalid JSON, no name, arguments that are not an
+object) is no call: it is left out of the assistant message's ``tool_calls`` (its text stays in the
+content) and answered by one user message saying what was wrong, so every tool message answers a
+listed call, as OpenAI-compatible APIs and strict chat templates require. Synchronous tools run in a worker thread
 (``ludic.agents.tool_runner``), so the event loop stays free and episode timeouts fire on time. Every model call of the turn is trainable: the tool-call
 replies' traces go to ``info["tool_traces"]`` and from there to ``Step.tool_traces``.
 """
@@ -41,6 +44,14 @@ ToolsArg = Sequence[Callable[..., Any] | Tool] | Mapping[str, Callable[..., Any]
 def describe_tool(tool: Tool) -> str:
     """One line: ``name(signature): description``."""
     return f"- {tool.name}{inspect.signature(tool.fn)}: {tool.description}".rstrip(": ")
+
+
+def unreadable_calls_message(errors: list[str]) -> str:
+    """What the model is told about tool calls that could not be read (each ``errors`` entry "Error: ...")."""
+    if len(errors) == 1:
+        return f"Your tool call could not be read, so it did not run. {errors[0]}"
+    lines = "\n".join(f"- {e}" for e in errors)
+    return f"{len(errors)} of your tool calls could not be read, so they did not run:\n{lines}"
 
 
 class ToolAgent(Agent):
@@ -120,19 +131,22 @@ class ToolAgent(Agent):
                         tool_traces.append(response.to_trace())
                         response, client_info = final
                 break
-            self.ctx.append_message(
-                {
-                    "role": "assistant",
-                    "content": response.text if self.calls_in_content and not response.tool_calls else content,
-                    "tool_calls": [c.as_message_entry() for c in calls if c.error is None],
-                }
-            )
+            self.ctx.append_message(self._call_message(response, content, calls))
             tool_traces.append(response.to_trace())
             calls_log.extend(await self.run_tool_calls(calls))
             rounds += 1
         info = self.reply_info(response, client_info)
         info.update(tool_calls=calls_log, tool_traces=tool_traces)
         return self.parse_reply(response), info
+
+    def _call_message(self, response: ChatResponse, content: str, calls: list[ToolCall]) -> Message:
+        """The assistant message of a reply with calls: ``tool_calls`` lists the readable ones (none: no key)."""
+        text = response.text if self.calls_in_content and not response.tool_calls else content
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        readable = [c.as_message_entry() for c in calls if c.error is None]
+        if readable:
+            message["tool_calls"] = readable
+        return message  # type: ignore[return-value]
 
     def read_tool_calls(self, response: ChatResponse) -> tuple[str, list[ToolCall]]:
         """(content, calls): the server's structured calls if any, else those in the text."""
@@ -152,7 +166,8 @@ class ToolAgent(Agent):
 
     async def run_tool_calls(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
         """Run one reply's calls (concurrently when every tool called allows it), recording each
-        result as a tool message in call order."""
+        result as a tool message in call order; the calls that could not be read get one user message
+        after them (see the module docstring)."""
         parallel = len(calls) > 1 and all(
             c.error is None and c.name in self.tools and self.tools[c.name].concurrent for c in calls
         )
@@ -160,14 +175,19 @@ class ToolAgent(Agent):
             outputs = await asyncio.gather(*(self._run_one(c) for c in calls))
         else:
             outputs = [await self._run_one(c) for c in calls]
-        log = []
+        log, unreadable = [], []
         for call, (output, error) in zip(calls, outputs, strict=True):
-            self.ctx.append_message(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name or "unknown", "content": output}
-            )
+            if call.error is None:
+                self.ctx.append_message(
+                    {"role": "tool", "tool_call_id": call.id, "name": call.name or "unknown", "content": output}
+                )
+            else:
+                unreadable.append(output)
             log.append(
                 {"id": call.id, "name": call.name, "arguments": call.arguments, "output": output, "error": error}
             )
+        if unreadable:
+            self.ctx.append_message({"role": "user", "content": unreadable_calls_message(unreadable)})
         return log
 
     async def _run_one(self, call: ToolCall) -> tuple[str, bool]:
