@@ -111,20 +111,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_hosts(mode: str, out: Path) -> list[subprocess.Popen]:
+    """One torchrun per rank, as on two hosts (so one rank's death does not make torchrun stop the other)."""
+    port, procs = _free_port(), []
+    for node in (0, 1):
+        cmd = torchrun_argv(out / f"torchrun{node}", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
+                            "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER), mode, str(out))  # fmt: skip
+        procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    return procs
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_peer_rank_killed_mid_run_stops_the_other_at_once_with_peer_lost_naming_it(tmp_path) -> None:
     """Two torchruns (one rank each, as on two hosts) over gloo on loopback; rank 1 is SIGKILLed mid-step.
     On the code before PeerLost, rank 0 died of gloo's unnamed "RuntimeError: [...pair.cc:537] Read error
     [127.0.0.1]:NNN: Connection reset by peer" (or "Connection closed by peer"), naming no collective or rank."""
-    port = _free_port()
-    procs = []
-    for node in (0, 1):
-        cmd = torchrun_argv(tmp_path / f"torchrun{node}", "--nnodes=2", f"--node_rank={node}",
-                            "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER),
-                            "peer_killed", str(tmp_path))  # fmt: skip
-        procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    procs = _two_hosts("peer_killed", tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "pid1").exists():
@@ -152,14 +156,7 @@ def test_a_peer_rank_killed_mid_run_stops_the_other_at_once_with_peer_lost_namin
 def test_a_peer_lost_in_the_gradient_norm_is_named(tmp_path) -> None:
     """CI caught it: DTensor's ``get_total_norm`` all-reduces (and waits) itself, before ``full_tensor()``;
     with only ``full_tensor()`` named, rank 0 died of gloo's unnamed "Read error ...: Connection reset by peer"."""
-    port = _free_port()
-    procs = []
-    for node in (0, 1):
-        cmd = torchrun_argv(tmp_path / f"torchrun{node}", "--nnodes=2", f"--node_rank={node}",
-                            "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER),
-                            "norm_peer_killed", str(tmp_path))  # fmt: skip
-        procs.append(subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
+    procs = _two_hosts("norm_peer_killed", tmp_path)
     record = tmp_path / "rank0.json"
     try:
         deadline = time.monotonic() + 90  # torchrun's agent itself lingers in its exit barrier: not waited for
