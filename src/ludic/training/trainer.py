@@ -114,6 +114,10 @@ class Trainer:
         """One optimizer step; returns flat ``train/``, ``perf/``, ``time/`` (and ``eval/``) stats.
 
         ``time/*_seconds`` split the step's wall time (``time/step_seconds``): see ``_step_times``."""
+        with self.ranks.step_scope(self.step + 1):  # a collective failing unnamed is named by its step
+            return await self._train_step()
+
+    async def _train_step(self) -> dict[str, float]:
         clock = StepClock()
         batch = await self.batch_source.next_batch()
         clock.source_parts(batch.meta, perf_counter() - clock.start)

@@ -105,6 +105,49 @@ def test_a_dead_peer_raises_peer_lost_naming_the_outermost_collective_the_peer_a
     assert type(other.value) is RuntimeError and str(other.value) == "shape mismatch"  # passed through as it was
 
 
+def test_a_catch_all_scope_names_a_failure_only_when_nothing_closer_is_open() -> None:
+    step = "training step 7 (a collective not named more closely)"
+    with pytest.raises(PeerLost) as caught, named_collective(step, catch_all=True):  # e.g. a DTensor reduction
+        raise RuntimeError(GLOO_RESET)
+    assert caught.value.operation == f"torch.distributed {step} on rank 0"
+    scope, inner = named_collective(step, catch_all=True), named_collective("broadcast of the step's batch")
+    with pytest.raises(PeerLost) as caught, scope, inner:
+        raise RuntimeError(GLOO_CLOSED)
+    assert caught.value.operation == "torch.distributed broadcast of the step's batch on rank 0"
+    with pytest.raises(WaitTimeout) as timed, named_collective(step, catch_all=True):
+        raise RuntimeError("[gloo/unbound_buffer.cc:78] Timed out waiting 2000ms for recv operation to complete")
+    assert timed.value.operation == f"torch.distributed {step} on rank 0"
+    for other in ("the judge timed out", "connection refused by the reward server"):  # the step's other I/O
+        with pytest.raises(RuntimeError) as passed, named_collective(step, catch_all=True):
+            raise RuntimeError(other)
+        assert type(passed.value) is RuntimeError and str(passed.value) == other
+
+
+async def test_a_trainer_step_failing_in_a_collective_nothing_names_raises_peer_lost_naming_the_step(tmp_path) -> None:
+    """A real one-rank gloo group; the step's ranks are the data-parallel group's. Before, a collective outside
+    every ``named_collective`` (as the gradient norm's all-reduce was) failed with gloo's bare error."""
+    import torch.distributed as dist
+    from tests.training.test_trainer import make_trainer
+
+    from ludic.training.parallel.step import DataParallelGroup
+
+    class LostPeerSource:
+        async def next_batch(self):
+            raise RuntimeError(GLOO_RESET)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        trainer = make_trainer()
+        trainer.batch_source = LostPeerSource()
+        trainer.ranks = DataParallelGroup(active=True)  # as on a sharded model of several ranks
+        with pytest.raises(PeerLost) as caught:
+            await trainer.train_step()
+    finally:
+        dist.destroy_process_group()
+    assert caught.value.operation.startswith("torch.distributed training step 1 (a collective not named")
+    assert "resume from the last checkpoint" in str(caught.value)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

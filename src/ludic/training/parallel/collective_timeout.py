@@ -13,7 +13,8 @@ the rank. Two failures matter on the training path:
   checkpoint on the hosts that remain). A host that loses power sends no reset: that is the timeout above.
 
 Both carry the collective (the outermost ``named_collective`` around it: the purpose, e.g. "DCP save of step
-4", rather than the primitive inside it), this rank, the peer where it is known (a broadcast's source; the
+4", rather than the primitive inside it; a ``catch_all`` one, such as the Trainer's whole step, only when no
+other is open, so a collective nobody named still fails named by its step), this rank, the peer where it is known (a broadcast's source; the
 other rank of two; a rank torch's message names; else the address gloo names) and the time spent in it, with
 torch's error chained.
 """
@@ -35,12 +36,13 @@ _PEER_GONE = re.compile(
     r"connection (?:closed|reset) by peer|broken pipe|connection refused|remote process exited|ncclRemoteError",
     re.IGNORECASE,
 )
+_BACKEND = re.compile(r"gloo|nccl|c10d|ProcessGroup|collective operation", re.IGNORECASE)  # torch's backends say so
 _RANK = re.compile(r"\brank[ =:]*(\d+)", re.IGNORECASE)
 _ADDRESS = re.compile(r"\[([0-9A-Za-z.:%-]+)\]:\d+")  # gloo's "[10.0.0.2]:41234"
 _bound_s: float | None = None  # the default group's timeout, as init_distributed set it
-_open: contextvars.ContextVar[tuple[tuple[str, int | None], ...]] = contextvars.ContextVar(
+_open: contextvars.ContextVar[tuple[tuple[str, int | None, bool], ...]] = contextvars.ContextVar(
     "ludic_named_collectives", default=()
-)
+)  # (operation, peer_rank, catch_all) of each open named_collective, outermost first
 RESUME_HINT = (
     "the run cannot go on with a rank missing: stop every rank (torchrun does once this one exits) and "
     "resume from the last checkpoint, on the hosts that remain with a smaller --nnodes if that host is gone "
@@ -109,12 +111,15 @@ def _peer(exc: BaseException, peer_rank: int | None, me: int, world: int | None)
 
 
 @contextlib.contextmanager
-def named_collective(operation: str, *, peer_rank: int | None = None) -> Iterator[None]:
+def named_collective(operation: str, *, peer_rank: int | None = None, catch_all: bool = False) -> Iterator[None]:
     """Run a collective; its timeout raises ``WaitTimeout``, its peer's death :class:`PeerLost`, each naming
     the outermost open ``operation``, this rank and the peer (the innermost ``peer_rank`` given, e.g. a
-    broadcast's source; else see the module docstring). Nested uses name the failure once, from the inside."""
+    broadcast's source; else see the module docstring). Nested uses name the failure once, from the inside.
+    ``catch_all``: a scope around many collectives (a whole training step), whose name is used only when no
+    other ``named_collective`` is open, for a collective that none names; it translates only errors whose
+    message names a torch.distributed backend (gloo's source path, NCCL), as the step does other I/O too."""
     frames = _open.get()
-    token = _open.set((*frames, (operation, peer_rank)))
+    token = _open.set((*frames, (operation, peer_rank, catch_all)))
     started = time.monotonic()
     try:
         yield
@@ -122,11 +127,14 @@ def named_collective(operation: str, *, peer_rank: int | None = None) -> Iterato
         lost = is_peer_loss(exc)
         if isinstance(exc, PeerLost) or not (lost or is_collective_timeout(exc)):
             raise  # not the backend's, or already named by an inner named_collective
-        stack = (*frames, (operation, peer_rank))
-        known = [r for _, r in stack if r is not None]
+        if catch_all and not _BACKEND.search(str(exc)):
+            raise  # e.g. a judge's "timed out" inside the step: not a collective
+        stack = (*frames, (operation, peer_rank, catch_all))
+        named = [f for f in stack if not f[2]] or list(stack)
+        known = [r for _, r, _ in stack if r is not None]
         me = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else None
-        what = f"torch.distributed {stack[0][0]} on rank {me}"
+        what = f"torch.distributed {named[0][0]} on rank {me}"
         waited = time.monotonic() - started
         peer = _peer(exc, known[-1] if known else None, me, world)
         if lost:

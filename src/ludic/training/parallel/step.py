@@ -122,6 +122,13 @@ class DataParallelGroup:
         """``size / macro_size``: this micro-batch's share of the macro-batch (0 for padding)."""
         return 0.0 if any(micro_batch is p for p in self._padding) else size / macro_size
 
+    def step_scope(self, step: int) -> contextlib.AbstractContextManager[None]:
+        """Around a whole step: a collective inside it that nothing names more closely still fails with
+        ``PeerLost`` / ``WaitTimeout`` naming the step (``named_collective(catch_all=True)``)."""
+        if not self.active:
+            return contextlib.nullcontext()
+        return named_collective(f"training step {step} (a collective not named more closely)", catch_all=True)
+
     @contextlib.contextmanager
     def grad_sync(self, model: nn.Module, *, last: bool) -> Iterator[None]:
         """Reduce-scatter gradients only in the backward of the last micro-batch; FSDP's collectives inside
