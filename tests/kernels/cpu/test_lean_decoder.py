@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ludic.inference import ChatCompletionRequest, SamplingConfig, TransformersChatClient
-from ludic.inference.embedded._generation import BatchGenerator, RowRequest
+from ludic.inference.embedded._generation import CACHE, BatchGenerator, RowRequest
 from ludic.kernels.cpu import decode_gemm
 from ludic.kernels.cpu.lean_decoder import LeanDecoder, StaticKVCache, lean_unsupported
 from ludic.testing import tiny_model_path
@@ -49,15 +49,15 @@ def _lean_vs_hf_logits(kind: str, exact: bool) -> list[tuple[torch.Tensor, torch
     lean = LeanDecoder(model, exact=exact)
     assert lean.packed == (not exact and torch.backends.mkldnn.is_available())  # fp32 on the CPU: packed by default
     assert lean.gemm == (lean.packed and decode_gemm.available())  # on Ludic's kernel where it runs
-    cache = StaticKVCache.from_prefill(out.past_key_values, torch.arange(len(lengths)), mask, width + 8)
+    cache = StaticKVCache.from_prefill(getattr(out, CACHE), torch.arange(len(lengths)), mask, width + 8)
     cos, sin = lean.rope_tables(width + 8, torch.float32)
-    weights, hf_cache, position = lean.bind(len(lengths)), out.past_key_values, positions[:, -1] + 1
+    weights, hf_cache, position = lean.bind(len(lengths)), getattr(out, CACHE), positions[:, -1] + 1
     tokens = out.logits[:, -1].argmax(-1)
     pairs = []
     for step in range(6):
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
         ref = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position[:, None],
-                    past_key_values=hf_cache, use_cache=True).logits[:, -1]  # fmt: skip
+                    use_cache=True, **{CACHE: hf_cache}).logits[:, -1]  # fmt: skip
         pairs.append((lean.step(weights, tokens, cos[position], sin[position], cache, width + step), ref))
         tokens, position = ref.argmax(-1), position + 1
     return pairs
