@@ -230,21 +230,22 @@ def final_checkpoint(trainer: Any) -> Path | None:
 
 
 async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
-    """Checkpoint (the end is resumable: run again with more steps), evaluate, plot, save the final model."""
+    """Checkpoint (the end is resumable: run again with more steps), evaluate, save the final model, plot (last:
+    a plot that fails costs no model)."""
     from ludic.training.loggers.plot import plot_metrics
 
     cfg = run.cfg
     checkpoint = final_checkpoint(run.trainer)
     stats = await run.evaluator.evaluate(step=cfg.steps)
+    final = run.out_dir / "final_model"
+    run.trainer.model.save_pretrained(final)
+    load_tokenizer(cfg).save_pretrained(final)
     plot = None
     if cfg.logging.plot:
         plot = plot_metrics(  # with every held-out evaluation: before (and after) the SFT, during, at the end
             run.out_dir / "metrics.jsonl", run.out_dir / "training_curve.png", title=title or cfg.source,
             eval_dir=run.out_dir / "eval",
         )  # fmt: skip
-    final = run.out_dir / "final_model"
-    run.trainer.model.save_pretrained(final)
-    load_tokenizer(cfg).save_pretrained(final)
     return FinishedRun(eval_stats=stats, final_model=final, checkpoint=checkpoint, plot=plot)
 
 

@@ -13,18 +13,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ludic.config import RunConfig
+from ludic.training.loggers.prefix import as_number
 from ludic.training.types import SAWItem
 
 BEFORE_SFT_STEP = -1
 """The evaluation step of the held-out evaluation before the SFT warm start (``eval_step_-1_*``)."""
 REWARD = "eval/avg_total_reward"
 ACCURACY = "eval/accuracy"
+_log = logging.getLogger(__name__)
 
 
 async def sft_in_place(
@@ -127,15 +130,29 @@ async def start_of_run(run: Any) -> StartEvals:
 
 
 def _summary(run: Any, step: int) -> dict[str, float] | None:
+    """A resumed run's summary of evaluation ``step``; None (reported as not measured) when there is none or it
+    cannot be read (empty, cut short, not an object): the reporting of a past evaluation must not stop the run."""
     path = run.out_dir / "eval" / f"eval_step_{step}_summary.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _log.warning("%s is not a readable evaluation summary (%s); its result is reported as not measured", path, exc)
+        return None
+    if not isinstance(summary, dict):
+        _log.warning("%s holds a JSON %s, not an evaluation summary (an object); its result is reported as not "
+                     "measured", path, type(summary).__name__)  # fmt: skip
+        return None
+    return summary
 
 
 def report_start_and_end(start: StartEvals, after: dict[str, float], eval_dir: Path) -> None:
     """One line: held-out reward before SFT (with ``[sft]``), at the start of RL, after RL."""
 
-    def fmt(stats: dict[str, float] | None) -> str:
-        return f"{stats[REWARD]:.3f}" if stats and REWARD in stats else "not measured"
+    def fmt(stats: dict[str, float] | None, key: str = REWARD) -> str:
+        value = as_number(stats.get(key)) if stats else None  # a summary's null or string: not a number
+        return "not measured" if value is None else f"{value:.3f}"
 
     if start.before_sft is None:
         phases = f"before training {fmt(start.start_of_rl)}"
@@ -144,8 +161,8 @@ def report_start_and_end(start: StartEvals, after: dict[str, float], eval_dir: P
     print(f"ludic train: held-out {REWARD} {phases}, after {after.get(REWARD, float('nan')):.3f} "
           f"({eval_dir}/eval_step_*_summary.json)", flush=True)  # fmt: skip
     if ACCURACY in after and start.start_of_rl and ACCURACY in start.start_of_rl:
-        before = (start.before_sft or start.start_of_rl)[ACCURACY]
-        print(f"ludic train: held-out {ACCURACY} before training {before:.3f}, after {after[ACCURACY]:.3f}",
+        before = fmt(start.before_sft or start.start_of_rl, ACCURACY)
+        print(f"ludic train: held-out {ACCURACY} before training {before}, after {fmt(after, ACCURACY)}",
               flush=True)  # fmt: skip
 
 

@@ -11,6 +11,7 @@ message saying what is there.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -35,12 +36,22 @@ def _key(path: Path, owner_dir: Path) -> str:
 
 def claimed(owner_dir: Path) -> set[str]:
     """The outputs earlier runs claimed in ``owner_dir`` (empty when there is no readable marker)."""
+    return _read_marker(owner_dir)[0]
+
+
+def _read_marker(owner_dir: Path) -> tuple[set[str], str | None]:
+    """``(claimed outputs, None)``, or ``(set(), why the marker cannot be read)`` when one is there but unreadable."""
+    marker = owner_dir / MARKER
+    if not marker.exists():
+        return set(), None
     try:
-        data = json.loads((owner_dir / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return set(), f"{marker} cannot be read ({exc})"
     outputs = data.get("outputs") if isinstance(data, dict) else None
-    return {o for o in outputs if isinstance(o, str)} if isinstance(outputs, list) else set()
+    if not isinstance(outputs, list):
+        return set(), f"{marker} holds no list of outputs"
+    return {o for o in outputs if isinstance(o, str)}, None
 
 
 def claim_outputs(paths: list[Path], owner_dir: Path) -> None:
@@ -51,7 +62,18 @@ def claim_outputs(paths: list[Path], owner_dir: Path) -> None:
             owned.add(_key(path, owner_dir))
     owner_dir.mkdir(parents=True, exist_ok=True)
     payload = {"written_by": "ludic", "outputs": sorted(owned)}
-    (owner_dir / MARKER).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _write_atomically(owner_dir / MARKER, json.dumps(payload, indent=2) + "\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a write cut short (disk full, a kill) leaves the earlier
+    marker as it was, not a truncated one that would disown every output it listed."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -73,7 +95,7 @@ def _plan_checkpoint_dir(folder: Path, plan: CleanPlan) -> None:
 
 def plan_clean(paths: list[Path], *, owner_dir: Path, checkpoint_dir: Path | None) -> CleanPlan:
     """Sort ``paths`` into what a fresh start may delete and what is in the way (changes nothing)."""
-    plan, owned = CleanPlan(), claimed(owner_dir)
+    plan, (owned, unreadable) = CleanPlan(), _read_marker(owner_dir)
     for path in paths:
         if checkpoint_dir is not None and path == checkpoint_dir:
             _plan_checkpoint_dir(path, plan)
@@ -83,7 +105,10 @@ def plan_clean(paths: list[Path], *, owner_dir: Path, checkpoint_dir: Path | Non
             plan.delete.append(path)
         else:
             kind = "folder" if path.is_dir() else "file"
-            plan.refused.append(f"{path} ({kind}) was not written by a Ludic run (not listed in {owner_dir / MARKER})")
+            plan.refused.append(
+                f"{path} ({kind}) is not known to be a Ludic run's: {unreadable}" if unreadable
+                else f"{path} ({kind}) was not written by a Ludic run (not listed in {owner_dir / MARKER})"
+            )  # fmt: skip
     return plan
 
 

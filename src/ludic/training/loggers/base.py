@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -107,18 +108,36 @@ class TeeLogger:
 
 
 class JsonlLogger:
-    """Append one JSON object per step, ``{"step": n, **stats}``, to ``path`` (read by plots and tools)."""
+    """Append one JSON object per step, ``{"step": n, **stats}``, to ``path`` (read by plots and tools).
+
+    One-element tensors and numpy values are written as numbers, keys as strings; NaN and the infinities as
+    Python's ``json`` writes them (``NaN``, ``Infinity``: what Python and pandas read back as floats, and what
+    the files of earlier runs hold, so every reader sees one format). A stat named ``step`` is kept as ``train/step``: the line's ``step`` is
+    the step logged. Appending to a file whose last line a killed run cut short starts on a new line (the cut
+    line stays as it was, the new records whole), and a file deleted while the run logs is created again.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._fh: TextIO | None = self._open()
+
+    def _open(self) -> TextIO:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: TextIO | None = self.path.open("a", encoding="utf-8")
+        fh = self.path.open("a", encoding="utf-8")
+        if _ends_mid_line(self.path):
+            fh.write("\n")
+        return fh
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
         if self._fh is None:
             raise RuntimeError(f"JsonlLogger({self.path}) is closed")
-        record = {"step": step, **{k: to_float(v) for k, v in stats.items()}}
-        self._fh.write(json.dumps(record, default=str) + "\n")
+        if os.fstat(self._fh.fileno()).st_nlink == 0:  # deleted under us: lines would go to no file at all
+            _log.warning("JsonlLogger: %s was deleted while the run logged; writing a new one from step %d",
+                         self.path, step)  # fmt: skip
+            fresh = self._open()  # a folder that cannot be made again: OSError naming it, retried next step
+            self._fh.close()
+            self._fh = fresh
+        self._fh.write(json.dumps(_record(step, stats), default=str) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
@@ -131,3 +150,32 @@ class JsonlLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _record(step: int, stats: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"step": step, **stats}``, JSON-ready; a stat named ``step`` goes under ``train/step``."""
+    record: dict[str, Any] = {"step": step}
+    for key, value in stats.items():
+        name = key if isinstance(key, str) else str(key)
+        record["train/step" if name == "step" else name] = _jsonable(value)
+    return record
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` for ``json.dumps``: one-element tensors and numpy values as numbers (larger ones as their
+    ``str``, as before), in nested dicts and lists too."""
+    value = to_float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether ``path`` is non-empty and its last byte is not a newline (a write cut short by a kill)."""
+    with path.open("rb") as fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"

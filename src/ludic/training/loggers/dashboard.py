@@ -22,7 +22,7 @@ from rich.text import Text
 
 from ludic.training.loggers import JsonlLogger, RichLiveLogger, TeeLogger, prefix_key, sparkline
 from ludic.training.loggers.completions import CompletionSample, CompletionsLogger, plain_table, short
-from ludic.training.loggers.prefix import to_float
+from ludic.training.loggers.prefix import as_number
 from ludic.training.loggers.run_clock import LatestEval, RunClock, time_split
 
 REWARD_KEY = "train/avg_total_reward"
@@ -65,8 +65,9 @@ class RewardLossDashboard(RichLiveLogger):
         self.clock.tick(step)
         self.evals.update(step, stats)
         for key, value in stats.items():
-            if prefix_key(key) == LOSS_KEY and isinstance(value, (int, float)):
-                self._loss_history.append(float(value))
+            number = as_number(value)  # a tensor or numpy loss too; NaN is kept (a gap in the sparkline)
+            if prefix_key(key) == LOSS_KEY and number is not None:
+                self._loss_history.append(number)
         super().log(step, stats)
 
     def log_completions(self, step: int, samples: Sequence[CompletionSample]) -> None:
@@ -111,6 +112,8 @@ class EveryNPrinter:
 
     def __init__(self, every: int = 10, *, prefix: str = "[ludic]", total_steps: int | None = None,
                  precision: int = 3, stream: Any = None) -> None:  # fmt: skip
+        if every < 1:  # else every step's line fails on ``step % 0``
+            raise ValueError(f"EveryNPrinter.every must be >= 1, got {every}")
         self.every = every
         self.prefix = prefix
         self.total_steps = total_steps
@@ -144,10 +147,10 @@ class EveryNPrinter:
     def format(self, step: int, stats: Mapping[str, Any], has_eval: bool = False) -> str:
         total = f"/{self.total_steps}" if self.total_steps else ""
         parts = [f"{self.prefix} step {step}{total}".strip()]
-        values = {prefix_key(k): to_float(v) for k, v in stats.items()}
+        values = {prefix_key(k): as_number(v) for k, v in stats.items()}
         for key in (REWARD_KEY, LOSS_KEY, EVAL_KEY):
             value = values.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
+            if value is not None:  # a NaN loss is shown as nan: it is what the reader needs to see
                 parts.append(f"{key}={value:.{self.precision}f}")
         held_out = self.evals.text()
         if held_out and not has_eval:

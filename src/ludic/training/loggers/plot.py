@@ -9,45 +9,95 @@ evaluation. Held-out evaluations come from the JSONL's ``eval/`` stats and from 
 from __future__ import annotations
 
 import json
-import math
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
+from ludic.training.loggers.prefix import finite_float
+
 EVAL_SUMMARY = re.compile(r"eval_step_(-?\d+)_summary\.json")
+_SHOWN = 5
+"""How many bad lines a warning lists (a file of another format would otherwise flood the log)."""
+_log = logging.getLogger(__name__)
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """The JSON objects of a metrics JSONL file, in order."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a metrics JSONL file, in order: JSON objects with an integer ``step``.
+
+    A line that is not one (cut short by a kill, another tool's, hand-edited) is left out of the plot with
+    one warning naming the file, its line numbers and what is wrong; the file itself is not changed.
+    """
+    rows, problems = [], []
+    text = Path(path).read_bytes().decode("utf-8", errors="replace")
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        row, problem = _record(line)
+        if problem is None:
+            rows.append(row)
+        else:
+            problems.append(f"line {number}: {problem}")
+    if problems:
+        shown = "; ".join(problems[:_SHOWN]) + ("; ..." if len(problems) > _SHOWN else "")
+        _log.warning("%s: %d line(s) left out of the plot: %s", path, len(problems), shown)
+    return rows
+
+
+def _record(line: str) -> tuple[dict, str | None]:
+    """``(record, None)``, or ``({}, what is wrong with the line)``."""
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        return {}, f"not JSON ({exc})"
+    if not isinstance(row, dict):
+        return {}, f"a JSON {type(row).__name__}, not an object"
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        return {}, f"no integer 'step' (got {step!r:.40})"
+    return row, None
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """``(steps, values)`` of the rows that have a finite numeric ``key``."""
-    steps, values = [], []
+    """``(steps, values)`` of the rows that have a finite numeric ``key``, by step; a step logged again (a
+    resumed run appends the steps after its checkpoint once more) keeps its latest value."""
+    points: dict[int, float] = {}
     for row in rows:
-        value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            steps.append(int(row["step"]))
-            values.append(float(value))
-    return steps, values
+        value = finite_float(row.get(key))
+        if value is not None:
+            points[row["step"]] = value
+    steps = sorted(points)
+    return steps, [points[s] for s in steps]
 
 
 def eval_points(
     rows: list[dict], eval_key: str, eval_dir: str | Path | None
 ) -> tuple[list[int], list[float]]:
-    """Held-out evaluations by step: the JSONL's, and the summaries in ``eval_dir`` (which win on a tie)."""
+    """Held-out evaluations by step: the JSONL's, and the summaries in ``eval_dir`` (which win on a tie).
+    A summary that cannot be read (empty, cut short, not an object) is left out with a warning naming it."""
     points = dict(zip(*series(rows, eval_key), strict=True))
     if eval_dir is not None and Path(eval_dir).is_dir():
         for path in Path(eval_dir).iterdir():
             match = EVAL_SUMMARY.fullmatch(path.name)
-            if match:
-                value = json.loads(path.read_text()).get(eval_key)
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    points[int(match.group(1))] = float(value)
+            if match and path.is_file():
+                value = finite_float(_summary(path).get(eval_key))
+                if value is not None:
+                    points[int(match.group(1))] = value
     steps = sorted(points)
     return steps, [points[s] for s in steps]
+
+
+def _summary(path: Path) -> dict:
+    """An evaluation summary's object, or ``{}`` (with a warning naming the file) when it has none."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _log.warning("%s: left out of the plot, not a readable JSON summary (%s)", path, exc)
+        return {}
+    if not isinstance(summary, dict):
+        _log.warning("%s: left out of the plot, a JSON %s, not an object", path, type(summary).__name__)
+        return {}
+    return summary
 
 
 def informative(values: list[float]) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +14,9 @@ _PERF_SUFFIXES = ("_mb", "_gb", "_seconds", "_sec", "_ms", "_per_s", "_per_secon
 
 def prefix_key(key: str) -> str:
     """Auto-prefix an ungrouped key: ``loss -> train/loss``, ``eval_accuracy -> eval/accuracy``,
-    ``gpu_mem_alloc_mb -> perf/gpu_mem_alloc_mb``; keys already under a group are unchanged."""
+    ``gpu_mem_alloc_mb -> perf/gpu_mem_alloc_mb``; keys already under a group are unchanged. A key that is
+    not a string (a caller's int or tuple) is named by its ``str`` rather than failing the sink."""
+    key = key if isinstance(key, str) else str(key)
     head = key.split("/", 1)[0]
     if head in GROUPS and "/" in key:
         return key
@@ -49,3 +52,21 @@ def to_float(value: Any) -> Any:
         except (ValueError, RuntimeError):
             return value
     return value
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float (tensors and numpy scalars included; NaN stays NaN, an int too big for a float is
+    an infinity instead of ``float()``'s OverflowError), or None when it is not a number (a bool, a string)."""
+    value = to_float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a finite float, else None (not a number, NaN or an infinity: not a point on a curve)."""
+    number = as_number(value)
+    return number if number is not None and math.isfinite(number) else None

@@ -7,7 +7,6 @@ ones (``step 3/50  reward 0.250  loss -0.012  0.4 s``) and ``progress_and_metric
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Mapping
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ludic.training.loggers.base import JsonlLogger, TeeLogger
-from ludic.training.loggers.prefix import prefix_key, to_float
+from ludic.training.loggers.prefix import as_number, finite_float, prefix_key, to_float
 from ludic.training.loggers.run_clock import RunClock
 
 DEFAULT_KEYS: dict[str, str] = {
@@ -76,10 +75,11 @@ class ProgressLogger:
         total = f"/{self.total_steps}" if self.total_steps else ""
         parts = [f"{self.prefix} step {step}{total}".strip()]
         for label, key in self.keys.items():
-            value = stats.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = as_number(stats.get(key))
+            if value is not None:
                 parts.append(f"{label} {value:.{self.precision}f}")
-        if isinstance(seconds, (int, float)) and math.isfinite(seconds):
+        seconds = finite_float(seconds)
+        if seconds is not None:
             parts.append(f"{seconds:.1f} s")
         if self.clock is not None:
             parts += [p for p in self.clock.parts() if not p.endswith("s/step")]

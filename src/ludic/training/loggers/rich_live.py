@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,26 +13,27 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ludic.training.loggers.prefix import GROUPS, group_by_prefix, prefix_key, to_float
+from ludic.training.loggers.prefix import GROUPS, as_number, group_by_prefix, prefix_key, to_float
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 def sparkline(values: Sequence[float]) -> str:
-    """Map values onto eight block characters, lowest to highest (flat series -> lowest block)."""
-    finite = [v for v in values if v == v and abs(v) != float("inf")]
+    """Map values onto eight block characters, lowest to highest (flat series -> lowest block; a value that
+    is not finite -> a space)."""
+    finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return ""
     lo, hi = min(finite), max(finite)
-    span = hi - lo
-    chars = []
-    for v in values:
-        if v not in finite:
-            chars.append(" ")
-        else:
-            idx = 0 if span == 0 else round((v - lo) / span * (len(_BLOCKS) - 1))
-            chars.append(_BLOCKS[idx])
-    return "".join(chars)
+    return "".join(_BLOCKS[_level(v, lo, hi)] if math.isfinite(v) else " " for v in values)
+
+
+def _level(v: float, lo: float, hi: float) -> int:
+    """``v``'s block between ``lo`` and ``hi``; halved when ``hi - lo`` overflows (``1e308 - -1e308``)."""
+    if hi == lo:
+        return 0
+    frac = (v - lo) / (hi - lo) if math.isfinite(hi - lo) else (v / 2 - lo / 2) / (hi / 2 - lo / 2)
+    return round(frac * (len(_BLOCKS) - 1))
 
 
 class RichLiveLogger:
@@ -88,9 +90,9 @@ class RichLiveLogger:
         for key, value in stats.items():
             self._latest[prefix_key(key)] = to_float(value)
         if self.spark_key is not None:
-            value = self._latest.get(self.spark_key)
-            if isinstance(value, (int, float)) and self.spark_key in {prefix_key(k) for k in stats}:
-                self._history.append(float(value))
+            value = as_number(self._latest.get(self.spark_key))
+            if value is not None and self.spark_key in {prefix_key(k) for k in stats}:
+                self._history.append(value)
         if self._live is not None:
             self._live.update(self.render())
         else:

@@ -4,12 +4,11 @@ plain log alike."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ludic.training.loggers.prefix import prefix_key, to_float
+from ludic.training.loggers.prefix import as_number, finite_float, prefix_key
 
 EVAL_KEY = "eval/avg_total_reward"
 TIME_PREFIX = "time/"
@@ -87,9 +86,9 @@ class LatestEval:
 
     def update(self, step: int, stats: Mapping[str, Any]) -> None:
         for key, value in stats.items():
-            value = to_float(value)
-            if prefix_key(key) == EVAL_KEY and isinstance(value, (int, float)) and math.isfinite(value):
-                self.step, self.value = step, float(value)
+            value = finite_float(value)
+            if prefix_key(key) == EVAL_KEY and value is not None:
+                self.step, self.value = step, value
 
     def text(self) -> str | None:
         """``held-out 0.250 (step 10)``, or None before any evaluation."""
@@ -102,8 +101,8 @@ def time_split(stats: Mapping[str, Any]) -> str | None:
     """``time: generate 0.81s, train 0.30s, ...``: every ``time/*`` stat present, in the order given."""
     parts = []
     for key, value in stats.items():
-        full, value = key.removeprefix("perf/"), to_float(value)
-        if not full.startswith(TIME_PREFIX) or not isinstance(value, (int, float)) or isinstance(value, bool):
+        full, value = str(key).removeprefix("perf/"), as_number(value)
+        if not full.startswith(TIME_PREFIX) or value is None:
             continue
         name = full[len(TIME_PREFIX) :]
         if name.endswith("_seconds"):

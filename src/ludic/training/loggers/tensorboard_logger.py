@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ludic.training.loggers.prefix import prefix_stats, to_float
+from ludic.training.loggers.prefix import finite_float, prefix_stats
 
 
 def _summary_writer() -> Any:
@@ -33,9 +32,9 @@ class TensorBoardLogger:
         if self.writer is None:
             raise RuntimeError(f"TensorBoardLogger({self.log_dir}) is closed")
         for key, value in prefix_stats(stats).items():
-            value = to_float(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                self.writer.add_scalar(key, float(value), global_step=step)
+            number = finite_float(value)  # an int too big for a float is left out, not the step's other stats
+            if number is not None:
+                self.writer.add_scalar(key, number, global_step=step)
         self.writer.flush()
 
     def log_completions(self, step: int, samples: Sequence[Any]) -> None:
