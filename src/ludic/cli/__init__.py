@@ -16,7 +16,7 @@ from ludic.cli.commands import (
     add_serve_parser,
     add_train_parser,
 )
-from ludic.cli.export import add_export_parser
+from ludic.cli.export import ExportError, add_export_parser
 from ludic.cli.models import add_models_parser
 from ludic.config import ConfigError
 from ludic.models.errors import ModelPrepError
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except (ConfigError, ResumeError, CheckpointLoadError, ModelPrepError) as exc:
+    except (ConfigError, ResumeError, CheckpointLoadError, ModelPrepError, ExportError) as exc:
         print(f"ludic {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C (or user code raising it): one line and the shell's code, no traceback

@@ -15,16 +15,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ludic.models.errors import ModelPrepError
+
 MARKER = "ludic-model.json"
 
 
 def models_dir(cache_dir: str | Path | None = None) -> Path:
-    """The cache root (created when missing)."""
+    """The cache root (created when missing); one that cannot be a folder is a ModelPrepError naming it."""
+    where = "--cache-dir"
     if cache_dir is None:
         env = os.environ.get("LUDIC_MODELS_DIR")
+        where = "$LUDIC_MODELS_DIR" if env else "the default cache"
         cache_dir = env if env else Path.home() / ".cache" / "ludic" / "models"
     root = Path(cache_dir).expanduser()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, or a parent that is one, or no permission
+        raise ModelPrepError(f"the model cache {str(root)!r} ({where}) cannot be a folder: {exc}") from exc
     return root
 
 

