@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from ludic.envs import DatasetRowsEnv, dataset_qa_env
 from ludic.envs.demonstrations import Demonstration, ProvidesDemonstrations
@@ -59,3 +61,44 @@ def test_a_demonstration_needs_a_prompt_and_a_non_empty_answer() -> None:
         Demonstration("q", "")
     with pytest.raises(ValueError, match="prompt must be a string or a non-empty list"):
         Demonstration([], "a")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prompt": 5, "answer": "a"}, "prompt must be a string or a non-empty list"),
+        ({"prompt": True, "answer": "a"}, "prompt must be a string or a non-empty list"),
+        ({"prompt": "q", "answer": "a", "tools": 5}, "tools must be a list of tool schemas"),
+        ({"prompt": [{"role": 5, "content": "q"}], "answer": "a"}, r"prompt\[0\] must be .* string role"),
+        ({"prompt": [{"role": "user", "content": 5}], "answer": "a"}, r"prompt\[0\].content must be a string"),
+        ({"prompt": "q", "answer": " \n\t"}, "answer must be a non-empty string"),
+        ({"prompt": "q", "answer": "a\ud800"}, "answer is not valid Unicode text"),
+        ({"prompt": "q\udfff", "answer": "a"}, "prompt is not valid Unicode text"),
+    ],
+)
+def test_hostile_fields_are_a_value_error_naming_the_field(kwargs: dict, message: str) -> None:
+    """Each of these used to pass (or raise a bare TypeError) and only fail, unlocated, in the tokenizer."""
+    with pytest.raises(ValueError, match=message):
+        Demonstration(**kwargs)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["role", "content", "x"]), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompt=st.text(min_size=1) | _json, answer=st.text(min_size=1) | _json, tools=st.none() | _json)
+@example(prompt=5, answer="a", tools=None)
+@example(prompt="q", answer="a", tools=True)
+@example(prompt=[{"role": "user", "content": ["x"]}], answer="a", tools=None)
+def test_any_json_fields_give_a_demonstration_or_a_value_error(prompt: object, answer: object, tools: object) -> None:
+    """Whatever a JSONL row holds, the reader can name the row: only ValueError escapes."""
+    try:
+        d = Demonstration(prompt, answer, tools)  # type: ignore[arg-type]
+    except ValueError:
+        return
+    assert isinstance(d.answer, str) and d.answer.strip()
+    assert isinstance(d.prompt, str) or all(isinstance(m["role"], str) for m in d.prompt)

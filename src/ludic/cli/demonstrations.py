@@ -22,6 +22,11 @@ from ludic.training.types import SAWItem
 
 def read_demonstrations(path: str | Path) -> list[Demonstration]:
     """Every demonstration in a JSONL file; a bad line is a ValueError naming the file and line."""
+    return [d for _, d in located_demonstrations(path)]
+
+
+def located_demonstrations(path: str | Path) -> list[tuple[str, Demonstration]]:
+    """``("file:line", demonstration)`` per line, so a later check (its prompt's length) can name the row."""
     from ludic.training.batching.jsonl import iter_jsonl_numbered
 
     p = Path(path)
@@ -30,7 +35,7 @@ def read_demonstrations(path: str | Path) -> list[Demonstration]:
     demos = []
     for lineno, record in iter_jsonl_numbered(p):
         try:
-            demos.append(_demonstration(record))
+            demos.append((f"{path}:{lineno}", _demonstration(record)))
         except ValueError as exc:
             raise ValueError(f"{path}:{lineno}: {exc}") from exc
     if not demos:
@@ -82,14 +87,22 @@ def env_demonstrations(cfg: RunConfig, env: Any, n: int) -> list[Demonstration]:
     return list(demos)
 
 
-def config_demonstrations(cfg: RunConfig, env: Any) -> list[Demonstration]:
-    """What ``[sft]`` names: the file's demonstrations, or steps x batch_size from the env."""
+def config_demonstrations(cfg: RunConfig, env: Any) -> list[tuple[str, Demonstration]]:
+    """What ``[sft]`` names, each with where it came from: the file's demonstrations ("file:line"), or
+    steps x batch_size from the env ("env 'name' demonstration i")."""
     sft = cfg.sft
     if sft is None:
         raise ValueError("the config has no [sft] table")
     if sft.demonstrations is not None:
-        return read_demonstrations(sft.demonstrations)
-    return env_demonstrations(cfg, env, sft.steps * sft.batch_size)
+        demos = located_demonstrations(sft.demonstrations)
+        if sft.batch_size > len(demos):  # the cycled file would put a row in one batch more than once
+            raise ValueError(
+                f"[sft].batch_size = {sft.batch_size} is more than the {len(demos)} demonstrations in "
+                f"{sft.demonstrations}: every step would train some of them twice; lower batch_size"
+            )
+        return demos
+    demos = env_demonstrations(cfg, env, sft.steps * sft.batch_size)
+    return [(f"env {cfg.env.name!r} demonstration {i}", d) for i, d in enumerate(demos)]
 
 
 def agent_system_prompt(cfg: RunConfig, env: Any) -> str | None:
@@ -104,18 +117,30 @@ def agent_system_prompt(cfg: RunConfig, env: Any) -> str | None:
 
 def demonstration_items(cfg: RunConfig, tokenizer: Any) -> list[SAWItem]:
     """``[sft]``'s demonstrations as SFT items, prompts tokenised as the agent will send them."""
-    from ludic.training.batching.sft_data import sft_item
-
     env = training_env(cfg)
     system_prompt = agent_system_prompt(cfg, env)
     return [
-        sft_item(
-            tokenizer, d.prompt, d.answer,
-            system_prompt=system_prompt if isinstance(d.prompt, str) else None,
-            tools=d.tools, meta={"rollout_id": f"sft-{i}", "step_index": 0},
+        _item(cfg, tokenizer, where, d, i, system_prompt)
+        for i, (where, d) in enumerate(config_demonstrations(cfg, env))
+    ]
+
+
+def _item(cfg: RunConfig, tokenizer: Any, where: str, d: Demonstration, i: int, system: str | None) -> SAWItem:
+    """One SFT item; a prompt that fills ``max_seq_len`` is refused: truncation would leave it no answer
+    token, a prompt-only item that trains nothing yet counts in its batch."""
+    from ludic.training.batching.sft_data import sft_item
+
+    item = sft_item(
+        tokenizer, d.prompt, d.answer, system_prompt=system if isinstance(d.prompt, str) else None,
+        tools=d.tools, meta={"rollout_id": f"sft-{i}", "step_index": 0},
+    )  # fmt: skip
+    limit, n = cfg.trainer.max_seq_len, item.meta["prompt_length"]
+    if n >= limit:
+        raise ValueError(
+            f"{where}: prompt is {n} tokens (system prompt and tools included), not shorter than "
+            f"[trainer].max_seq_len = {limit}: truncation would leave no answer token; shorten it or raise max_seq_len"
         )
-        for i, d in enumerate(config_demonstrations(cfg, env))
-    ]  # fmt: skip
+    return item
 
 
 def sft_errors(cfg: RunConfig) -> list[str]:

@@ -28,19 +28,55 @@ class Demonstration:
     tools: Sequence[Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.answer, str) or not self.answer:
-            raise ValueError(f"Demonstration.answer must be a non-empty string, got {self.answer!r}")
-        if isinstance(self.prompt, str):
-            if not self.prompt:
-                raise ValueError("Demonstration.prompt is an empty string")
-        elif not self.prompt or not all(isinstance(m, dict) and "role" in m for m in self.prompt):
-            raise ValueError(
-                "Demonstration.prompt must be a string or a non-empty list of {role, content} messages"
-            )
-        if self.tools is not None and (
-            isinstance(self.tools, (str, Mapping)) or not all(isinstance(t, Mapping) for t in self.tools)
-        ):
-            raise ValueError(f"Demonstration.tools must be a list of tool schemas (JSON objects), got {self.tools!r:.80}")
+        _check_answer(self.answer)
+        _check_prompt(self.prompt)
+        _check_tools(self.tools)
+
+
+def _check_text(field: str, value: str) -> None:
+    """A lone surrogate (JSON ``"\\ud800"``) reads fine but cannot be tokenised: refuse it here, by field."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"Demonstration.{field} is not valid Unicode text ({exc.reason} at character {exc.start})") from exc
+
+
+def _check_answer(answer: object) -> None:
+    """A blank answer would teach the model to say nothing (or only whitespace) and stop."""
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError(f"Demonstration.answer must be a non-empty string, got {answer!r:.80}")
+    _check_text("answer", answer)
+
+
+def _check_prompt(prompt: object) -> None:
+    """A string, or messages whose role and content the chat template can render (else a TypeError later)."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("Demonstration.prompt is an empty string")
+        _check_text("prompt", prompt)
+        return
+    if isinstance(prompt, (bytes, Mapping)) or not isinstance(prompt, Sequence) or not prompt:
+        raise ValueError(
+            "Demonstration.prompt must be a string or a non-empty list of {role, content} messages, "
+            f"got {prompt!r:.80}"
+        )
+    for i, m in enumerate(prompt):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not m["role"]:
+            raise ValueError(f"Demonstration.prompt[{i}] must be a {{role, content}} message with a string role, got {m!r:.80}")
+        content = m.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"Demonstration.prompt[{i}].content must be a string, got {content!r:.80}")
+        if content is not None:
+            _check_text(f"prompt[{i}].content", content)
+
+
+def _check_tools(tools: object) -> None:
+    if tools is not None and (
+        isinstance(tools, (str, bytes, Mapping))
+        or not isinstance(tools, Sequence)
+        or not all(isinstance(t, Mapping) for t in tools)
+    ):
+        raise ValueError(f"Demonstration.tools must be a list of tool schemas (JSON objects), got {tools!r:.80}")
 
 
 @runtime_checkable
