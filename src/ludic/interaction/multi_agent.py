@@ -9,6 +9,7 @@ from ludic.agents.base_agent import Agent
 from ludic.envs.env import LudicEnv
 from ludic.inference.sampling import InferenceSpec
 from ludic.interaction.base import InteractionProtocol
+from ludic.interaction.env_checks import checked_outcomes, checked_reset
 from ludic.interaction.steps import (
     cut_at_max_steps,
     env_step,
@@ -49,7 +50,8 @@ class MultiAgentProtocol(InteractionProtocol):
         unknown = sorted(set(self.agents) - set(env.agent_ids))
         if unknown:
             raise ValueError(f"agents {unknown} are not in {type(env).__name__}.agent_ids {env.agent_ids}")
-        first = env.reset(seed=env_seed)
+        reset = env.reset(seed=env_seed)
+        first = {aid: checked_reset(reset, aid) for aid in self.agents}
         for aid, agent in self.agents.items():
             sysprompt = (
                 env.suggested_sysprompt
@@ -71,7 +73,9 @@ class MultiAgentProtocol(InteractionProtocol):
             if any(parse.action is None for _, parse, _ in acted):
                 self._replay_turn(collector, acted)
                 continue
-            outcomes = await env.astep({a: parse.action for a, parse, _ in acted})
+            outcomes = checked_outcomes(
+                await env.astep({a: parse.action for a, parse, _ in acted}), active, list(self.agents)
+            )
             if self._absorb(collector, acted, outcomes):
                 break
         else:

@@ -6,6 +6,7 @@ from ludic.agents.base_agent import Agent
 from ludic.envs.env import LudicEnv
 from ludic.inference.sampling import InferenceSpec
 from ludic.interaction.base import InteractionProtocol
+from ludic.interaction.env_checks import checked_outcomes, checked_reset
 from ludic.interaction.steps import (
     cut_at_max_steps,
     env_step,
@@ -41,7 +42,7 @@ class SingleAgentProtocol(InteractionProtocol):
         if self.use_env_sysprompt and self.agent.ctx.system_prompt is None:
             sysprompt = env.suggested_sysprompt
         self.agent.reset(system_prompt=sysprompt)
-        obs, info = env.reset(seed=env_seed)[agent_id]
+        obs, info = checked_reset(env.reset(seed=env_seed), agent_id)
         self.agent.on_env_reset(obs, info)
 
         steps: list[Step] = []
@@ -54,7 +55,8 @@ class SingleAgentProtocol(InteractionProtocol):
                 self.agent.on_after_step(parse.obs, {})
                 obs = parse.obs
                 continue
-            outcome = (await env.astep({agent_id: parse.action}))[agent_id]
+            outcomes = checked_outcomes(await env.astep({agent_id: parse.action}), [agent_id], [agent_id])
+            outcome = outcomes[agent_id]
             step = env_step(index, obs, parse, act_info, outcome)
             steps.append(step)
             if step.terminated or step.truncated:

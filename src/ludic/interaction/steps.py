@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ludic.inference.sampling import InferenceSpec, SamplingConfig
+from ludic.interaction.env_checks import real_reward
 from ludic.parsers import ParseResult
 from ludic.types import Obs, Step, StepOutcome
 
@@ -40,6 +41,11 @@ def _agent_info(parse: ParseResult, act_info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _parser_reward(parse: ParseResult) -> float:
+    """The parser's format reward; a non-number (None, a str) fails the episode, named."""
+    return real_reward(parse.reward, "parser result")
+
+
 def parse_failure_step(
     index: int, prev_obs: Obs | None, parse: ParseResult, act_info: dict[str, Any]
 ) -> Step:
@@ -49,7 +55,7 @@ def parse_failure_step(
         prev_obs=prev_obs,
         action=act_info["raw_text"],
         next_obs=parse.obs,
-        reward=float(parse.reward),
+        reward=_parser_reward(parse),
         truncated=False,
         terminated=False,
         info=_agent_info(parse, act_info),
@@ -73,7 +79,7 @@ def env_step(
         prev_obs=prev_obs,
         action=act_info["raw_text"],
         next_obs=None if done else outcome.obs,
-        reward=float(outcome.reward) + float(parse.reward),
+        reward=float(outcome.reward) + _parser_reward(parse),
         truncated=outcome.truncated,
         terminated=outcome.terminated,
         info=info,

@@ -19,7 +19,6 @@ multi-server client keeps the attempt's turns on one server and the retry lands 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -33,8 +32,8 @@ from ludic.inference.multi_server import server_went_down
 from ludic.interaction.base import InteractionProtocol
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching.busy_clock import BusyClock
-from ludic.training.batching.jsonl import rollout_to_dict
 from ludic.training.batching.requests import derive_seed
+from ludic.training.batching.rollout_checks import check_rollouts, rollout_jsonl_line
 from ludic.training.batching.saw_builder import batch_meta, rollouts_to_saw_items
 from ludic.training.batching.sequence_items import rollouts_to_sequence_items
 from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
@@ -87,9 +86,11 @@ class RolloutEngine:
         concurrency: int = 8,
         include_failed: bool = False,
         env_clock: BusyClock | None = None,
+        for_training: bool = False,
     ) -> list[Rollout]:
         """Play every request's ``num_episodes`` episodes, at most ``concurrency`` at a time; ``env_clock``
-        times the envs' steps (``astep``: rewards, verifiers)."""
+        times the envs' steps (``astep``: rewards, verifiers). ``for_training`` (set by ``generate_batch``)
+        fails, alone, an episode training cannot use: a non-finite reward, a step without its token traces."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         for request in requests:  # unknown kinds are configuration errors, not episode failures
@@ -101,7 +102,9 @@ class RolloutEngine:
             request: RolloutRequest, episode_idx: int
         ) -> tuple[list[Rollout], Exception | None]:
             async with semaphore:
-                return await self._run_episode(request, episode_idx, max_steps, timeout_s, env_clock)
+                return await self._run_episode(
+                    request, episode_idx, max_steps, timeout_s, env_clock, for_training=for_training
+                )
 
         jobs = [bounded(r, k) for r in requests for k in range(r.num_episodes)]
         episodes = await asyncio.gather(*jobs)
@@ -113,7 +116,7 @@ class RolloutEngine:
 
     async def _run_episode(
         self, request: RolloutRequest, episode_idx: int, max_steps: int, timeout_s: float | None,
-        env_clock: BusyClock | None = None,
+        env_clock: BusyClock | None = None, *, for_training: bool = False,
     ) -> tuple[list[Rollout], Exception | None]:
         sampling_seed = request.sampling_seed
         if sampling_seed is not None and episode_idx > 0:
@@ -131,7 +134,9 @@ class RolloutEngine:
         }
         for attempt in range(self.episode_retries + 1):
             with episode_scope(uuid.uuid4().hex):
-                rollouts, exc = await self._attempt(request, max_steps, timeout_s, env_clock, sampling_seed, base_meta)
+                rollouts, exc = await self._attempt(
+                    request, max_steps, timeout_s, env_clock, sampling_seed, base_meta, for_training
+                )
             if exc is None or attempt == self.episode_retries or not server_went_down(exc):
                 break
             log.warning("episode %d of request %s lost its server (%s); replaying it from the start (retry %d/%d)",
@@ -142,7 +147,7 @@ class RolloutEngine:
 
     async def _attempt(
         self, request: RolloutRequest, max_steps: int, timeout_s: float | None, env_clock: BusyClock | None,
-        sampling_seed: int | None, base_meta: dict[str, Any],
+        sampling_seed: int | None, base_meta: dict[str, Any], for_training: bool = False,
     ) -> tuple[list[Rollout], Exception | None]:
         """One try at the episode: a fresh env and protocol; a failure is one failed rollout and its error."""
         try:
@@ -159,7 +164,7 @@ class RolloutEngine:
                     inference=request.inference,
                     timeout_s=timeout_s,
                 )
-            _check_lengths(rollouts, max_steps, request.protocol.kind)
+            check_rollouts(rollouts, max_steps, request.protocol.kind, for_training=for_training)
         except Exception as exc:  # recorded, counted and excluded; see _check_failures
             return [Rollout(meta={**base_meta, "failed": True, "error": _describe(exc)})], exc
         for rollout in rollouts:
@@ -207,6 +212,7 @@ class RolloutEngine:
             concurrency=concurrency,
             include_failed=True,
             env_clock=env_clock,
+            for_training=True,
         )
         t_credit = perf_counter()
         failed = [r for r in rollouts if r.meta.get("failed")]
@@ -253,16 +259,7 @@ class RolloutEngine:
         self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
         with self.jsonl_path.open("a", encoding="utf-8") as f:
             for rollout in rollouts:
-                f.write(json.dumps(rollout_to_dict(rollout)) + "\n")
-
-
-def _check_lengths(rollouts: Sequence[Rollout], max_steps: int, protocol_kind: str) -> None:
-    for rollout in rollouts:
-        if len(rollout.steps) > max_steps:
-            raise RuntimeError(
-                f"protocol {protocol_kind!r} returned a rollout with {len(rollout.steps)} steps, "
-                f"max_steps={max_steps}"
-            )
+                f.write(rollout_jsonl_line(rollout) + "\n")
 
 
 def _group_id(rollout: Rollout) -> Any:
