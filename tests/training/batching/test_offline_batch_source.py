@@ -89,6 +89,17 @@ async def test_bad_lines_name_file_and_line(tmp_path):
         await source.next_batch()
 
 
+def test_a_byte_order_mark_at_the_start_is_skipped_and_one_later_is_named(tmp_path):
+    """Before, a file saved with a UTF-8 BOM (Windows editors) failed at line 1: "Unexpected UTF-8 BOM"."""
+    line = '{"input_ids": [1, 2], "action_mask": [0, 1]}\n'
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + line.encode() + line.encode())
+    assert [n for n, _ in jsonl.iter_jsonl_numbered(path)] == [1, 2]
+    path.write_bytes(line.encode() + b"\xef\xbb\xbf" + line.encode())  # a BOM mid-file is not a file's start
+    with pytest.raises(ValueError, match=r"bom.jsonl:2: not valid JSON"):
+        list(jsonl.iter_jsonl_numbered(path))
+
+
 def test_missing_file_and_empty_data_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file"):
         OfflineBatchSource(tmp_path / "nope.jsonl", batch_size=1)

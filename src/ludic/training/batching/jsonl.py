@@ -136,10 +136,13 @@ def iter_jsonl_numbered(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]
     """``(line_number, record)`` per non-empty line (1-based), so later errors can name file:line.
 
     Each line must be UTF-8 text holding one JSON object; anything else (a list, ``null``, bytes that are
-    not UTF-8) is a ValueError naming the file and line.
+    not UTF-8) is a ValueError naming the file and line. A UTF-8 byte-order mark at the start of the file
+    (editors on Windows write one) is skipped, as the ``dataset_qa`` rows reader does.
     """
     with Path(path).open("rb") as f:  # bytes, so a bad line is reported with its number
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")
             record = _parse_line(path, lineno, raw)
             if record is not None:
                 yield lineno, record
