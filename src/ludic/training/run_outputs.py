@@ -11,12 +11,12 @@ message saying what is there.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ludic.training.checkpoint._files import write_json_atomic
 from ludic.training.checkpoint.resume import ResumeError
 
 MARKER = ".ludic-outputs.json"
@@ -62,18 +62,9 @@ def claim_outputs(paths: list[Path], owner_dir: Path) -> None:
             owned.add(_key(path, owner_dir))
     owner_dir.mkdir(parents=True, exist_ok=True)
     payload = {"written_by": "ludic", "outputs": sorted(owned)}
-    _write_atomically(owner_dir / MARKER, json.dumps(payload, indent=2) + "\n")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a write cut short (disk full, a kill) leaves the earlier
-    marker as it was, not a truncated one that would disown every output it listed."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # whole or not at all: a write cut short (disk full, a kill) keeps the earlier marker, not a truncated one
+    # that would disown every output it listed
+    write_json_atomic(owner_dir / MARKER, payload)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from ludic.types import Rollout, Step, TokenTrace
 log = logging.getLogger(__name__)
 
 
-def check_rollouts(
+def check_episode_rollouts(
     rollouts: Sequence[Rollout], max_steps: int, protocol_kind: str, *, for_training: bool
 ) -> None:
     """Raise naming the rollout and step unless every rollout fits ``max_steps`` and its steps have real

@@ -33,7 +33,7 @@ from ludic.interaction.base import InteractionProtocol
 from ludic.training.algorithm import RLAlgorithm
 from ludic.training.batching.busy_clock import BusyClock
 from ludic.training.batching.requests import derive_seed
-from ludic.training.batching.rollout_checks import check_rollouts, rollout_jsonl_line
+from ludic.training.batching.rollout_checks import check_episode_rollouts, rollout_jsonl_line
 from ludic.training.batching.saw_builder import batch_meta, rollouts_to_saw_items
 from ludic.training.batching.sequence_items import rollouts_to_sequence_items
 from ludic.training.types import RolloutRequest, SampleFilter, SAWBatch
@@ -164,7 +164,7 @@ class RolloutEngine:
                     inference=request.inference,
                     timeout_s=timeout_s,
                 )
-            check_rollouts(rollouts, max_steps, request.protocol.kind, for_training=for_training)
+            check_episode_rollouts(rollouts, max_steps, request.protocol.kind, for_training=for_training)
         except Exception as exc:  # recorded, counted and excluded; see _check_failures
             return [Rollout(meta={**base_meta, "failed": True, "error": _describe(exc)})], exc
         for rollout in rollouts:

@@ -33,13 +33,17 @@ def step_of(folder: Path) -> int | None:
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` to a temporary file, fsync, then rename over ``path`` (never half-written)."""
+    """Write ``payload`` to a temporary file, fsync, then rename over ``path`` (never half-written; a write
+    that fails, e.g. on a full disk, leaves ``path`` as it was and no temporary file)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_json(path: Path) -> Any:
