@@ -15,6 +15,13 @@ from ludic.training.config import TrainerConfig
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
 
 
+@pytest.fixture(autouse=True)
+def _as_on_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN runs on any x86 CPU; it is chosen only where AVX-512 makes it pay (``forward_pays``). These tests
+    check its path, so they run under that choice whatever this CPU is; the choice itself is tested below."""
+    monkeypatch.setattr(onednn, "avx512", lambda: True)
+
+
 def _grads(fn, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, upstream: torch.Tensor):
     leaves = [t for t in (x, w, b) if t is not None]
     for t in leaves:
@@ -220,3 +227,29 @@ def test_the_input_gradient_reads_the_transposed_weight_as_a_view_with_the_copys
         grads[view] = onednn.linear_grads(dy, x, weight, need_x=True, need_w=False, need_b=False)[0]
     assert torch.equal(grads[True], grads[False])
     torch.testing.assert_close(grads[True], dy @ weight, rtol=1e-5, atol=1e-4)
+
+
+def test_without_avx512_every_layer_and_the_mlps_down_projection_stay_on_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an AVX2 CPU (an AMD EPYC Zen 3) oneDNN's forward and grad input were slower than MKL's at the main
+    job's shapes, so there a block switched to oneDNN runs torch's own linear, with torch's numbers."""
+    import ludic.kernels.cpu.recompute as recompute
+    from ludic.kernels.cpu.recompute import GatedMLPDown
+
+    monkeypatch.setattr(onednn, "avx512", lambda: False)
+    wide = onednn.WIDE_FEATURES
+    assert not onednn.forward_pays(100_000, wide, 3 * wide)
+    model = torch.nn.Sequential(torch.nn.Linear(wide, wide), torch.nn.Linear(wide, 8))
+    x = torch.randn(onednn.MIN_ROWS, wide)
+    with onednn_linears(model):
+        inside = model(x)
+    assert "OneDNN" not in type(inside.grad_fn).__name__
+    assert torch.equal(inside, model(x))  # torch's path: the same bits
+    gate, up = (torch.randn(onednn.MIN_ROWS, 2 * wide, requires_grad=True) for _ in range(2))
+    down = torch.randn(wide, 2 * wide, requires_grad=True)
+    calls = []
+    for module in (onednn, recompute):
+        monkeypatch.setattr(module, "inner_product", lambda *a: calls.append(a) or pytest.fail("ran on oneDNN"))
+    out = GatedMLPDown.apply(gate, up, down, None, True, False)
+    out.sum().backward()
+    assert calls == [] and gate.grad is not None and down.grad is not None
+    torch.testing.assert_close(out, F.linear(F.silu(gate) * up, down), rtol=1e-5, atol=1e-5)

@@ -27,6 +27,12 @@ layer). On AMD CPUs it did not pay: 0.33x-1.02x MKL over every shape measured on
 features, 128-4,688 rows, 1 and 2 threads, torch 2.13; 0.60x-1.02x at SmolLM2-135M's shapes at 470-600 rows),
 so there the weight gradient stays on MKL.
 
+Without AVX-512 (an AMD EPYC Zen 3, AVX2, 2 threads, SmolLM2-135M's shapes at 256-600 rows) oneDNN's inner
+product paid only in the forward of a layer that widens (576 -> 1,536: 1.07x-1.31x; 0.79x-0.99x on the
+others) and never for the grad input (0.77x-0.96x). A forward-backward of the main job's model took 0.88x
+the time with every layer on MKL as with the wide ones on oneDNN, and the same with only the widening
+forwards on oneDNN (10 interleaved rounds), so on such a CPU no layer runs on oneDNN (``forward_pays``).
+
 Results equal torch's to fp32 rounding (relative gradient difference ~1e-6), not bit for bit; other
 dtypes, devices and tensor subclasses take torch's own path unchanged.
 """
@@ -42,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ludic.kernels.cpu.native import cpu_isas
 from ludic.kernels.private_ops import LINEAR_BACKWARD_WEIGHTS, LINEAR_POINTWISE, works
 
 MIN_ROWS = 512
@@ -57,6 +64,18 @@ MIN_WEIGHT_GRAD_MACS = 1 << 26
 def min_rows(in_features: int, out_features: int) -> int:
     """The fewest input rows from which a layer's forward and grad input pay on oneDNN (module docstring)."""
     return WIDE_MIN_ROWS if min(in_features, out_features) >= WIDE_FEATURES else MIN_ROWS
+
+
+@functools.cache
+def avx512() -> bool:
+    """This CPU runs AVX-512 (torch's dispatch level): where oneDNN's inner product was measured to pay."""
+    return "avx512" in cpu_isas()
+
+
+def forward_pays(rows: int, in_features: int, out_features: int) -> bool:
+    """A layer's forward on ``rows`` input rows, and then its input gradient, are faster on oneDNN than on
+    MKL (module docstring): from ``min_rows`` on a CPU with AVX-512, never without."""
+    return avx512() and rows >= min_rows(in_features, out_features)
 
 
 @functools.cache
@@ -179,7 +198,8 @@ def runs_on_onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
         and weight.dtype == torch.float32
         and (bias is None or bias.dtype == torch.float32)
         and x.dim() >= 2
-        and x.numel() >= min_rows(weight.shape[1], weight.shape[0]) * x.shape[-1]
+        and x.shape[-1] > 0
+        and forward_pays(x.numel() // x.shape[-1], weight.shape[1], weight.shape[0])
     )
 
 

@@ -37,7 +37,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ludic.kernels.cpu import rms_norm, swiglu
-from ludic.kernels.cpu.onednn_linear import as_rows, inner_product, linear_grads, min_rows, onednn_available
+from ludic.kernels.cpu.onednn_linear import (
+    as_rows,
+    forward_pays,
+    inner_product,
+    linear_grads,
+    onednn_available,
+)
 
 GATED_MLPS = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP"})
 """MLP classes whose forward is ``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
@@ -57,7 +63,7 @@ class GatedMLPDown(torch.autograd.Function):
         g2, u2 = as_rows(gate), as_rows(up)
         native = native and swiglu.takes(g2, u2)
         product = swiglu.forward(g2, u2) if native else F.silu(g2) * u2  # [rows, intermediate]
-        use_onednn = onednn and product.shape[0] >= min_rows(weight.shape[1], weight.shape[0])
+        use_onednn = onednn and forward_pays(product.shape[0], weight.shape[1], weight.shape[0])
         out = inner_product(product, weight, bias) if use_onednn else F.linear(product, weight, bias)
         ctx.save_for_backward(g2, u2, weight)
         ctx.shape, ctx.has_bias, ctx.onednn, ctx.native = gate.shape, bias is not None, use_onednn, native
@@ -184,7 +190,7 @@ def recomputing_layers(
 ) -> Iterator[None]:
     """Within the block, ``model``'s gated MLPs and RMSNorms keep only what their backward cannot
     recompute elementwise (module docstring); a no-op when ``enabled`` is False. ``onednn``: the MLP's
-    down projection on oneDNN from ``min_rows`` rows (where this torch runs it); ``native_swiglu``: its
+    down projection on oneDNN where ``forward_pays`` (and this torch runs it); ``native_swiglu``: its
     elementwise part through ``swiglu``'s kernel, ``native_rms_norm``: the norms through ``rms_norm``'s
     (each where it is available)."""
     if not enabled:
