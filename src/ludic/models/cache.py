@@ -48,17 +48,17 @@ def build_atomically(target: Path, build: Callable[[Path], dict[str, Any]]) -> P
     """``build(tmp)`` fills a fresh temporary folder beside ``target`` and returns the marker's contents;
     the folder is then renamed to ``target``. Another process that finished first wins; ours is dropped.
 
-    A stale, unmarked ``target`` (an interrupted preparation by Ludic) is replaced; anything else there is
-    left untouched and refused."""
+    An existing ``target`` without a readable marker is refused and left untouched: Ludic only ever renames a
+    marked folder into place, so such a folder is not its own (a user's model under ``--cache-dir``, say)."""
     if is_prepared(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    refuse_unmarked(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         info = build(tmp)
         (tmp / MARKER).write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
-        if target.exists() and not is_prepared(target):
-            _remove_interrupted(target)
+        refuse_unmarked(target)  # it may have appeared while we built
         try:
             tmp.rename(target)
         except OSError:
@@ -70,16 +70,10 @@ def build_atomically(target: Path, build: Callable[[Path], dict[str, Any]]) -> P
     return target
 
 
-_MODEL_FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                "special_tokens_map.json", "chat_template.jinja", "model.safetensors"}  # fmt: skip
-
-
-def _remove_interrupted(folder: Path) -> None:
-    """Remove a folder that holds only what a preparation writes; refuse anything else."""
-    names = {p.name for p in folder.iterdir()} if folder.is_dir() else {"<not a folder>"}
-    foreign = sorted(n for n in names if n not in _MODEL_FILES and not n.startswith("model-"))
-    if foreign:
-        raise FileExistsError(
-            f"{str(folder)!r} exists and holds files Ludic did not write ({foreign[:5]}); move it away"
+def refuse_unmarked(target: Path) -> None:
+    """A ModelPrepError when something other than a finished preparation is at ``target``; nothing is removed."""
+    if (target.exists() or target.is_symlink()) and not is_prepared(target):
+        raise ModelPrepError(
+            f"{str(target)!r} exists but is not a model Ludic prepared (no readable {MARKER}); Ludic never "
+            "overwrites or deletes it: move it away, or point --cache-dir / $LUDIC_MODELS_DIR elsewhere"
         )
-    shutil.rmtree(folder)

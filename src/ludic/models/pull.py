@@ -14,7 +14,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from ludic.models.cache import is_prepared, models_dir
+from ludic.models.cache import is_prepared, models_dir, refuse_unmarked
 from ludic.models.catalogue import CatalogueEntry, catalogue_entry
 from ludic.models.errors import ModelPrepError
 from ludic.models.gguf_file import dequantize_gguf, file_sha256
@@ -31,6 +31,7 @@ def pull_model(name: str, *, cache_dir: str | Path | None = None, quiet: bool = 
     target = prepared_path(name, cache_dir)
     if is_prepared(target):
         return target
+    refuse_unmarked(target)  # before any download: a folder there that is not Ludic's stays as it is
     gguf = _gguf_file(entry, models_dir(cache_dir), quiet)
     return dequantize_gguf(gguf, target=target, quiet=quiet)
 
