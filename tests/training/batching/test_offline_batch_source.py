@@ -1,6 +1,10 @@
 """OfflineBatchSource: in-memory items, SAW-item and rollout JSONL, streaming, seeded shuffle, epochs."""
 
+import asyncio
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ludic.training.batching import OfflineBatchSource, jsonl
 from ludic.training.batching.jsonl import rollout_to_dict, saw_item_to_dict, write_jsonl
@@ -200,3 +204,56 @@ async def test_bad_token_ids_in_a_rollout_trace_name_file_and_line(tmp_path):
 def test_in_memory_items_are_checked_against_the_vocab_size():
     with pytest.raises(ValueError, match=r"items\[1\].input_ids\[2\] = 3 is out of range"):
         OfflineBatchSource([_item(0), _item(1)], batch_size=1, vocab_size=3)
+
+
+async def test_fewer_items_than_a_batch_give_each_item_once_a_batch():
+    source = OfflineBatchSource([_item(i) for i in range(3)], batch_size=5)
+    batches = [[it.input_ids[0] for it in (await source.next_batch()).items] for _ in range(4)]
+    assert batches == [[0, 1, 2]] * 4  # cycled, the file's rows went into one batch twice
+
+
+async def test_an_item_a_reshuffled_epoch_brings_back_opens_the_next_batch():
+    """Seed 3 orders 4 items [3, 0, 2, 1], then [0, 1, 3, 2]: the second batch (1, then the next epoch's 0)
+    would have taken 1 again; it ends there and 1 opens the third."""
+    source = OfflineBatchSource([_item(i) for i in range(4)], batch_size=3, shuffle=True, seed=3)
+    batches = [[it.input_ids[0] for it in (await source.next_batch()).items] for _ in range(3)]
+    assert batches == [[3, 0, 2], [1, 0], [1, 3, 2]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 9),
+    batch_size=st.integers(1, 12),
+    shuffle=st.booleans(),
+    buffer=st.integers(1, 6),
+    seed=st.integers(0, 50),
+    epochs=st.one_of(st.none(), st.integers(1, 4)),
+)
+def test_batches_never_repeat_an_item_and_lose_none(rows, batch_size, shuffle, buffer, seed, epochs):
+    """Batches, read one after another, give exactly the epochs' stream (what batch_size=1 gives), each item once
+    an epoch, and no batch holds an item twice; a batch is short only at the data's end or at a repeat."""
+
+    def batches_of(size: int, count: int) -> list[list[int]]:
+        source = OfflineBatchSource(
+            [_item(i) for i in range(rows)], batch_size=size, shuffle=shuffle, shuffle_buffer=buffer,
+            seed=seed, epochs=epochs,
+        )  # fmt: skip
+        out = []
+        for _ in range(count):
+            try:
+                out.append([it.input_ids[0] for it in asyncio.run(source.next_batch()).items])
+            except StopAsyncIteration:
+                break
+        return out
+
+    total = rows * (epochs or 3)
+    stream = [b[0] for b in batches_of(1, total)]
+    batches = batches_of(batch_size, total)
+    flat = [i for b in batches for i in b][:total]
+    assert flat == stream
+    for epoch in range(total // rows):
+        assert sorted(stream[epoch * rows : (epoch + 1) * rows]) == list(range(rows))
+    for i, b in enumerate(batches):
+        assert len(set(b)) == len(b)
+        nxt = batches[i + 1][0] if i + 1 < len(batches) else None
+        assert len(b) == batch_size or nxt is None or nxt in b

@@ -3,6 +3,8 @@
 A JSONL line is either a SAW item (``saw_item_to_dict``) or a rollout (``rollout_to_dict``); rollouts
 are turned into items with ``credit_assigner`` (default ``ConstantCredit(1.0)``, i.e. SFT).
 Files are read line by line; ``shuffle`` uses a bounded buffer, so files larger than memory work.
+A batch never holds one item twice: where the next epoch comes round to an item the batch already has, the
+batch ends there (short) and that item opens the next one, so every item is still trained once an epoch.
 Every line is checked as it is read (a JSON object, token ids ints in ``[0, vocab_size)``, or ``>= 0``
 when ``vocab_size`` is not given); a bad line is a ValueError naming the file and line number.
 """
@@ -10,7 +12,7 @@ when ``vocab_size`` is not given); a bad line is a ValueError naming the file an
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 
 from ludic.training.batching.jsonl import (
@@ -21,6 +23,9 @@ from ludic.training.batching.jsonl import (
 )
 from ludic.training.batching.saw_builder import rollouts_to_saw_items
 from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
+
+Keyed = tuple[Hashable, SAWItem]
+"""An item with its place in the data (list index, or file, line and item of that line): the same in every epoch."""
 
 
 class OfflineBatchSource:
@@ -66,9 +71,20 @@ class OfflineBatchSource:
         self.epochs = epochs
         self._rng = random.Random(seed)
         self._stream = self._cycle()
+        self._held: Keyed | None = None  # an item the last batch already had: it opens this one
 
     async def next_batch(self) -> SAWBatch:
-        batch = [item for _, item in zip(range(self.batch_size), self._stream)]
+        batch: list[SAWItem] = []
+        keys: set[Hashable] = set()
+        while len(batch) < self.batch_size:
+            entry, self._held = self._held or next(self._stream, None), None
+            if entry is None:
+                break
+            if entry[0] in keys:  # the next epoch reached an item this batch holds: never train it twice here
+                self._held = entry
+                break
+            keys.add(entry[0])
+            batch.append(entry[1])
         if not batch:
             raise StopAsyncIteration
         return SAWBatch(
@@ -76,7 +92,7 @@ class OfflineBatchSource:
         )
 
     # ---- streaming ----------------------------------------------------------------------------
-    def _cycle(self) -> Iterator[SAWItem]:
+    def _cycle(self) -> Iterator[Keyed]:
         epoch = 0
         while self.epochs is None or epoch < self.epochs:
             produced = False
@@ -87,18 +103,18 @@ class OfflineBatchSource:
                 raise ValueError(f"OfflineBatchSource: no items in {self.paths or 'the given list'}")
             epoch += 1
 
-    def _one_epoch(self) -> Iterator[SAWItem]:
+    def _one_epoch(self) -> Iterator[Keyed]:
         if self.items is not None:
-            yield from self.items
+            yield from enumerate(self.items)
             return
-        for path in self.paths:
+        for file_index, path in enumerate(self.paths):
             for lineno, record in iter_jsonl_numbered(path):
                 try:
                     items = self._items_from_record(record)
                 except (KeyError, ValueError, TypeError) as exc:
                     kind = "rollout" if _is_rollout(record) else "SAW item"
                     raise ValueError(f"{path}:{lineno}: bad {kind} record: {exc}") from exc
-                yield from items
+                yield from (((file_index, lineno, k), item) for k, item in enumerate(items))
 
     def _items_from_record(self, record: dict) -> list[SAWItem]:
         if _is_rollout(record):
@@ -115,11 +131,11 @@ class OfflineBatchSource:
             check_token_ids("input_ids", item.input_ids, self.vocab_size)
         return items
 
-    def _shuffled(self, stream: Iterator[SAWItem]) -> Iterator[SAWItem]:
+    def _shuffled(self, stream: Iterator[Keyed]) -> Iterator[Keyed]:
         if not self.shuffle:
             yield from stream
             return
-        buffer: list[SAWItem] = []
+        buffer: list[Keyed] = []
         for item in stream:
             buffer.append(item)
             if len(buffer) >= self.shuffle_buffer:
