@@ -28,6 +28,10 @@ def test_train_writes_metrics_plot_and_eval(tmp_path: Path, model_dir: Path) -> 
     assert (out / "training_curve.png").read_bytes()[:4] == b"\x89PNG"
     final = json.loads((out / "eval" / "eval_step_2_summary.json").read_text())
     assert final["eval/num_episodes"] == 4.0
+    # the Trainer's evaluations are filed by step; the one at the last step is the run's final one, not repeated
+    names = sorted(p.name for p in (out / "eval").glob("*_summary.json"))
+    assert names == [f"eval_step_{n}_summary.json" for n in (0, 1, 2)]
+    assert final["step"] == 2 and final["eval/seconds"] == rows[1]["eval/seconds"]
 
 
 def test_eval_prints_eval_stats(tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

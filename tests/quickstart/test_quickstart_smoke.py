@@ -58,8 +58,8 @@ def test_quickstart_few_steps_leaves_all_artefacts(
     assert 0.0 <= summary["eval_before_rl"] <= 1.0 and 0.0 <= summary["eval_after"] <= 1.0
     assert summary["rl_gain"] == pytest.approx(summary["eval_after"] - summary["eval_before_rl"])
     names = {p.name for p in (out / "eval").glob("*_summary.json")}
-    # before SFT (-1), start of RL (0), the Trainer's eval at step 2 (no step passed), end (3)
-    assert names == {"eval_step_-1_summary.json", "eval_step_0_summary.json", "eval_call_3_summary.json",
+    # before SFT (-1), start of RL (0), the Trainer's eval at step 2, end (3)
+    assert names == {"eval_step_-1_summary.json", "eval_step_0_summary.json", "eval_step_2_summary.json",
                      "eval_step_3_summary.json"}  # fmt: skip
 
     assert "held-out evaluation" in screen and "gain from RL" in screen

@@ -231,6 +231,26 @@ class RecordingEvaluator:
         return {"eval/accuracy": 0.25, "solve_rate": 0.5}
 
 
+def test_an_evaluator_that_takes_a_step_is_given_the_trainers() -> None:
+    class StepEvaluator:
+        def __init__(self) -> None:
+            self.steps: list[int] = []
+
+        def evaluate(self, *, concurrency: int, step: int | None = None) -> dict[str, float]:
+            self.steps.append(step)
+            return {"accuracy": 1.0}
+
+    class AnyKeywords(StepEvaluator):
+        def evaluate(self, **kwargs) -> dict[str, float]:  # type: ignore[override]
+            self.steps.append(kwargs["step"])
+            return {"accuracy": 1.0}
+
+    for evaluator in (StepEvaluator(), AnyKeywords()):
+        cfg = TrainerConfig(max_seq_len=32, micro_token_budget=64, eval_every_n_steps=2)
+        make_trainer(cfg=cfg, evaluator=evaluator).train_sync(num_steps=4)
+        assert evaluator.steps == [2, 4]
+
+
 def test_evaluator_runs_every_n_steps_and_logger_every_log_every() -> None:
     evaluator, out = RecordingEvaluator(), io.StringIO()
     cfg = TrainerConfig(

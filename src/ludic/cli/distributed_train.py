@@ -112,7 +112,7 @@ def build_distributed_run(cfg: RunConfig, reducers: dict[str, Any] | None, *, re
 
 async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None, *, fresh: bool) -> dict:
     """Plan (rank 0), build, evaluate (rank 0), train, checkpoint, evaluate and export; rank 0's stats."""
-    from ludic.cli.run_config import final_checkpoint, plan_start, train_steps
+    from ludic.cli.run_config import final_checkpoint, final_evaluation, plan_start, train_steps
     from ludic.cli.runtime import load_tokenizer
     from ludic.cli.warm_start import report_start_and_end, start_of_run
     from ludic.training.loggers.plot import plot_metrics
@@ -127,7 +127,7 @@ async def run_distributed(cfg: RunConfig, reducers: dict[str, Any] | None = None
             run.logger.show_eval(0, start.start_of_rl)
         await train_steps(run)  # the step watchdog; [cluster]: no actor tasks here (`ludic actor` runs them)
         final_checkpoint(run.trainer)  # every rank writes its shards (or every rank has, at the last step)
-        after = await run.evaluator.evaluate(step=cfg.steps) if main else {}
+        after = await final_evaluation(run.evaluator, run.trainer, cfg.steps) if main else {}
         export_pretrained(run.trainer.model, run.out_dir / "final_model",
                           tokenizer=load_tokenizer(cfg) if main else None)  # fmt: skip
         if main and cfg.logging.plot:

@@ -229,6 +229,14 @@ def final_checkpoint(trainer: Any) -> Path | None:
     return trainer.checkpointer.saved_at(trainer.step) or trainer.save_checkpoint()
 
 
+async def final_evaluation(evaluator: Any, trainer: Any, steps: int) -> dict[str, float]:
+    """The held-out evaluation at step ``steps``: the Trainer's own when it evaluated at that step (the same
+    weights, the same episodes: playing them again would only repeat it), else a new one."""
+    if trainer.step == steps and getattr(evaluator, "last_step", None) == steps:
+        return dict(evaluator.last_stats)
+    return await evaluator.evaluate(step=steps)
+
+
 async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
     """Checkpoint (the end is resumable: run again with more steps), evaluate, save the final model, plot (last:
     a plot that fails costs no model)."""
@@ -236,7 +244,7 @@ async def finish_run(run: TrainRun, *, title: str | None = None) -> FinishedRun:
 
     cfg = run.cfg
     checkpoint = final_checkpoint(run.trainer)
-    stats = await run.evaluator.evaluate(step=cfg.steps)
+    stats = await final_evaluation(run.evaluator, run.trainer, cfg.steps)
     final = run.out_dir / "final_model"
     run.trainer.model.save_pretrained(final)
     load_tokenizer(cfg).save_pretrained(final)

@@ -93,6 +93,10 @@ class Evaluator:
         self.last_failed: list[Rollout] = []
         """The latest call's failed episodes, one rollout each (``meta["error"]`` says why)."""
         self.calls = 0
+        self.last_step: int | None = None
+        """The step the latest call was made for (None: no call yet, or one without a step)."""
+        self.last_stats: dict[str, float] = {}
+        """The latest call's stats."""
 
     @staticmethod
     def _with_sampling(request: RolloutRequest, sampling: SamplingConfig | None) -> RolloutRequest:
@@ -121,6 +125,7 @@ class Evaluator:
         stats["eval/seconds"] = time.perf_counter() - start
         if self.out_dir is not None:
             self._write([*self.last_rollouts, *self.last_failed], stats, step)
+        self.last_step, self.last_stats = step, dict(stats)
         return stats
 
     def _summarise(self, rollouts: list[Rollout], *, failed_episodes: int) -> dict[str, float]:
@@ -151,7 +156,7 @@ class Evaluator:
     def _write(self, rollouts: list[Rollout], stats: dict[str, float], step: int | None) -> None:
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        tag = f"call_{self.calls}" if step is None else f"step_{step}"  # the Trainer passes no step
+        tag = f"call_{self.calls}" if step is None else f"step_{step}"  # no step: ``ludic eval``, a bare call
         with open(self.out_dir / f"eval_{tag}.jsonl", "w") as f:
             for rollout in rollouts:
                 f.write(json.dumps(episode_record(rollout), default=str) + "\n")

@@ -98,10 +98,21 @@ async def evaluate_if_due(trainer: Trainer) -> dict[str, float]:
     every = trainer.cfg.eval_every_n_steps
     if trainer.evaluator is None or not every or trainer.step % every != 0:
         return {}
-    result = trainer.evaluator.evaluate(concurrency=trainer.cfg.eval_concurrency)
+    evaluate = trainer.evaluator.evaluate
+    step = {"step": trainer.step} if takes_keyword(evaluate, "step") else {}  # files named by the step
+    result = evaluate(concurrency=trainer.cfg.eval_concurrency, **step)
     if inspect.isawaitable(result):
         result = await result
     return {eval_key(k): float(v) for k, v in result.items()}
+
+
+def takes_keyword(fn: Any, name: str) -> bool:
+    """``fn`` accepts keyword ``name`` (named, or ``**kwargs``); False where its signature cannot be read."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any((p.name == name and p.kind != p.POSITIONAL_ONLY) or p.kind == p.VAR_KEYWORD for p in params)
 
 
 def eval_key(key: str) -> str:
