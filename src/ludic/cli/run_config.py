@@ -230,8 +230,7 @@ def final_checkpoint(trainer: Any) -> Path | None:
 
 
 async def final_evaluation(evaluator: Any, trainer: Any, steps: int) -> dict[str, float]:
-    """The held-out evaluation at step ``steps``: the Trainer's own when it evaluated at that step (the same
-    weights, the same episodes: playing them again would only repeat it), else a new one."""
+    """The held-out evaluation at step ``steps``: the Trainer's own when it evaluated at that step, else a new one."""
     if trainer.step == steps and getattr(evaluator, "last_step", None) == steps:
         return dict(evaluator.last_stats)
     return await evaluator.evaluate(step=steps)
