@@ -152,6 +152,45 @@ async def test_weight_updates_change_the_served_policy_all_or_nothing(server, mo
     await client.aclose()
 
 
+async def test_a_blob_uploaded_in_small_pieces_arrives_whole(server, tmp_path, monkeypatch):
+    """``sync_weights`` streams the blob as views of at most ``UPLOAD_PIECE_BYTES`` (a ``bytes`` body is
+    re-copied by httpcore after every socket send: quadratic); set small here, the tiny model's blob goes in
+    hundreds of pieces, and the server serves exactly the published weights. Runs after the test above
+    (version 3), in this module's order."""
+    import ludic.inference.vllm._weights as blob_upload
+
+    pieces: list[int] = []
+
+    def counted(blob: bytes, size: int | None = None):
+        for piece in real_pieces(blob, size):
+            pieces.append(len(piece))
+            yield piece
+
+    real_pieces = blob_upload.in_pieces
+    monkeypatch.setattr(blob_upload, "UPLOAD_PIECE_BYTES", 4096)
+    monkeypatch.setattr(blob_upload, "in_pieces", counted)
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "other", seed=11))
+    client.sync_weights(other.state_dict(), version=9)
+    assert len(pieces) > 100 and max(pieces) == 4096  # the whole blob, in 4 KiB views
+    served, _ = await client.complete(request("probe", max_tokens=6, temperature=0.0))
+    assert served.policy_version == 9
+    assert forward_logps(other, served.prompt_token_ids, served.completion_token_ids) == pytest.approx(
+        served.completion_logprobs, abs=1e-4
+    )
+    await client.aclose()
+
+
+def test_in_pieces_views_the_blob_without_copying_it() -> None:
+    from ludic.inference.vllm._weights import in_pieces
+
+    blob = bytes(range(256)) * 40  # 10,240 bytes: two whole pieces of 4,096 and the rest
+    pieces = list(in_pieces(blob, 4096))
+    assert [len(p) for p in pieces] == [4096, 4096, 2048]
+    assert all(isinstance(p, memoryview) and p.obj is blob for p in pieces)  # views onto the blob itself
+    assert b"".join(pieces) == blob and list(in_pieces(b"", 4096)) == []
+
+
 def test_weight_updates_need_to_be_enabled(server):
     with pytest.raises(RuntimeError, match="enable_weight_updates"):
         VLLMChatClient(base_url=server).sync_weights({}, version=1)
