@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ludic.parsers import ParseResult, boxed_parser, compose_parsers, think_prefix_parser, xml_tag_parser
 
-FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 
 # Replies built from the pieces that matter (markers in any case, braces, escaped braces, whitespace) and
 # any unicode.

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ludic.context import FullDialog, RecentMessages, TruncatedThinkingContext, strip_thinking
 from ludic.types import ChatResponse
 
-FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 
 _pieces = st.sampled_from(
     ["<think>", "</think>", "<think", "think>", "<THINK>", "</Think>", " ", "\n", "\u2028", "\x85", "x"]

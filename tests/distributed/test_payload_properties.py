@@ -30,7 +30,7 @@ from ludic.inference.weight_sync.packing import DTYPES, TensorMeta, pack, packed
 from ludic.inference.weight_sync.shared_memory import allocate_shared
 
 peft = pytest.importorskip("peft")
-FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 SHAPES = st.lists(st.integers(0, 5), max_size=3)
 NAMES = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
 

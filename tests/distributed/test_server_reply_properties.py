@@ -27,7 +27,7 @@ from ludic.distributed.shared_buffers import PeerBuffers
 from ludic.inference.weight_sync.packing import DTYPES, TensorMeta
 from ludic.inference.weight_sync.shared_memory import allocate_shared
 
-FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),

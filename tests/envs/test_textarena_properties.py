@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ludic.envs.textarena_games import RandomMoveBot, listed_moves
 
-FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 
 _pieces = st.sampled_from(
     [

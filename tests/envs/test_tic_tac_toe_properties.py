@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ludic.envs import TicTacToeEnv
 from ludic.envs.tic_tac_toe_board import other, parse_cell
 
-FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+FAST = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 
 _boards = st.lists(st.sampled_from("XO "), min_size=9, max_size=9)
 _moves = st.one_of(

@@ -16,7 +16,7 @@ from ludic.eval import Evaluator
 from ludic.training.types import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic.types import Rollout, Step, TokenTrace
 
-PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 rewards = st.floats(-1e3, 1e3, allow_nan=False)
 
 

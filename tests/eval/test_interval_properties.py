@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ludic.eval import wilson
 
-PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 z_values = st.floats(0.5, 4.0)
 
 

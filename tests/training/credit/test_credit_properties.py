@@ -33,7 +33,7 @@ from ludic.training.types import CreditAssigner, SAWBatch, SAWItem
 from ludic.types import Rollout, Step
 
 EPS = 1e-8
-PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 1000 under CI=true
+PROPS = settings()  # the suite's profile (tests/conftest.py): 200 examples, 500 under CI=true
 
 # rewards on a 1/4 grid: sums, means and shifts of them are exact in float64, so invariances hold tightly
 grid_rewards = st.integers(-40, 40).map(lambda k: k / 4)
