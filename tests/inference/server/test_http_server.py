@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,6 +179,61 @@ async def test_a_blob_uploaded_in_small_pieces_arrives_whole(server, tmp_path, m
     assert forward_logps(other, served.prompt_token_ids, served.completion_token_ids) == pytest.approx(
         served.completion_logprobs, abs=1e-4
     )
+    await client.aclose()
+
+
+async def test_a_tied_tensor_is_uploaded_once_and_served_under_both_names(server, tmp_path, monkeypatch):
+    """A tied model's own ``state_dict()`` (``lm_head.weight`` is the embedding) sent straight to
+    ``sync_weights``: the embedding's bytes go once, its other name rides in the metadata, and the server
+    serves exactly those weights. Runs after the pieces test (version 9)."""
+    import ludic.inference.vllm._weights as blob_upload
+
+    sent: list[int] = []
+
+    def counted(blob: bytes, size: int | None = None):
+        sent.append(len(blob))
+        yield from real_pieces(blob, size)
+
+    real_pieces = blob_upload.in_pieces
+    monkeypatch.setattr(blob_upload, "in_pieces", counted)
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "tied", seed=13))
+    state = other.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()  # tied
+    every_name = sum(t.numel() * t.element_size() for t in state.values())
+    embedding = state["lm_head.weight"].numel() * state["lm_head.weight"].element_size()
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    client.sync_weights(state, version=11)
+    assert every_name - embedding < sent[0] < every_name - embedding + 65536  # once, plus the header
+    served, _ = await client.complete(request("probe", max_tokens=6, temperature=0.0))
+    assert served.policy_version == 11
+    assert forward_logps(other, served.prompt_token_ids, served.completion_token_ids) == pytest.approx(
+        served.completion_logprobs, abs=1e-4
+    )
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "aliases, named",
+    [({"lm_head.weight": "model.nope.weight"}, "model.nope.weight"),
+     ({"model.norm.weight": "model.norm.weight"}, "model.norm.weight"),
+     ("not json", "ludic.aliases"),
+     ('["a", "b"]', "ludic.aliases")],
+)  # fmt: skip
+async def test_a_blob_with_bad_tied_names_is_refused_and_changes_nothing(server, aliases, named):
+    from safetensors.torch import save
+
+    from ludic.inference.weight_sync.tied_names import ALIASES_METADATA_KEY
+
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    version = await client.get_policy_version()
+    raw = aliases if isinstance(aliases, str) else json.dumps(aliases)
+    blob = save({"model.norm.weight": torch.ones(128)}, metadata={ALIASES_METADATA_KEY: raw})
+    post = urllib.request.Request(server + "/ludic/update_weights_blob", data=blob, method="POST",
+                                  headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(post, timeout=30)
+    assert refused.value.code == 400 and named in refused.value.read().decode()
+    assert await client.get_policy_version() == version
     await client.aclose()
 
 

@@ -33,10 +33,11 @@ from ludic.inference.server._generate import ENGINE_KEY, BadRequest
 from ludic.inference.server._json import read_json
 from ludic.inference.server._origin_guard import require_content_type
 from ludic.inference.weight_sync._update_owner import UpdateConflict
-from ludic.inference.weight_sync.adapter_config import AdapterPayload, blob_adapter_config
+from ludic.inference.weight_sync.adapter_config import AdapterPayload, blob_adapter_config, blob_metadata
 from ludic.inference.weight_sync.pause import PAUSE_MODES
 from ludic.inference.weight_sync.receiver import InitInfo, WeightReceiver, parse_init_info
 from ludic.inference.weight_sync.shared_memory import SHARED_MEMORY_BACKEND
+from ludic.inference.weight_sync.tied_names import read_aliases, with_aliases
 from ludic.inference.weight_sync.weights import weight_info as model_weight_info
 
 RECEIVER_KEY = web.AppKey("receiver", WeightReceiver)
@@ -189,13 +190,16 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     limit = max_blob_bytes(engine)
     if request.content_length is not None and request.content_length > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
-    blob = bytearray()
+    chunks, size = [], 0
     async for chunk in request.content.iter_chunked(1 << 20):
-        blob.extend(chunk)
-        if len(blob) > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(blob))
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+    blob = b"".join(chunks)  # one copy of the body (a bytearray grown, then bytes() of it, took two)
+    del chunks
     try:
-        params = load(bytes(blob))
+        params = with_aliases(load(blob), read_aliases(blob_metadata(blob)))  # tied names sent once
         adapter = blob_adapter_config(blob)
         if adapter is not None:
             params = AdapterPayload(params, adapter)  # served on top of the base (``sync_adapter``)

@@ -17,6 +17,7 @@ import torch
 
 from ludic.inference.http_client import RequestRefused, RetryPolicy, ServerError, server_message
 from ludic.inference.weight_sync.adapter_config import ADAPTER_METADATA_KEY
+from ludic.inference.weight_sync.tied_names import aliases_metadata, sendable_once
 
 # The size of the pieces a weight blob is uploaded in (see ``in_pieces``).
 UPLOAD_PIECE_BYTES = 4 << 20
@@ -37,14 +38,18 @@ class VLLMWeightsMixin:
         self, params: Mapping[str, torch.Tensor], *, timeout_s: float = 600.0, version: int | None = None
     ) -> str:
         """POST the weights as one safetensors blob; blocking (the Trainer publishes from sync code). An
-        ``AdapterPayload`` (LoRA tensors) goes with its config in the blob's metadata (Ludic's server)."""
+        ``AdapterPayload`` (LoRA tensors) goes with its config in the blob's metadata (Ludic's server); a tied
+        tensor goes once, its other names in the metadata (``weight_sync.tied_names``)."""
         from safetensors.torch import save
 
         if not self.enable_weight_updates:
             raise RuntimeError("VLLMChatClient(enable_weight_updates=False) cannot sync weights")
         config = getattr(params, "config", None)  # an AdapterPayload: its config rides in the metadata
-        metadata = None if config is None else {ADAPTER_METADATA_KEY: json.dumps(config.to_json())}
-        blob = save(_unshared_cpu(params), metadata=metadata)
+        tensors, aliases = sendable_once(params)  # a tied tensor's bytes once, its other names in the metadata
+        metadata = aliases_metadata(aliases)
+        if config is not None:
+            metadata[ADAPTER_METADATA_KEY] = json.dumps(config.to_json())
+        blob = save(tensors, metadata=metadata or None)
         path = "/ludic/update_weights_blob" + (f"?version={int(version)}" if version is not None else "")
         headers = {**self._headers, "Content-Type": "application/octet-stream", "Content-Length": str(len(blob))}
         payload = self.retry.call(  # timeout_s ([timeouts].publish_s) bounds the upload: ServerTimeout past it
@@ -97,14 +102,3 @@ def in_pieces(blob: bytes, size: int | None = None) -> Iterator[memoryview]:
     view = memoryview(blob)
     for start in range(0, len(view), size):
         yield view[start : start + size]
-
-
-def _unshared_cpu(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """CPU tensors safetensors can write: tied weights (embeddings = lm_head) get their own copy."""
-    out, seen = {}, set()
-    for name, tensor in params.items():
-        t = tensor.detach().contiguous().cpu()
-        ptr = t.untyped_storage().data_ptr()
-        out[name] = t.clone() if ptr in seen else t
-        seen.add(ptr)
-    return out

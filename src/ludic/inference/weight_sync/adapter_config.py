@@ -131,12 +131,20 @@ def base_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> str:
 
 def blob_adapter_config(blob: bytes | bytearray) -> AdapterConfig | None:
     """The adapter config in a safetensors blob's ``__metadata__`` (``ADAPTER_METADATA_KEY``), or None for
-    plain weights. The header is JSON after an 8-byte little-endian length (the safetensors format)."""
+    plain weights."""
+    raw = blob_metadata(blob).get(ADAPTER_METADATA_KEY)
+    return None if raw is None else AdapterConfig.from_json(json.loads(raw))
+
+
+def blob_metadata(blob: bytes | bytearray) -> dict[str, str]:
+    """A safetensors blob's ``__metadata__`` (empty when it has none). The header is JSON after an 8-byte
+    little-endian length (the safetensors format)."""
     if len(blob) < 8:
         raise ValueError("not a safetensors blob: fewer than 8 bytes")
     (size,) = struct.unpack("<Q", bytes(blob[:8]))
     if size > len(blob) - 8:
         raise ValueError(f"safetensors header of {size} bytes exceeds the blob")
     metadata = json.loads(bytes(blob[8 : 8 + size])).get("__metadata__") or {}
-    raw = metadata.get(ADAPTER_METADATA_KEY)
-    return None if raw is None else AdapterConfig.from_json(json.loads(raw))
+    if not isinstance(metadata, dict):
+        raise ValueError("safetensors __metadata__ is not a JSON object")
+    return metadata
