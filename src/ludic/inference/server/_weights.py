@@ -33,7 +33,7 @@ from ludic.inference.server._generate import ENGINE_KEY, BadRequest
 from ludic.inference.server._json import read_json
 from ludic.inference.server._origin_guard import require_content_type
 from ludic.inference.weight_sync._update_owner import UpdateConflict
-from ludic.inference.weight_sync.adapter_config import AdapterPayload, blob_adapter_config, blob_metadata
+from ludic.inference.weight_sync.adapter_config import AdapterPayload, blob_metadata, metadata_adapter_config
 from ludic.inference.weight_sync.pause import PAUSE_MODES
 from ludic.inference.weight_sync.receiver import InitInfo, WeightReceiver, parse_init_info
 from ludic.inference.weight_sync.shared_memory import SHARED_MEMORY_BACKEND
@@ -199,8 +199,9 @@ async def update_weights_blob(request: web.Request) -> web.Response:
     blob = b"".join(chunks)  # one copy of the body (a bytearray grown, then bytes() of it, took two)
     del chunks
     try:
-        params = with_aliases(load(blob), read_aliases(blob_metadata(blob)))  # tied names sent once
-        adapter = blob_adapter_config(blob)
+        metadata = blob_metadata(blob)
+        params = with_aliases(load(blob), read_aliases(metadata))  # tied names sent once
+        adapter = metadata_adapter_config(metadata)
         if adapter is not None:
             params = AdapterPayload(params, adapter)  # served on top of the base (``sync_adapter``)
     except Exception as exc:  # safetensors refuses a malformed blob; it never runs code

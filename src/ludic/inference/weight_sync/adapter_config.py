@@ -129,10 +129,10 @@ def base_fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     return digest.hexdigest()[:32]
 
 
-def blob_adapter_config(blob: bytes | bytearray) -> AdapterConfig | None:
-    """The adapter config in a safetensors blob's ``__metadata__`` (``ADAPTER_METADATA_KEY``), or None for
-    plain weights."""
-    raw = blob_metadata(blob).get(ADAPTER_METADATA_KEY)
+def metadata_adapter_config(metadata: Mapping[str, str]) -> AdapterConfig | None:
+    """The adapter config in a safetensors blob's ``__metadata__`` (``ADAPTER_METADATA_KEY``; read with
+    ``blob_metadata``), or None for plain weights."""
+    raw = metadata.get(ADAPTER_METADATA_KEY)
     return None if raw is None else AdapterConfig.from_json(json.loads(raw))
 
 
