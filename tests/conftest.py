@@ -26,12 +26,54 @@ if os.environ.get("LUDIC_REQUIRE_EXTRAS") == "1":
     pytest.importorskip = _import_or_fail  # type: ignore[assignment]
 
 
+# Test files that need the machine to themselves: scripts/test.sh runs every other test on two workers
+# (pytest-xdist), then these one at a time. A file belongs here when its tests start several computing processes
+# (ranks, hosts, actors, servers), give a child both cores (ludic.testing.alone_process_env), or hold a
+# wall-clock bound that a test computing on the other core could stretch.
+RUN_ALONE = (
+    # several processes computing at once
+    "tests/cluster/",
+    "tests/distributed/",
+    "tests/training/parallel/",
+    "tests/training/checkpoint/test_dcp_stalled_rank.py",
+    "tests/training/pipeline/test_pipeline_process_faults.py",
+    "tests/training/test_watchdog.py",
+    "tests/inference/test_multi_server.py",
+    "tests/cli/test_resume.py",
+    "tests/examples/test_fsdp2_example.py",
+    "tests/examples/test_pipeline_rl_publish.py",
+    # a child given both cores
+    "tests/cli/test_reasoning_gym_learns.py",
+    "tests/examples/test_textarena_games_example.py",
+    "tests/examples/test_tic_tac_toe_example.py",
+    "tests/examples/test_tools_example.py",
+    "tests/quickstart/test_quickstart_learns.py",
+    # wall-clock bounds within a second or two
+    "tests/training/pipeline/test_pipeline_wait_bounds.py",
+    "tests/training/test_step_times.py",
+    "tests/inference/vllm/test_http_wait_bounds.py",
+    "tests/inference/server/test_chat_stream_incremental.py",
+    "tests/inference/embedded/test_engine_limits.py",
+    "tests/envs/code_exec/test_sandbox_hardening.py",
+    "tests/envs/code_exec/test_compile_bomb.py",
+    "tests/agents/test_tool_agents.py",
+)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def runs_alone(item: pytest.Item) -> bool:
+    """Whether ``item``'s file is listed in RUN_ALONE (a listed folder takes in everything under it)."""
+    path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+    return any(path == entry or (entry.endswith("/") and path.startswith(entry)) for entry in RUN_ALONE)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if "gpu" in item.keywords:
+        if runs_alone(item):
+            item.add_marker(pytest.mark.alone)
+        if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
 
 
