@@ -179,6 +179,59 @@ def test_unknown_names_and_a_broadcast_that_never_arrives_are_refused(server, di
     assert httpx.get(server + "/policy_version").json()["policy_version"] == version
 
 
+@pytest.mark.parametrize("backend", ["gloo", "shm"])
+def test_a_tied_state_dict_sends_its_embedding_once_and_serves_it_under_both_names(server, dirs, backend):
+    """The tiny model ties ``lm_head.weight`` to ``model.embed_tokens.weight``: its state dict names that
+    tensor twice. The bytes go once; ``/finish_weight_update``'s ``aliases`` gives the server the other name."""
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    new = AutoModelForCausalLM.from_pretrained(dirs[1])
+    state = new.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
+    distinct = list(new.parameters())  # torch lists a tied parameter once
+    publisher = BroadcastPolicyPublisher(client, backend=backend, timeout_s=20)
+    version = httpx.get(server + "/policy_version").json()["policy_version"] + 1
+    publisher.publish(state, version=version)
+    stats = publisher.last_stats
+    assert stats["publish_tied_names"] == 1 and stats["publish_tensors"] == len(distinct) == len(state) - 1
+    assert stats["publish_bytes"] == sum(t.numel() * t.element_size() for t in distinct)
+    served, served_version = greedy_logps(client)
+    assert served_version == version and served == pytest.approx(model_logps(new, client), abs=1e-4)
+    publisher.close()
+
+
+class AliasingPublisher(BroadcastPolicyPublisher):
+    """A publisher whose finish call carries the ``aliases`` a hostile or broken client might send."""
+
+    aliases: object = None
+
+    def _owned(self, body: dict) -> dict:
+        body = super()._owned(body)
+        return body | {"aliases": self.aliases} if "weight_version" in body else body
+
+
+@pytest.mark.parametrize(
+    ("aliases", "message"),
+    [({"lm_head.weight": 3}, "aliases must map names to names"),
+     (["lm_head.weight"], "aliases must map names to names"),
+     ({"": "model.norm.weight"}, "aliases must map names to names"),
+     ({"lm_head.weight": "nope"}, "points at 'nope', which the blob does not hold"),
+     ({"model.norm.weight": "model.embed_tokens.weight"}, "also sent as a tensor of its own"),
+     ({"extra.weight": "model.norm.weight"}, r"unknown parameter names \['extra.weight'\]"),
+     ({"lm_head.weight": "model.norm.weight"}, "lm_head.weight")],  # a [128] tensor where [vocab, 128] goes
+)
+def test_aliases_that_do_not_fit_are_refused_and_nothing_of_the_update_is_applied(server, dirs, aliases, message):
+    client = VLLMChatClient(base_url=server, enable_weight_updates=True)
+    before, version = greedy_logps(client)
+    publisher = AliasingPublisher(client, backend="shm", timeout_s=20)
+    publisher.aliases = aliases
+    with pytest.raises(PublishError, match=message):
+        publisher.publish(AutoModelForCausalLM.from_pretrained(dirs[1]).state_dict(), version=version + 1)
+    after, after_version = greedy_logps(client)
+    assert after_version == version and after == pytest.approx(before, abs=1e-6)
+    assert client.is_paused_sync() is False
+    publisher.close()
+
+
 def test_a_dead_server_fails_the_publish_with_a_clear_error_not_a_hang():
     client = VLLMChatClient(base_url=f"http://127.0.0.1:{free_port()}", enable_weight_updates=True, backoff_s=0.05)
     publisher = BroadcastPolicyPublisher(client, timeout_s=5)

@@ -17,6 +17,8 @@ takes both inside the update's own calls (``pause`` on start with shm, ``resume`
 reserves one of its shared-memory receive buffers (``POST /ludic/reserve_weight_buffer``) and every
 tensor is packed straight into it, one copy in all (``ludic.inference.weight_sync.shared_memory``).
 
+A Mapping's tied names (one tensor under two names) go to Ludic's server once, the other names in
+``/finish_weight_update``'s ``aliases``; to vLLM, each name goes (its protocol has no such field).
 ``publish`` takes any Mapping or iterable of ``(name, tensor)`` pairs and walks it lazily, so a
 caller can gather one layer at a time (FSDP) without holding the whole model twice. Large tensors are
 sent from their own memory while later ones are read, so a tensor, once yielded, must not be written
@@ -26,7 +28,7 @@ to until ``publish`` returns (yield fresh tensors, not one reused buffer).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from time import perf_counter
@@ -39,7 +41,7 @@ from ludic.distributed._server_meta import check_against_server
 from ludic.distributed._transfer_join import join_group, join_shared_memory
 from ludic.distributed.lora_payload import check_lora_mode
 from ludic.distributed.shared_buffers import PeerBuffers
-from ludic.distributed.weight_buckets import WeightSource, buckets, named_tensors
+from ludic.distributed.weight_buckets import WeightSource, buckets, each_tensor_once, named_tensors
 from ludic.inference.vllm.client import VLLMChatClient
 from ludic.inference.weight_sync.packing import TensorMeta, pack, packed_size, update_info
 from ludic.inference.weight_sync.pause import check_mode
@@ -151,6 +153,7 @@ class BroadcastPolicyPublisher:
 
     def _update(self, state_dict: WeightSource, version: int | None) -> None:
         count = nbytes = 0
+        aliases: dict[str, str] = {}  # {tied name: the name its tensor was sent under}
         try:
             adapter = getattr(state_dict, "config", None)  # an AdapterPayload: Ludic's server serves it on the base
             body = {} if adapter is None else {"adapter": adapter.to_json()}
@@ -160,7 +163,10 @@ class BroadcastPolicyPublisher:
             self._checked = None if adapter is not None else self._expected  # adapter names: the server checks
             self._update_id = started.get("update_id")  # Ludic's server: every call of this update names it
             in_flight: list[Future] | None = None
-            calls = (c for b in buckets(named_tensors(state_dict), self.bucket_bytes) for c in self._split(b))
+            pairs = named_tensors(state_dict)
+            if self._update_id is not None and isinstance(state_dict, Mapping):  # Ludic's server: tied names go once
+                pairs = each_tensor_once(pairs, aliases)  # (vLLM's protocol has no field for them: each name goes)
+            calls = (c for b in buckets(pairs, self.bucket_bytes) for c in self._split(b))
             for i, (call, packed) in enumerate(calls):
                 payload, info = self._lay_out(call, packed, slot=i % 2 if self.overlap else 0)
                 if in_flight is not None:  # call i was laid out while call i-1 was on the wire
@@ -185,6 +191,7 @@ class BroadcastPolicyPublisher:
             raise PublishError(f"weight publish failed, the server keeps its old weights: {exc}") from exc
         try:  # every byte arrived: the server validates and applies all of it, or none
             body = {"weight_version": None if version is None else str(version)}
+            body |= {"aliases": aliases} if aliases else {}
             if self.pause_mode is not None and self._update_id is not None:  # Ludic's server resumes after it
                 body["resume"] = True
             reply = self._control("/finish_weight_update", self._owned(body))
@@ -192,7 +199,8 @@ class BroadcastPolicyPublisher:
         except Exception as exc:
             raise PublishError(f"the server did not apply the update (old weights keep serving): {exc}") from exc
         server = {f"server_{k}": float(v) for k, v in (reply.get("timings") or {}).items()}
-        self.last_stats = {"publish_tensors": float(count), "publish_bytes": float(nbytes), **self._times, **server}
+        self.last_stats = {"publish_tensors": float(count), "publish_bytes": float(nbytes),
+                           "publish_tied_names": float(len(aliases)), **self._times, **server}  # fmt: skip
 
     def _owned(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` naming this publisher's update (when the server gave it an id: Ludic's does, vLLM's not)."""

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from torch import Tensor
 
+from ludic.inference.weight_sync.tied_names import view_key
+
 WeightSource = Mapping[str, Tensor] | Iterable[tuple[str, Tensor]]
 
 
@@ -22,6 +24,22 @@ def named_tensors(source: WeightSource) -> Iterator[tuple[str, Tensor]]:
         if not isinstance(tensor, Tensor):
             raise TypeError(f"publish: {name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
         seen.add(name)
+        yield name, tensor
+
+
+def each_tensor_once(pairs: Iterable[tuple[str, Tensor]], aliases: dict[str, str]) -> Iterator[tuple[str, Tensor]]:
+    """``pairs`` without a name whose tensor is the very same as an earlier name's (a tied model's state dict
+    names its embedding twice: SmolLM2's ``lm_head.weight``, 113 of its 538 MB); each dropped name goes into
+    ``aliases`` as ``{name: the name sent}``, for the receiver to hand the one tensor to both. Each tensor
+    sent is held until the walk ends: a freed one's memory could come back as a later tensor of the same
+    shape, the same storage address to this check (so walk a state dict, whose tensors all live anyway)."""
+    sent: dict[tuple, tuple[str, Tensor]] = {}
+    for name, tensor in pairs:
+        key = view_key(tensor)
+        if tensor.numel() and tensor.device.type != "meta" and key in sent:
+            aliases[name] = sent[key][0]
+            continue
+        sent[key] = (name, tensor)
         yield name, tensor
 
 

@@ -117,12 +117,13 @@ async def update_weights(request: web.Request) -> web.Response:
 
 
 async def finish_weight_update(request: web.Request) -> web.Response:
-    """vLLM's route; Ludic's optional ``{"resume": true}`` resumes after it, applied or refused (``/resume``)."""
+    """vLLM's route; Ludic's optional ``{"resume": true}`` resumes after it, applied or refused (``/resume``), and
+    ``{"aliases": {name: name sent}}`` gives tied names sent once the tensor they share."""
     body = await _json_body(request)
     receiver, engine = request.app[RECEIVER_KEY], request.app[ENGINE_KEY]
     resume = body.get("resume") is True
     try:
-        status = await _in_thread(receiver.finish, body.get("weight_version"), body.get("update_id"))
+        status = await _in_thread(receiver.finish, body.get("weight_version"), body.get("update_id"), body.get("aliases"))
     finally:
         if resume:
             engine.resume()

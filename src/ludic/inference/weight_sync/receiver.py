@@ -50,6 +50,7 @@ from ludic.inference.weight_sync.finite_check import FiniteCheck
 from ludic.inference.weight_sync.packing import TensorMeta, metas_from_update_info, packed_size, unpack
 from ludic.inference.weight_sync.process_group import broadcast_all, create_group
 from ludic.inference.weight_sync.shared_memory import SharedPool
+from ludic.inference.weight_sync.tied_names import check_aliases, with_aliases
 from ludic.inference.weight_sync.weights import (
     non_finite_message,
     validate_metas,
@@ -259,8 +260,9 @@ class WeightReceiver:
         self._broadcast(list(out.values()))
         return out
 
-    def finish(self, weight_version: Any, update_id: Any = None) -> str:
-        """Load everything staged in one step (validated first), as ``weight_version``."""
+    def finish(self, weight_version: Any, update_id: Any = None, aliases: Any = None) -> str:
+        """Load everything staged in one step (validated first), as ``weight_version``. ``aliases``: Ludic's own
+        ``{name: name sent}`` for tied names the publisher sent once; each gets the tensor it names."""
         if self._staged is None:
             raise ValueError("no weight update in progress: POST /start_weight_update first")
         self.owner.check(update_id, required=False)
@@ -268,6 +270,8 @@ class WeightReceiver:
         self._discard()  # loaded or refused, the update ends here
         if not staged:
             raise ValueError("finish_weight_update with nothing received: POST /update_weights first")
+        if aliases is not None:
+            staged = with_aliases(staged, check_aliases(aliases, "finish_weight_update's aliases"))
         version = None if weight_version is None else self.engine.next_version_for(weight_version)
         t0 = time.perf_counter()
         bad = self._check.first_bad()

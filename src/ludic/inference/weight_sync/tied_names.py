@@ -12,10 +12,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 ALIASES_METADATA_KEY = "ludic.aliases"  # JSON {name: the name it is sent under}
+
+
+def view_key(tensor: torch.Tensor) -> tuple:
+    """What makes two names the very same tensor: storage, offset, shape, stride, dtype and device."""
+    return (
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        tensor.dtype,
+        tensor.device,
+    )
 
 
 def sendable_once(params: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -27,14 +40,7 @@ def sendable_once(params: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.T
     storages: set[int] = set()
     for name, tensor in params.items():
         t = tensor.detach()
-        view = (
-            t.untyped_storage().data_ptr(),
-            t.storage_offset(),
-            tuple(t.shape),
-            tuple(t.stride()),
-            t.dtype,
-            t.device,
-        )
+        view = view_key(t)
         if t.numel() and t.device.type != "meta" and view in by_view:
             aliases[name] = by_view[view]
             continue
@@ -60,12 +66,15 @@ def read_aliases(metadata: Mapping[str, str] | None) -> dict[str, str]:
         aliases = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f"metadata {ALIASES_METADATA_KEY!r} is not JSON: {exc}") from None
+    return check_aliases(aliases, f"metadata {ALIASES_METADATA_KEY!r}")
+
+
+def check_aliases(aliases: Any, where: str = "aliases") -> dict[str, str]:
+    """``aliases`` as read from JSON, if it maps non-empty names to names; ValueError naming ``where`` if not."""
     if not isinstance(aliases, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()
+        isinstance(k, str) and k and isinstance(v, str) and v for k, v in aliases.items()
     ):
-        raise ValueError(
-            f"metadata {ALIASES_METADATA_KEY!r} must map names to names (a JSON object of strings)"
-        )
+        raise ValueError(f"{where} must map names to names (a JSON object of non-empty strings)")
     return aliases
 
 
