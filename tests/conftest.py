@@ -67,10 +67,14 @@ RUN_ALONE = (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def runs_alone(item: pytest.Item) -> bool:
-    """Whether ``item``'s file is listed in RUN_ALONE (a listed folder takes in everything under it)."""
-    path = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+def listed_to_run_alone(path: str) -> bool:
+    """Whether ``path`` (from the repository root) is listed in RUN_ALONE; a listed folder takes in all under it."""
     return any(path == entry or (entry.endswith("/") and path.startswith(entry)) for entry in RUN_ALONE)
+
+
+def runs_alone(item: pytest.Item) -> bool:
+    """Whether ``item``'s file is listed in RUN_ALONE."""
+    return listed_to_run_alone(Path(str(item.path)).resolve().relative_to(ROOT).as_posix())
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker

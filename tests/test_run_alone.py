@@ -22,10 +22,6 @@ def _conftest(config: pytest.Config) -> ModuleType:
     raise AssertionError("tests/conftest.py defines no RUN_ALONE")
 
 
-def _listed(conftest: ModuleType, path: str) -> bool:
-    return any(path == e or (e.endswith("/") and path.startswith(e)) for e in conftest.RUN_ALONE)
-
-
 def test_every_entry_names_a_test_file_or_folder(pytestconfig: pytest.Config) -> None:
     conftest = _conftest(pytestconfig)
     for entry in conftest.RUN_ALONE:
@@ -41,7 +37,7 @@ def test_every_file_that_starts_ranks_hosts_or_a_two_core_child_runs_alone(pytes
     found.remove("tests/testing/test_threads.py")  # checks alone_process_env's value, starts nothing
     found.remove("tests/distributed/test_publisher.py")  # a one-rank group in the test's own process
     assert len(found) >= 10  # the pattern still finds the cluster, FSDP and two-core tests
-    missing = [p for p in found if not _listed(conftest, p) and not p.startswith("tests/gpu/")]
+    missing = [p for p in found if not conftest.listed_to_run_alone(p) and not p.startswith("tests/gpu/")]
     assert not missing, f"add these to RUN_ALONE in tests/conftest.py: {missing}"
 
 
@@ -49,4 +45,5 @@ def test_the_marker_is_set_at_collection(request: pytest.FixtureRequest) -> None
     """This file is not listed, so its tests run on the two workers; a listed one carries the marker."""
     conftest = _conftest(request.config)
     assert request.node.get_closest_marker("alone") is None
-    assert _listed(conftest, "tests/cluster/test_faults.py") and not _listed(conftest, "tests/clusterx/t.py")
+    listed = conftest.listed_to_run_alone
+    assert listed("tests/cluster/test_faults.py") and not listed("tests/clusterx/t.py")
