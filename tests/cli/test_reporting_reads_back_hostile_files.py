@@ -26,9 +26,9 @@ def _resumed_run(out_dir: Path) -> SimpleNamespace:
     return SimpleNamespace(trainer=SimpleNamespace(step=5), cfg=SimpleNamespace(sft=object()), out_dir=out_dir)
 
 
-@pytest.mark.parametrize(("text", "why"), [("", "is not a readable evaluation summary"),
-                                           ('{"eval/avg_total_reward": 0.', "is not a readable evaluation summary"),
-                                           ("[0.5]", "holds a JSON list, not an evaluation summary")])  # fmt: skip
+@pytest.mark.parametrize(("text", "why"), [("", "not a readable evaluation summary"),
+                                           ('{"eval/avg_total_reward": 0.', "not a readable evaluation summary"),
+                                           ("[0.5]", "a JSON list, not an evaluation summary")])  # fmt: skip
 def test_a_resumed_run_reports_an_unreadable_summary_as_not_measured(
     tmp_path: Path, text: str, why: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -39,7 +39,7 @@ def test_a_resumed_run_reports_an_unreadable_summary_as_not_measured(
     with caplog.at_level(logging.WARNING):
         start = asyncio.run(start_of_run(_resumed_run(tmp_path)))
     assert start == StartEvals(before_sft=None, start_of_rl={"step": 0, REWARD: 0.25})
-    assert f"{bad} {why}" in caplog.text
+    assert f"{bad}: its result is reported as not measured, {why}" in caplog.text
     assert bad.read_text() == text  # left as it was
     report_start_and_end(start, {REWARD: 0.5}, tmp_path / "eval")
     assert f"held-out {REWARD} before training 0.250, after 0.500" in capsys.readouterr().out

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ludic.config import RunConfig
+from ludic.training.loggers.eval_summary import read_eval_summary, summary_path
 from ludic.training.loggers.prefix import as_number
 from ludic.training.types import SAWItem
 
@@ -27,7 +26,6 @@ BEFORE_SFT_STEP = -1
 """The evaluation step of the held-out evaluation before the SFT warm start (``eval_step_-1_*``)."""
 REWARD = "eval/avg_total_reward"
 ACCURACY = "eval/accuracy"
-_log = logging.getLogger(__name__)
 
 
 async def sft_in_place(
@@ -131,20 +129,9 @@ async def start_of_run(run: Any) -> StartEvals:
 
 def _summary(run: Any, step: int) -> dict[str, float] | None:
     """A resumed run's summary of evaluation ``step``; None (reported as not measured) when there is none or it
-    cannot be read (empty, cut short, not an object): the reporting of a past evaluation must not stop the run."""
-    path = run.out_dir / "eval" / f"eval_step_{step}_summary.json"
-    if not path.is_file():
-        return None
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        _log.warning("%s is not a readable evaluation summary (%s); its result is reported as not measured", path, exc)
-        return None
-    if not isinstance(summary, dict):
-        _log.warning("%s holds a JSON %s, not an evaluation summary (an object); its result is reported as not "
-                     "measured", path, type(summary).__name__)  # fmt: skip
-        return None
-    return summary
+    cannot be read: the reporting of a past evaluation must not stop the run."""
+    path = summary_path(run.out_dir / "eval", step)
+    return read_eval_summary(path, "its result is reported as not measured") if path.is_file() else None
 
 
 def report_start_and_end(start: StartEvals, after: dict[str, float], eval_dir: Path) -> None:

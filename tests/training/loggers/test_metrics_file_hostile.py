@@ -128,8 +128,8 @@ def test_plot_leaves_out_eval_summaries_it_cannot_read_naming_them(
     with caplog.at_level(logging.WARNING):
         assert eval_points([], "eval/avg_total_reward", evals) == ([2], [0.75])
         assert plot_metrics(metrics, tmp_path / "curve.png", eval_dir=evals).read_bytes()[:8] == PNG
-    assert f"{evals / 'eval_step_-1_summary.json'}: left out of the plot, not a readable JSON summary" in caplog.text
-    assert f"{evals / 'eval_step_0_summary.json'}: left out of the plot, a JSON list, not an object" in caplog.text
+    assert f"{evals / 'eval_step_-1_summary.json'}: left out of the plot, not a readable evaluation summary" in caplog.text
+    assert f"{evals / 'eval_step_0_summary.json'}: left out of the plot, a JSON list, not an evaluation summary (an object)" in caplog.text
 
 
 def test_a_step_logged_again_keeps_its_latest_value_and_steps_stay_in_order() -> None:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
+from ludic.training.loggers.eval_summary import EVAL_SUMMARY, read_eval_summary
 from ludic.training.loggers.prefix import finite_float
 
-EVAL_SUMMARY = re.compile(r"eval_step_(-?\d+)_summary\.json")
 _SHOWN = 5
 """How many bad lines a warning lists (a file of another format would otherwise flood the log)."""
 _log = logging.getLogger(__name__)
@@ -80,24 +79,11 @@ def eval_points(
         for path in Path(eval_dir).iterdir():
             match = EVAL_SUMMARY.fullmatch(path.name)
             if match and path.is_file():
-                value = finite_float(_summary(path).get(eval_key))
+                value = finite_float((read_eval_summary(path, "left out of the plot") or {}).get(eval_key))
                 if value is not None:
                     points[int(match.group(1))] = value
     steps = sorted(points)
     return steps, [points[s] for s in steps]
-
-
-def _summary(path: Path) -> dict:
-    """An evaluation summary's object, or ``{}`` (with a warning naming the file) when it has none."""
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        _log.warning("%s: left out of the plot, not a readable JSON summary (%s)", path, exc)
-        return {}
-    if not isinstance(summary, dict):
-        _log.warning("%s: left out of the plot, a JSON %s, not an object", path, type(summary).__name__)
-        return {}
-    return summary
 
 
 def informative(values: list[float]) -> bool:
