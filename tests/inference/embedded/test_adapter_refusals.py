@@ -26,6 +26,13 @@ def sample(engine: TransformersChatClient) -> tuple[list[int], list[float]]:
     return response.completion_token_ids, response.completion_logprobs
 
 
+def same_sample(a: tuple[list[int], list[float]], b: tuple[list[int], list[float]]) -> bool:
+    """The same tokens, and log-probs equal to fp32 rounding: the engine's intra-op thread count follows the
+    machine's load (``kernels/cpu/threads.py``), and another count sums in another order (up to 5e-7 apart beside
+    two busy processes); the adapter's scaling 1% larger moves them by 3.4e-5."""
+    return a[0] == b[0] and a[1] == pytest.approx(b[1], abs=3e-6)
+
+
 def with_scalings(payload: AdapterPayload, scaling: float) -> AdapterPayload:
     config = dataclasses.replace(payload.config, scalings=(scaling,) * len(payload.config.scalings))
     return AdapterPayload(dict(payload), config)
@@ -42,7 +49,7 @@ def test_a_scaling_that_is_inf_in_the_served_dtype_is_refused(dirs, mode):
     with pytest.raises(AdapterRefused, match=r"scaling 1e\+300 of 'model.layers.0.self_attn.q_proj' is out of"):
         engine.sync_adapter(with_scalings(good, 1e300), version=4)
     assert engine.policy_version == 3 and engine.adapter.config == good.config
-    assert all(torch.equal(v, before[k]) for k, v in served(engine).items()) and sample(engine) == tokens
+    assert all(torch.equal(v, before[k]) for k, v in served(engine).items()) and same_sample(sample(engine), tokens)
 
 
 def test_folding_into_a_weight_tied_to_another_is_refused_and_unmerged_serves_it(dirs):
