@@ -180,7 +180,8 @@ async def test_bad_state_dict_is_rejected_and_old_weights_keep_serving(bad, erro
     with pytest.raises(error, match=match):
         client.sync_weights({**good_part, **bad})
     after, _ = await client.complete(_req(temperature=0.0, max_tokens=8))
-    assert after.completion_logprobs == before.completion_logprobs
+    assert after.completion_token_ids == before.completion_token_ids  # log-probs to fp32 rounding: the thread
+    assert after.completion_logprobs == pytest.approx(before.completion_logprobs, abs=3e-6)  # count follows load
     assert client.policy_version == 0
 
 
